@@ -1,0 +1,108 @@
+"""Benchmark: replay the Mooncake conversation trace on the default 8-engine, 4-tier
+scenario and report simulated requests and SimPy events per wall-clock second, next to a
+bare SimPy M/D/c queue (the textbook process-per-customer model) run in the same process
+as a yardstick. The ratio is the figure to quote; absolute speeds depend on the machine.
+
+    python benchmarks/replay.py [--trace PATH] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from kvsim.api import load
+from kvsim.results import collect
+from kvsim.sim.simulation import Simulation
+from kvsim.workload.mooncake import read_mooncake
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+def events_scheduled(env: simpy.Environment) -> int:
+    """Events SimPy scheduled so far (reads SimPy's internal event-id counter)."""
+    return next(env._eid)
+
+
+def bench_kvsim(trace: Path) -> dict[str, float]:
+    sc = load(ROOT / "scenarios" / "mooncake-conversation.yaml", {"workload.path": str(trace)})
+    requests = list(read_mooncake(trace, sc.workload.block_tokens))  # parse outside the clock
+    gc.collect()
+    t = time.perf_counter()
+    sim = Simulation(sc, requests=requests)
+    out = sim.run()
+    sim_wall = time.perf_counter() - t
+    results = collect(out, sc)
+    total_wall = time.perf_counter() - t
+    return {
+        "requests": len(out.rows),
+        "events": events_scheduled(sim.env),
+        "sim_wall_s": sim_wall,
+        "with_collect_wall_s": total_wall,
+        "ttft_p99_s": results.summary["ttft_p99_s"],
+    }
+
+
+def bench_mdc(customers: int, servers: int = 8, rho: float = 0.5, seed: int = 0) -> dict:
+    """Bare SimPy M/D/c: one process per customer, a Resource of ``servers``."""
+    service = 1.0
+    rate = rho * servers / service
+    gaps = np.random.default_rng(seed).exponential(1 / rate, customers).tolist()
+    env = simpy.Environment()
+    res = simpy.Resource(env, capacity=servers)
+    waits: list[float] = []
+
+    def customer(env: simpy.Environment):
+        arrive = env.now
+        with res.request() as req:
+            yield req
+            waits.append(env.now - arrive)
+            yield env.timeout(service)
+
+    def source(env: simpy.Environment):
+        for g in gaps:
+            yield env.timeout(g)
+            env.process(customer(env))
+
+    gc.collect()
+    t = time.perf_counter()
+    env.process(source(env))
+    env.run()
+    wall = time.perf_counter() - t
+    return {"requests": len(waits), "events": events_scheduled(env), "sim_wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
+    args = ap.parse_args()
+    if not args.trace.exists():
+        raise SystemExit(f"trace not found: {args.trace} (pass --trace PATH)")
+    k = min((bench_kvsim(args.trace) for _ in range(args.repeat)), key=lambda r: r["sim_wall_s"])
+    m = min((bench_mdc(k["requests"]) for _ in range(args.repeat)), key=lambda r: r["sim_wall_s"])
+    print(f"trace: {args.trace}")
+    for name, r in (("kvsim 8 engines, 4 tiers", k), ("bare SimPy M/D/8", m)):
+        print(
+            f"{name:<26} {r['requests']:>7} requests  {r['events']:>8} events  "
+            f"{r['sim_wall_s']:6.3f} s  {r['requests'] / r['sim_wall_s']:>9,.0f} req/s  "
+            f"{r['events'] / r['sim_wall_s']:>10,.0f} events/s"
+        )
+    print(
+        f"kvsim incl. building results: {k['with_collect_wall_s']:.3f} s "
+        f"({k['requests'] / k['with_collect_wall_s']:,.0f} req/s)"
+    )
+    print(
+        f"ratio kvsim / M/D/8 (requests per second): "
+        f"{(k['requests'] / k['sim_wall_s']) / (m['requests'] / m['sim_wall_s']):.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The tiers local to one engine: GPU HBM -> host DRAM -> NVMe, with demotion on eviction.
+
+All PCP ranks of a node hold their shards of a block in lockstep, so one index per node
+stands for all of them. The hierarchy is non-exclusive: a restore copies a block up and
+leaves the lower copy in place; a block evicted from a tier is demoted to the next enabled
+tier (refreshing it if already there) and, from the last tier, dropped. Capacities are
+never exceeded: each tier is a :class:`~kvsim.cache.eviction.BlockStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvsim.cache.eviction import BlockStore
+
+GPU, HOST, NVME, REMOTE = 0, 1, 2, 3
+TIER_NAMES = ("gpu", "host", "nvme", "remote")
+
+
+class LocalCache:
+    """GPU, host and NVMe block stores of one engine (host/NVMe may be absent)."""
+
+    __slots__ = ("demotions", "gpu", "host", "nvme", "tiers")
+
+    def __init__(self, gpu: BlockStore, host: BlockStore | None, nvme: BlockStore | None) -> None:
+        self.gpu = gpu
+        self.host = host
+        self.nvme = nvme
+        self.tiers: tuple[BlockStore | None, ...] = (gpu, host, nvme)
+        self.demotions = [0, 0, 0]  # blocks written into each tier by demotion
+
+    def prefix_blocks(self, blocks: Sequence[int]) -> int:
+        """Blocks of the longest prefix held in some local tier (for cache-aware routing)."""
+        gpu = self.gpu.blocks
+        host = self.host.blocks if self.host is not None else ()
+        nvme = self.nvme.blocks if self.nvme is not None else ()
+        k = 0
+        for b in blocks:
+            if b in gpu or b in host or b in nvme:
+                k += 1
+            else:
+                break
+        return k
+
+    def admit(self, blocks: Sequence[int], sizes: Sequence[float]) -> None:
+        """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
+        out of each tier into the next."""
+        evicted = self.gpu.insert_many(blocks, sizes)
+        if evicted:
+            self._demote(evicted, HOST)
+
+    def _demote(self, evicted: list[tuple[int, float]], level: int) -> None:
+        while level <= NVME and self.tiers[level] is None:
+            level += 1
+        if level > NVME:
+            return
+        store = self.tiers[level]
+        assert store is not None
+        self.demotions[level] += len(evicted)
+        out = store.insert_many([k for k, _ in evicted], [s for _, s in evicted])
+        if out:
+            self._demote(out, level + 1)

@@ -1,0 +1,455 @@
+"""Scenario files in, a validated :class:`Scenario` out; every mistake as one line.
+
+Layers, each a plain dict, are deep-merged in this order (later wins):
+
+    profile (by name)  <-  extends chain (root first)  <-  scenario file  <-  --set overrides
+
+Every leaf remembers where it was written (file and line, or the ``--set`` expression),
+so a validation error reads ``scenarios/x.yaml:12: remote.bandwidth: <reason>``. A
+mapping whose ``kind``/``dist``/``process`` changes between layers is replaced, not merged,
+so a child may swap a Mooncake workload for a synthetic one. Relative paths (``extends``,
+``workload.path``, ``timing.table``) resolve against the file that wrote them; timing CSVs
+are read here, so config objects never touch the filesystem afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import difflib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kvsim.config.schema import Scenario, cross_checks
+from kvsim.errors import InputError
+from kvsim.profiles import profile_path
+
+Path_ = tuple[Any, ...]
+Origins = dict[Path_, str]  # field path -> "file:line" (or "--set expr")
+
+_TAGS = ("kind", "dist", "process")
+_PROFILE_KEYS = {"name", "description", "sources", "node", "model", "timing", "tiers", "remote"}
+
+
+# ---- YAML with line numbers ---------------------------------------------------------
+
+
+def load_yaml(path: str | os.PathLike[str]) -> tuple[Any, Origins]:
+    """Safely parse a YAML file; return the data and the line of every node in it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", where=str(p)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a YAML file", where=str(p)) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text ({e.reason})", where=str(p)) from None
+    except OSError as e:
+        raise InputError(e.strerror or str(e), where=str(p)) from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise InputError("empty file, expected a YAML mapping", where=str(p))
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        problem = (e.problem or e.context or "YAML syntax error").strip()
+        raise InputError(f"YAML syntax error: {problem}", where=f"{p}{line}") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"YAML error: {e}", where=str(p)) from None
+    finally:
+        loader.dispose()
+    origins: Origins = {}
+    _walk_lines(node, (), str(p), origins)
+    return data, origins
+
+
+def _walk_lines(node: yaml.Node, path: Path_, file: str, out: Origins) -> None:
+    out[path] = f"{file}:{node.start_mark.line + 1}"
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                dotted = _dotted((*path, key))
+                raise InputError(
+                    f"{dotted}: duplicate key", where=f"{file}:{key_node.start_mark.line + 1}"
+                )
+            seen.add(key)
+            _walk_lines(value_node, (*path, key), file, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk_lines(item, (*path, i), file, out)
+
+
+def _dotted(path: Iterable[Any]) -> str:
+    parts: list[str] = []
+    for p in path:
+        if isinstance(p, int) and parts:
+            parts[-1] += f"[{p}]"
+        else:
+            parts.append(str(p))
+    return ".".join(parts) or "(top level)"
+
+
+# ---- merging layers -------------------------------------------------------------------
+
+
+def deep_merge(base: Any, over: Any, _path: Path_ = (), _replaced: list | None = None) -> Any:
+    """Merge ``over`` onto ``base``: mappings recursively, anything else replaced.
+
+    A mapping whose tag (``kind``, ``dist`` or ``process``) differs is replaced whole; its
+    path is appended to ``_replaced`` when a list is given.
+    """
+    if not isinstance(base, dict) or not isinstance(over, dict):
+        return over
+    for tag in _TAGS:
+        if tag in over and tag in base and over[tag] != base[tag]:
+            if _replaced is not None:
+                _replaced.append(_path)
+            return dict(over)
+    merged = dict(base)
+    for key, value in over.items():
+        if key in base:
+            merged[key] = deep_merge(base[key], value, (*_path, key), _replaced)
+        else:
+            merged[key] = value
+    return merged
+
+
+def merge_layers(
+    base: dict[str, Any], base_origins: Origins, over: dict[str, Any], over_origins: Origins
+) -> tuple[dict[str, Any], Origins]:
+    """Deep-merge two layers and their origins (stale origins of replaced mappings dropped)."""
+    replaced: list[Path_] = []
+    data = deep_merge(base, over, (), replaced)
+    origins = {p: w for p, w in base_origins.items() if not any(p[: len(r)] == r for r in replaced)}
+    origins.update(over_origins)
+    return data, origins
+
+
+# ---- one file = one layer -------------------------------------------------------------
+
+
+def _require_mapping(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InputError(
+            f"expected a YAML mapping at the top level, got {type(data).__name__}", where=where
+        )
+    return data
+
+
+def _normalize_layer(data: dict[str, Any], origins: Origins, base_dir: Path) -> None:
+    """Resolve the file references a layer makes, relative to its own folder."""
+    wl = data.get("workload")
+    if isinstance(wl, dict) and isinstance(wl.get("path"), str):
+        wl["path"] = str(_resolve(base_dir, wl["path"]))
+    timing = data.get("timing")
+    if isinstance(timing, dict):
+        if isinstance(timing.get("table"), str):
+            csv_path = _resolve(base_dir, timing["table"])
+            where = origins.get(("timing", "table"), str(csv_path))
+            timing.update(read_timing_csv(csv_path, where))
+            timing["table"] = csv_path.name
+        elif "seconds" in timing:
+            timing["table"] = None
+
+
+def _resolve(base_dir: Path, p: str) -> Path:
+    q = Path(os.path.expanduser(p))
+    return q if q.is_absolute() else (base_dir / q)
+
+
+def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
+    """Read a long-format timing table (new_tokens, cached_tokens, seconds) into a grid."""
+    try:
+        fh = path.open(encoding="utf-8", newline="")
+    except OSError:
+        raise InputError(f"timing table {str(path)!r} not found", where=where) from None
+    cells: dict[tuple[int, int], float] = {}
+    with fh:
+        rows = (line for line in fh if not line.lstrip().startswith("#"))
+        reader = csv.DictReader(rows)
+        need = {"new_tokens", "cached_tokens", "seconds"}
+        if reader.fieldnames is None or not need <= set(reader.fieldnames):
+            raise InputError(f"timing table needs columns {sorted(need)}", where=str(path))
+        for i, row in enumerate(reader, start=2):
+            try:
+                key = (int(row["new_tokens"]), int(row["cached_tokens"]))
+                cells[key] = float(row["seconds"])
+            except (TypeError, ValueError):
+                raise InputError("bad number in timing row", where=f"{path}:{i}") from None
+    new = sorted({k[0] for k in cells})
+    cached = sorted({k[1] for k in cells})
+    missing = [(n, c) for n in new for c in cached if (n, c) not in cells]
+    if missing:
+        raise InputError(
+            f"timing grid is incomplete, e.g. no row for {missing[0]}", where=str(path)
+        )
+    return {
+        "new_tokens": new,
+        "cached_tokens": cached,
+        "seconds": [[cells[(n, c)] for c in cached] for n in new],
+    }
+
+
+def _load_chain(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Origins]:
+    """A scenario file merged over its ``extends`` ancestors."""
+    real = path.resolve()
+    if real in stack:
+        cycle = " -> ".join(str(p) for p in (*stack, real))
+        raise InputError(f"extends cycle: {cycle}", where=str(path))
+    data, origins = load_yaml(path)
+    data = _require_mapping(data, str(path))
+    _normalize_layer(data, origins, path.parent)
+    parent = data.pop("extends", None)
+    origins.pop(("extends",), None)
+    if parent is None:
+        return data, origins
+    if not isinstance(parent, str):
+        raise InputError("extends: expected a file path", where=origins.get((), str(path)))
+    parent_path = _resolve(path.parent, parent)
+    if not parent_path.exists():
+        raise InputError(
+            f"extends: {parent!r} not found (looked for {parent_path})", where=str(path)
+        )
+    base, base_origins = _load_chain(parent_path, (*stack, real))
+    return merge_layers(base, base_origins, data, origins)
+
+
+def _load_profile(name: Any, where: str, scenario_dir: Path | None) -> tuple[dict, Origins]:
+    if not isinstance(name, str) or not name:
+        raise InputError("profile: expected a profile name (see `kvsim profiles`)", where=where)
+    try:
+        path = profile_path(name, scenario_dir)
+    except InputError as e:
+        raise InputError(f"profile: {e.reason}", where=where) from None
+    data, origins = load_yaml(path)
+    data = _require_mapping(data, str(path))
+    unknown = set(data) - _PROFILE_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise InputError(
+            f"{key}: unknown profile section (valid: {sorted(_PROFILE_KEYS)})",
+            where=origins.get((key,), str(path)),
+        )
+    _normalize_layer(data, origins, path.parent)
+    layer = {k: v for k, v in data.items() if k not in {"name", "description", "sources"}}
+    return layer, {k: v for k, v in origins.items() if k and k[0] in layer}
+
+
+# ---- overrides --------------------------------------------------------------------------
+
+
+def parse_override(expr: str) -> tuple[list[str], Any]:
+    """``remote.sharding=per_rank`` -> (["remote", "sharding"], "per_rank"); YAML scalars."""
+    if "=" not in expr:
+        raise InputError(
+            "expected path=value, e.g. remote.sharding=per_rank", where=f"--set {expr}"
+        )
+    key, _, raw = expr.partition("=")
+    parts = [k.strip() for k in key.split(".")]
+    if not all(parts):
+        raise InputError("empty field name in path", where=f"--set {expr}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def apply_overrides(
+    data: dict[str, Any], origins: Origins, overrides: Sequence[str] | Mapping[str, Any]
+) -> None:
+    """Set each override into ``data`` in place (creating mappings on the way)."""
+    items: list[tuple[list[str], Any, str]] = []
+    if isinstance(overrides, Mapping):
+        for k, v in overrides.items():
+            items.append((k.split("."), v, f"--set {k}={v}"))
+    else:
+        for expr in overrides:
+            parts, value = parse_override(expr)
+            items.append((parts, value, f"--set {expr}"))
+    for parts, value, label in items:
+        node = data
+        for i, key in enumerate(parts[:-1]):
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise InputError(f"{_dotted(parts[: i + 1])} is not a mapping", where=label)
+            node = child
+        key = parts[-1]
+        path = tuple(parts)
+        if key in _TAGS and key in node and node[key] != value:
+            # a new kind of record: the old one's fields do not carry over
+            node.clear()
+            path = path[:-1]
+        old = node.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            value = deep_merge(old, value)
+        node[key] = value
+        for p in [p for p in origins if p[: len(path)] == path]:
+            del origins[p]
+        origins[path] = label
+        origins[tuple(parts)] = label
+
+
+# ---- validation ------------------------------------------------------------------------
+
+
+def _where(origins: Origins, path: Path_, default: str) -> str:
+    for n in range(len(path), -1, -1):
+        if path[:n] in origins:
+            return origins[path[:n]]
+    return default
+
+
+def _data_path(data: Any, loc: Sequence[Any]) -> Path_:
+    """Drop pydantic's union-tag entries from a loc so it matches the YAML keys."""
+    out: list[Any] = []
+    node = data
+    for i, key in enumerate(loc):
+        last = i == len(loc) - 1
+        if (isinstance(node, dict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and key < len(node)
+        ):
+            out.append(key)
+            node = node[key]
+        elif last or not isinstance(node, dict):
+            out.append(key)
+            node = None
+    return tuple(out)
+
+
+def _model_at(model: Any, path: Path_, data: Any) -> type[BaseModel] | None:
+    """The record class that validates the mapping at ``path`` (for 'did you mean')."""
+    node = data
+    for key in path:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            return None
+        node = node.get(key) if isinstance(node, dict) else None
+        model = _pick(field.annotation, node)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _pick(annotation: Any, node: Any) -> Any:
+    """The member of an (Optional/discriminated) union annotation that fits ``node``."""
+    args = get_args(annotation)
+    origin = get_origin(annotation)
+    if origin is not None and str(origin) == "typing.Annotated":
+        return _pick(args[0], node)
+    if origin is Union or (origin is not None and "UnionType" in str(origin)):
+        members = [_pick(a, node) for a in args if a is not type(None)]
+        models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        for m in models:
+            for tag in _TAGS:
+                field = m.model_fields.get(tag)
+                if (
+                    field is not None
+                    and isinstance(node, dict)
+                    and node.get(tag) in get_args(field.annotation)
+                ):
+                    return m
+        return models[0] if len(models) == 1 else None
+    if origin in (list, tuple):
+        return None
+    return annotation
+
+
+def _describe(err: Mapping[str, Any], data: Any, path: Path_) -> str:
+    kind = err["type"]
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if kind == "extra_forbidden":
+        model = _model_at(Scenario, path[:-1], data)
+        valid = sorted(model.model_fields) if model else []
+        near = difflib.get_close_matches(str(path[-1]), valid, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        return f"unknown field{hint}" + (
+            f" (valid: {', '.join(valid)})" if valid and not near else ""
+        )
+    if kind == "missing":
+        return "missing required field"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        return msg.replace("Input tag", "tag")
+    got = err.get("input")
+    if kind not in ("value_error",) and not isinstance(got, (dict, list)):
+        return f"{msg}, got {got!r}"
+    return msg
+
+
+def validate(
+    data: dict[str, Any],
+    origins: Origins,
+    default_where: str,
+    context: dict[str, Any] | None = None,
+) -> Scenario:
+    """Build the Scenario or raise InputError naming file, line and field path."""
+    try:
+        scenario = Scenario.model_validate(data, context=context)
+    except ValidationError as e:
+        errors = e.errors()
+        err = errors[0]
+        path = _data_path(data, err["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InputError(
+            f"{_dotted(path)}: {_describe(err, data, path)}{more}",
+            where=_where(origins, path, default_where),
+        ) from None
+    problems = cross_checks(scenario)
+    w = scenario.workload
+    if getattr(w, "path", None) is not None and not Path(w.path).is_file():
+        problems.append((("workload", "path"), f"trace file {w.path!r} not found"))
+    if problems:
+        path, msg = problems[0]
+        raise InputError(f"{_dotted(path)}: {msg}", where=_where(origins, path, default_where))
+    return scenario
+
+
+def load_scenario(
+    path: str | os.PathLike[str],
+    overrides: Sequence[str] | Mapping[str, Any] | None = None,
+    seed: int | None = None,
+) -> Scenario:
+    """Load, merge (profile, extends, overrides) and validate a scenario file."""
+    p = Path(path)
+    data, origins = _load_chain(p)
+    if overrides:
+        apply_overrides(data, origins, overrides)
+    if seed is not None:
+        apply_overrides(data, origins, {"seed": seed})
+    profile_layer, profile_origins = _load_profile(
+        data.get("profile"), _where(origins, ("profile",), str(p)), p.parent
+    )
+    merged, merged_origins = merge_layers(profile_layer, profile_origins, data, origins)
+    merged.setdefault("source", str(p))
+    return validate(merged, merged_origins, str(p))
+
+
+def scenario_from_dict(
+    data: Mapping[str, Any],
+    overrides: Sequence[str] | Mapping[str, Any] | None = None,
+    base_dir: str | os.PathLike[str] = ".",
+) -> Scenario:
+    """Validate a scenario given as a dict (same rules as a file, paths relative to base_dir)."""
+    d = copy.deepcopy(dict(data))
+    origins: Origins = {}
+    _normalize_layer(d, origins, Path(base_dir))
+    if overrides:
+        apply_overrides(d, origins, overrides)
+    layer, porigins = _load_profile(d.get("profile"), "<dict>", Path(base_dir))
+    merged, merged_origins = merge_layers(layer, porigins, d, origins)
+    return validate(merged, merged_origins, "<dict>")

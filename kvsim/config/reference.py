@@ -1,0 +1,121 @@
+"""Render the scenario field reference (docs/scenario-reference.md) from the schema itself,
+so the documentation cannot drift from the code: ``python -m kvsim.config.reference``."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, get_args, get_origin
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic.functional_validators import BeforeValidator
+
+from kvsim.config import schema
+
+_TAGS = ("kind", "dist", "process")
+_BOUNDS = (
+    (annotated_types.Gt, "gt", "> {}"),
+    (annotated_types.Ge, "ge", ">= {}"),
+    (annotated_types.Le, "le", "<= {}"),
+    (annotated_types.Lt, "lt", "< {}"),
+)
+
+
+def _describe_metadata(base: str, metadata: list[Any]) -> str:
+    flat: list[Any] = []
+    for m in metadata:
+        flat += list(m.metadata) if isinstance(m, FieldInfo) else [m]
+    metadata = flat
+    unit = next(
+        (getattr(m.func, "unit", None) for m in metadata if isinstance(m, BeforeValidator)), None
+    )
+    name = unit or base
+    for m in metadata:
+        for kind, attr, fmt in _BOUNDS:
+            if isinstance(m, kind):
+                name += " " + fmt.format(getattr(m, attr))
+    return name
+
+
+def _type_name(ann: Any, metadata: list[Any] | None = None) -> str:
+    origin = get_origin(ann)
+    args = get_args(ann)
+    if origin is typing.Annotated:
+        return _type_name(args[0], list(ann.__metadata__))
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_type_name(a) for a in args if a is not type(None)]
+        opt = " or null" if type(None) in args else ""
+        return " \\| ".join(parts) + opt
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return f"mapping ({ann.__name__})"
+    base = {int: "integer", float: "number", str: "text", bool: "true/false"}.get(ann, str(ann))
+    return _describe_metadata(base, metadata or [])
+
+
+def _models(ann: Any) -> list[type[BaseModel]]:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    out: list[type[BaseModel]] = []
+    for a in get_args(ann):
+        out += _models(a)
+    return out
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
+    d = field.default
+    if isinstance(d, BaseModel):
+        return "(defaults)"
+    return f"`{d}`" if d not in (None, "") else ("null" if d is None else '`""`')
+
+
+def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(path, type, default, meaning) of every field under ``model``."""
+    out = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        ann = field.annotation
+        desc = field.description or ("selects this variant" if name in _TAGS else "")
+        out.append((path, _type_name(ann, list(field.metadata)), _default(field), desc))
+        subs = _models(ann)
+        for sub in subs:
+            tag = next((t for t in _TAGS if t in sub.model_fields), None)
+            label = ""
+            if tag and len(subs) > 1:
+                value = get_args(sub.model_fields[tag].annotation)[0]
+                label = f"[{tag}={value}]"
+            out += rows(sub, f"{path}{label}.")
+    return out
+
+
+def render() -> str:
+    """The whole reference page as Markdown."""
+    lines = [
+        "# Scenario field reference",
+        "",
+        "Generated from `kvsim/config/schema.py` by `python -m kvsim.config.reference`; a test",
+        'fails when this file and the schema disagree. Units: sizes such as `"2 TiB"`,',
+        '`"51168 B"`; bandwidths `"12 GB/s"`, `"1.71 GiB/s"`, `"800 Gb/s"` (bits);',
+        'durations `"330 ms"`; rates `"5/s"`. Bare numbers are refused where a unit is',
+        "expected. Fields of `node`, `model`, `timing`, `tiers` and `remote` default to the",
+        "chosen profile's values (see `kvsim profiles` and `kvsim/profiles/*.yaml`). A path",
+        "such as `workload[kind=synthetic].requests` applies when `workload.kind` is",
+        "`synthetic`; write it as `workload.requests`.",
+        "",
+        "| field | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for path, typ, default, desc in rows(schema.Scenario):
+        lines.append(f"| `{path}` | {typ} | {default} | {desc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render(), end="")

@@ -1,0 +1,485 @@
+"""The scenario as typed, immutable records (pydantic models), with units and help text.
+
+A scenario is a profile (node, model, timing, tier defaults) with the user's scenario file
+merged over it. Every field carries its unit in its type (``Bandwidth`` is bytes/s parsed
+from "12 GB/s"), a default where one is sensible, and a one-line description. Unknown keys
+are refused. Rules that tie fields together (a tier larger than the memory it lives in, a
+per-rank store on a node without ranks) are in :func:`cross_checks`, which reports field
+paths so that the loader can point at the right line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+
+from kvsim.cache.eviction import POLICIES
+from kvsim.physics.timing import TimingTable
+from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
+
+# ---- unit-carrying field types -------------------------------------------------------
+
+NUMBERS_OK = {"numbers_ok": True}
+"""Validation context for re-validating a dumped Scenario, whose values are base-unit numbers."""
+
+
+def _unit(parse: Callable[[object], float], unit: str) -> BeforeValidator:
+    def check(value: object, info: ValidationInfo) -> object:
+        if (
+            (info.context or {}).get("numbers_ok")
+            and isinstance(value, (int, float))
+            and not (isinstance(value, bool))
+        ):
+            return value
+        return parse(value)
+
+    check.unit = unit  # type: ignore[attr-defined]  # read by the field reference
+    return BeforeValidator(check)
+
+
+Size = Annotated[float, _unit(parse_size, "size"), Field(ge=0)]
+PositiveSize = Annotated[float, _unit(parse_size, "size"), Field(gt=0)]
+Bandwidth = Annotated[float, _unit(parse_bandwidth, "bandwidth"), Field(gt=0)]
+Duration = Annotated[float, _unit(parse_duration, "duration"), Field(ge=0)]
+PositiveDuration = Annotated[float, _unit(parse_duration, "duration"), Field(gt=0)]
+Rate = Annotated[float, _unit(parse_rate, "rate"), Field(gt=0)]
+PosInt = Annotated[int, Field(gt=0, strict=True)]
+NonNegInt = Annotated[int, Field(ge=0, strict=True)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class Record(BaseModel):
+    """Base of every config record: immutable, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# ---- hardware and model (normally from a profile) -----------------------------------
+
+
+class Node(Record):
+    """One prefill engine: a node of GPUs running one context-parallel prefill instance."""
+
+    gpu: str = Field(description="GPU model name, for reports")
+    gpus: PosInt = Field(description="GPUs in the node")
+    pcp: PosInt = Field(description="prefill context-parallel degree (ranks sharing a request)")
+    hbm_per_gpu: PositiveSize = Field(description="HBM per GPU")
+    kv_per_gpu: PositiveSize = Field(description="HBM per GPU free for KV cache after weights")
+    host_dram: PositiveSize = Field(description="host DRAM per node")
+    nvme_drives: NonNegInt = Field(description="local NVMe drives per node")
+    nvme_drive_capacity: Size = Field(description="capacity of one NVMe drive")
+    nvme_read_per_drive: Bandwidth = Field(description="sequential read bandwidth per drive")
+    nvme_latency: Duration = Field("80 us", description="NVMe read latency")
+    h2d_per_gpu: Bandwidth = Field(description="pinned host-to-GPU bandwidth per GPU")
+    h2d_latency: Duration = Field("10 us", description="host-to-GPU copy latency")
+    nic_per_gpu: Bandwidth = Field(description="network bandwidth per GPU")
+    network_latency: Duration = Field("50 us", description="one-way network latency to a server")
+
+
+class MlaLayout(Record):
+    """Multi-head latent attention: one compressed latent (+ rope key) per token per layer."""
+
+    kind: Literal["mla"]
+    layers: PosInt = Field(description="layers with a KV cache")
+    latent_dim: PosInt = Field(description="compressed KV latent width (kv_lora_rank)")
+    rope_dim: NonNegInt = Field(description="decoupled rope key width")
+    latent_dtype_bytes: Annotated[float, Field(gt=0)] = Field(description="bytes per latent value")
+    rope_dtype_bytes: Annotated[float, Field(gt=0)] = Field(description="bytes per rope value")
+    extra_bytes_per_layer: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="per token and layer, e.g. FP8 scales"
+    )
+
+    def bytes_per_token(self) -> float:
+        per_layer = (
+            self.latent_dim * self.latent_dtype_bytes
+            + self.rope_dim * self.rope_dtype_bytes
+            + self.extra_bytes_per_layer
+        )
+        return self.layers * per_layer
+
+
+class HeadsLayout(Record):
+    """MHA or GQA: a key and a value vector per KV head per token per layer."""
+
+    kind: Literal["mha", "gqa"]
+    layers: PosInt = Field(description="layers with a KV cache")
+    kv_heads: PosInt = Field(description="key/value heads (= attention heads for MHA)")
+    head_dim: PosInt = Field(description="width of one head")
+    dtype_bytes: Annotated[float, Field(gt=0)] = Field(description="bytes per cached value")
+    extra_bytes_per_layer: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="per token and layer, e.g. quantisation scales"
+    )
+
+    def bytes_per_token(self) -> float:
+        return self.layers * (
+            2 * self.kv_heads * self.head_dim * self.dtype_bytes + self.extra_bytes_per_layer
+        )
+
+
+KvLayout = Annotated[MlaLayout | HeadsLayout, Field(discriminator="kind")]
+
+
+class Model(Record):
+    """The served model, as far as the KV cache is concerned."""
+
+    name: str = Field(description="model name, for reports")
+    kv_bytes_per_token: PositiveSize | None = Field(
+        None, description="KV bytes per token; derived from kv_layout when omitted"
+    )
+    kv_layout: KvLayout | None = Field(None, description="architecture fields giving KV bytes")
+
+    @property
+    def kv_bytes(self) -> float:
+        """KV cache bytes per token (explicit value, else from the layout)."""
+        if self.kv_bytes_per_token is not None:
+            return self.kv_bytes_per_token
+        assert self.kv_layout is not None  # guaranteed by cross_checks
+        return self.kv_layout.bytes_per_token()
+
+
+class Timing(Record):
+    """Prefill time of the whole node, t(new_tokens, cached_tokens), on a grid.
+
+    Written in YAML either as ``table: FILE.csv`` (columns new_tokens, cached_tokens,
+    seconds; resolved by the loader) or inline as ``new_tokens``/``cached_tokens``/
+    ``seconds`` (seconds[i][j] for new_tokens[i], cached_tokens[j]).
+    """
+
+    new_tokens: list[PosInt] = Field(description="grid of new (computed) tokens")
+    cached_tokens: list[NonNegInt] = Field(description="grid of cached (restored) tokens")
+    seconds: list[list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]] = Field(
+        description="seconds[i][j] = t(new_tokens[i], cached_tokens[j]), node-wide"
+    )
+    scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        1.0, description="multiply every time (what-if faster or slower compute)"
+    )
+    table: str | None = Field(None, description="CSV file the grid was read from, if any")
+
+
+# ---- cache tiers -------------------------------------------------------------------
+
+
+def _known_policy(name: str) -> str:
+    if name not in POLICIES:
+        raise ValueError(f"unknown eviction policy {name!r}; choose one of {sorted(POLICIES)}")
+    return name
+
+
+EvictionName = Annotated[str, BeforeValidator(_known_policy)]
+
+
+class GpuTier(Record):
+    """Prefix cache in HBM (vLLM-style); hits cost nothing to load."""
+
+    capacity: Size = Field(description="KV capacity per engine (all GPUs of the node)")
+    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
+
+
+class LocalTier(Record):
+    """A tier local to the node (host DRAM or NVMe)."""
+
+    enabled: bool = Field(True, description="false: the tier does not exist")
+    capacity: Size = Field(description="KV capacity per engine")
+    t0: Duration = Field(description="fixed engine cost per request that hits this tier")
+    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
+
+
+class Tiers(Record):
+    gpu: GpuTier = Field(description="HBM prefix cache")
+    host: LocalTier = Field(description="host DRAM tier")
+    nvme: LocalTier = Field(description="local NVMe tier")
+
+
+class StallModel(Record):
+    """Remote GETs that hang (client bugs): probability per GET and how long it hangs."""
+
+    probability: Fraction = Field(0.0, description="chance that one GET flow stalls")
+    duration: Duration = Field("0 s", description="stall length (the mean if exponential)")
+    distribution: Literal["fixed", "exponential"] = Field(
+        "exponential", description="stall length distribution"
+    )
+
+
+class Remote(Record):
+    """Remote KV store shared by all engines (e.g. LMCache over Valkey)."""
+
+    enabled: bool = Field(True, description="false: no remote tier")
+    servers: PosInt = Field(1, description="server instances")
+    sharding: Literal["none", "per_rank"] = Field(
+        "none", description="none: whole blocks per key; per_rank: each PCP rank its own shard"
+    )
+    bandwidth: Bandwidth = Field(description="payload bandwidth of one server")
+    op_overhead: Duration = Field("0 s", description="server time per GET/PUT operation")
+    chunk_tokens: PosInt = Field(256, description="tokens per stored chunk (one op each)")
+    capacity: Size = Field(description="KV capacity per server")
+    t0: Duration = Field(description="fixed engine cost per request that hits the remote tier")
+    eviction: EvictionName = Field("lru", description="eviction policy of each server")
+    timeout: PositiveDuration | None = Field(
+        None, description="client timeout on a GET; on expiry the request recomputes"
+    )
+    max_pending_puts: NonNegInt = Field(
+        64,
+        description="puts queued or in flight per engine; further puts are dropped (0 = no puts)",
+    )
+    stall: StallModel = Field(StallModel(), description="GETs that hang (client bugs)")
+
+
+# ---- cluster --------------------------------------------------------------------------
+
+LoadPolicy = Literal["sync", "async", "recompute", "auto"]
+
+
+class Cluster(Record):
+    engines: PosInt = Field(1, description="prefill engines (nodes)")
+    router: str = Field("round_robin", description="round_robin | least_loaded | cache_affinity")
+    load_policy: LoadPolicy = Field("sync", description="sync | async | recompute | auto")
+    affinity_slack: NonNegInt = Field(
+        4, description="cache_affinity: max extra queued requests accepted for a better hit"
+    )
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, name: str) -> str:
+        from kvsim.sim.router import ROUTERS
+
+        if name not in ROUTERS:
+            raise ValueError(f"unknown router {name!r}; choose one of {sorted(ROUTERS)}")
+        return name
+
+
+# ---- workloads --------------------------------------------------------------------
+
+
+class FixedDist(Record):
+    dist: Literal["fixed"]
+    value: PosInt = Field(description="every draw")
+
+
+class UniformDist(Record):
+    dist: Literal["uniform"]
+    low: PosInt = Field(description="smallest draw")
+    high: PosInt = Field(description="largest draw")
+
+
+class LogNormalDist(Record):
+    dist: Literal["lognormal"]
+    median: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(description="median")
+    sigma: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="standard deviation of the log"
+    )
+    min: PosInt = Field(1, description="draws are clipped to [min, max]")
+    max: PosInt = Field(1_000_000, description="draws are clipped to [min, max]")
+
+
+class GeometricDist(Record):
+    dist: Literal["geometric"]
+    mean: Annotated[float, Field(ge=1, allow_inf_nan=False)] = Field(
+        description="mean of a geometric draw on 1, 2, ..."
+    )
+
+
+class ChoiceDist(Record):
+    dist: Literal["choice"]
+    values: list[PosInt] = Field(min_length=1, description="the possible draws")
+    weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
+        None, description="relative weights (default: equal)"
+    )
+
+
+IntDist = Annotated[
+    FixedDist | UniformDist | LogNormalDist | GeometricDist | ChoiceDist,
+    Field(discriminator="dist"),
+]
+
+
+class PoissonArrivals(Record):
+    process: Literal["poisson"]
+    rate: Rate = Field(description="mean arrivals per second")
+
+
+class ConstantArrivals(Record):
+    process: Literal["constant"]
+    rate: Rate = Field(description="arrivals per second, evenly spaced")
+
+
+class BurstyArrivals(Record):
+    """Gamma renewal process: mean rate ``rate``, inter-arrival coefficient of variation ``cv``."""
+
+    process: Literal["bursty"]
+    rate: Rate = Field(description="mean arrivals per second")
+    cv: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        3.0, description="coefficient of variation of the gaps (1 = Poisson)"
+    )
+
+
+Arrivals = Annotated[
+    PoissonArrivals | ConstantArrivals | BurstyArrivals, Field(discriminator="process")
+]
+
+
+class SystemPrompts(Record):
+    """Shared system prompts: a fraction of sessions starts with one of ``count`` prompts."""
+
+    count: PosInt = Field(description="distinct system prompts (equally popular)")
+    tokens: PosInt = Field(description="length of each")
+    share: Fraction = Field(1.0, description="fraction of sessions that use one")
+
+
+class Documents(Record):
+    """Shared documents: each first turn starts with ``fraction`` of its prompt from one."""
+
+    count: PosInt = Field(description="distinct documents")
+    fraction: Fraction = Field(description="share of a first turn's new tokens from the document")
+    popularity: Literal["uniform", "zipf"] = Field("uniform", description="document popularity")
+    zipf_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        1.0, description="Zipf exponent when popularity is zipf"
+    )
+
+
+class Sessions(Record):
+    """Multi-turn sessions: each turn's prompt is the previous prompt + answer + new text."""
+
+    turns: IntDist = Field(description="turns per session")
+    think_time: Duration = Field("30 s", description="mean gap between turns (exponential)")
+
+
+class Window(Record):
+    start: Duration = Field("0 s", description="first source time kept (the new zero)")
+    end: Duration | None = Field(None, description="source time where the replay stops")
+
+
+class _Common(Record):
+    time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        1.0, description="multiply arrival times (0.5 = twice as fast)"
+    )
+    limit: PosInt | None = Field(None, description="keep at most this many requests")
+    window: Window = Field(Window(), description="keep arrivals in [start, end) of the source")
+
+
+class MooncakeWorkload(_Common):
+    kind: Literal["mooncake"]
+    path: str = Field(description="Mooncake JSONL trace (relative to the scenario file)")
+    block_tokens: PosInt = Field(512, description="tokens per hash_ids block")
+    bucket_spread: PositiveDuration | None = Field(
+        None, description="spread requests sharing a timestamp evenly over this interval"
+    )
+
+
+class AzureWorkload(_Common):
+    kind: Literal["azure"]
+    path: str = Field(description="Azure LLM inference CSV (relative to the scenario file)")
+    block_tokens: PosInt = Field(512, description="tokens per (generated, unique) block")
+
+
+class SyntheticWorkload(_Common):
+    kind: Literal["synthetic"]
+    requests: PosInt = Field(description="requests to generate")
+    block_tokens: PosInt = Field(512, description="tokens per hash block (cache granularity)")
+    arrivals: Arrivals = Field(description="arrival process of sessions")
+    prompt_tokens: IntDist = Field(description="new prompt tokens per turn")
+    output_tokens: IntDist = Field(
+        FixedDist(dist="fixed", value=256),
+        description="answer tokens per turn (they join the history)",
+    )
+    system_prompts: SystemPrompts | None = Field(None, description="shared system prompts")
+    documents: Documents | None = Field(None, description="shared document prefixes")
+    sessions: Sessions | None = Field(None, description="multi-turn sessions (default: 1 turn)")
+
+
+Workload = Annotated[
+    MooncakeWorkload | AzureWorkload | SyntheticWorkload, Field(discriminator="kind")
+]
+
+
+# ---- run and scenario -------------------------------------------------------------
+
+
+class Run(Record):
+    warmup: Duration = Field("0 s", description="arrivals before this are left out of stats")
+    max_time: PositiveDuration | None = Field(
+        None, description="stop the clock here; unfinished requests are reported"
+    )
+
+
+class Scenario(Record):
+    """Everything one simulation run needs, validated and immutable."""
+
+    name: str = Field(description="scenario name, stamped on every result")
+    description: str = Field("", description="one line for humans")
+    profile: str = Field(description="profile name (`kvsim profiles`) or a profile YAML path")
+    seed: Annotated[int, Field(ge=0, strict=True)] = Field(
+        0, description="seed of every random stream (arrivals, lengths, stalls...)"
+    )
+    node: Node = Field(description="the engine's hardware (from the profile)")
+    model: Model = Field(description="the served model (from the profile)")
+    timing: Timing = Field(description="prefill time table (from the profile)")
+    tiers: Tiers = Field(description="GPU, host and NVMe tiers per engine")
+    remote: Remote = Field(description="the remote store shared by all engines")
+    cluster: Cluster = Field(Cluster(), description="engines, routing, load policy")
+    workload: Workload = Field(
+        description="where requests come from (kind: mooncake | azure | synthetic)"
+    )
+    run: Run = Field(Run(), description="warm-up and time limit")
+    source: str | None = Field(None, description="file the scenario was loaded from")
+
+
+def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """Rules across fields, as (field path, message) pairs; empty when all hold."""
+    out: list[tuple[tuple[Any, ...], str]] = []
+    n = sc.node
+    if n.pcp > n.gpus or n.gpus % n.pcp:
+        out.append((("node", "pcp"), f"must divide gpus ({n.gpus}), got {n.pcp}"))
+    if n.kv_per_gpu > n.hbm_per_gpu:
+        out.append((("node", "kv_per_gpu"), "is larger than hbm_per_gpu"))
+    if sc.model.kv_bytes_per_token is None and sc.model.kv_layout is None:
+        out.append((("model",), "give kv_bytes_per_token or kv_layout"))
+    t = sc.timing
+    try:
+        TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
+    except ValueError as e:  # the table refuses itself; report it at its field
+        field, _, reason = str(e).partition(": ")
+        out.append((("timing", field), reason))
+    gpu_cap = n.kv_per_gpu * n.gpus
+    if sc.tiers.gpu.capacity > gpu_cap:
+        out.append(
+            (("tiers", "gpu", "capacity"), f"exceeds the node's KV HBM ({gpu_cap / 1e9:.4g} GB)")
+        )
+    if sc.tiers.host.enabled and sc.tiers.host.capacity > n.host_dram:
+        out.append((("tiers", "host", "capacity"), "exceeds the node's host_dram"))
+    nvme_cap = n.nvme_drives * n.nvme_drive_capacity
+    if sc.tiers.nvme.enabled:
+        if n.nvme_drives == 0:
+            out.append((("tiers", "nvme", "enabled"), "the node has no NVMe drives"))
+        elif sc.tiers.nvme.capacity > nvme_cap:
+            out.append(
+                (
+                    ("tiers", "nvme", "capacity"),
+                    f"exceeds the node's drives ({nvme_cap / 1e12:.4g} TB)",
+                )
+            )
+    w = sc.workload
+    if isinstance(w, SyntheticWorkload):
+        for name in ("prompt_tokens", "output_tokens"):
+            d = getattr(w, name)
+            if isinstance(d, UniformDist) and d.low > d.high:
+                out.append((("workload", name, "high"), "must be >= low"))
+            if isinstance(d, LogNormalDist) and d.min > d.max:
+                out.append((("workload", name, "max"), "must be >= min"))
+            if (
+                isinstance(d, ChoiceDist)
+                and d.weights is not None
+                and (len(d.weights) != len(d.values) or sum(d.weights) <= 0)
+            ):
+                out.append((("workload", name, "weights"), "need one weight per value, sum > 0"))
+    if w.window.end is not None and w.window.end <= w.window.start:
+        out.append((("workload", "window", "end"), "must be after window.start"))
+    return out

@@ -1,0 +1,1 @@
+"""Event machinery with no model in it: bandwidth-shared links (the fabric)."""

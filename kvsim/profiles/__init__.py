@@ -1,0 +1,44 @@
+"""Hardware/model profiles shipped with kvsim, selectable by name.
+
+A profile is a scenario fragment (``node``, ``model``, ``timing``, ``tiers``, ``remote``)
+in a YAML file next to this module, with its sources written beside each number. A
+scenario names one with ``profile: NAME`` and may override any field. A scenario may
+also name a profile file of its own (``profile: my-node.yaml``, relative to the scenario).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from kvsim.errors import InputError
+
+PROFILE_DIR = Path(__file__).parent
+DEFAULT_PROFILE = "b300-pcp8-glm5"
+
+
+def list_profiles() -> list[dict[str, str]]:
+    """Name and one-line description of every shipped profile, sorted by name."""
+    out = []
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        with path.open(encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+        out.append({"name": path.stem, "description": str(data.get("description", "")).strip()})
+    return out
+
+
+def profile_path(name: str, scenario_dir: Path | None = None) -> Path:
+    """The YAML file of a shipped profile, or of a user profile file given as a path."""
+    if name.endswith((".yaml", ".yml")):
+        p = Path(name)
+        if not p.is_absolute() and scenario_dir is not None:
+            p = scenario_dir / p
+        if not p.is_file():
+            raise InputError(f"profile file {name!r} not found (looked for {p})")
+        return p
+    p = PROFILE_DIR / f"{name}.yaml"
+    if not p.is_file():
+        names = ", ".join(x["name"] for x in list_profiles())
+        raise InputError(f"unknown profile {name!r}; shipped profiles: {names}")
+    return p

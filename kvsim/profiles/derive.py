@@ -1,0 +1,151 @@
+"""Derive prefill timing tables from a FLOP model (how the shipped CSVs were made).
+
+Prefill of ``new`` tokens on top of ``cached`` tokens costs
+
+    t = fixed + (new * linear_flops + attn_pairs * pair_flops) / flops_per_s,
+    attn_pairs = new * cached + new**2 / 2            (causal attention, dense)
+
+so it is linear in the MLP/projection work and super-linear (quadratic) in context. The
+effective ``flops_per_s`` is calibrated to one measured point (for the default profile:
+a cold 16,384-token prefill in 0.31 s, the seed study's figure). Run
+``python -m kvsim.profiles.derive`` to rewrite the CSV tables next to this file.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+NEW_GRID = [
+    1,
+    256,
+    512,
+    1024,
+    2048,
+    3072,
+    4096,
+    6144,
+    8192,
+    12288,
+    16384,
+    24576,
+    32768,
+    49152,
+    65536,
+    98304,
+    131072,
+]
+CACHED_GRID = [0, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768, 49152, 65536, 98304, 131072]
+
+
+def attention_pairs(new: float, cached: float) -> float:
+    """Query-key pairs of a causal prefill of ``new`` tokens after ``cached`` tokens."""
+    return new * cached + new * new / 2.0
+
+
+def prefill_seconds(
+    new: float,
+    cached: float,
+    *,
+    linear_flops: float,
+    pair_flops: float,
+    flops_per_s: float,
+    fixed_s: float,
+) -> float:
+    """Node prefill time from the FLOP model above."""
+    work = new * linear_flops + attention_pairs(new, cached) * pair_flops
+    return fixed_s + work / flops_per_s
+
+
+def calibrate_flops_per_s(
+    new: float, seconds: float, *, linear_flops: float, pair_flops: float, fixed_s: float
+) -> float:
+    """Effective FLOP/s that makes a cold prefill of ``new`` tokens take ``seconds``."""
+    work = new * linear_flops + attention_pairs(new, 0) * pair_flops
+    return work / (seconds - fixed_s)
+
+
+def write_table(path: Path, rows: Sequence[tuple[int, int, float]], header: str) -> None:
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        for line in header.strip().splitlines():
+            fh.write(f"# {line}\n")
+        w = csv.writer(fh)
+        w.writerow(["new_tokens", "cached_tokens", "seconds"])
+        for n, c, s in rows:
+            w.writerow([n, c, f"{s:.6f}"])
+
+
+# GLM-5 class (HARDWARE.md): ~78 GFLOP/token in linear layers (40B active x 2, rounded as
+# there); dense MLA attention ~5 MFLOP per query-key pair over all layers; 0.02 s fixed.
+GLM5 = {"linear_flops": 78e9, "pair_flops": 5e6, "fixed_s": 0.02}
+# Peak dense FP8: B300 ~4.5 PFLOP/s, H200 ~1.98 PFLOP/s per GPU (HARDWARE.md, M).
+H200_OVER_B300 = 1.98 / 4.5
+
+
+def glm5_rows(flops_per_s: float) -> list[tuple[int, int, float]]:
+    return [
+        (n, c, prefill_seconds(n, c, flops_per_s=flops_per_s, **GLM5))
+        for n in NEW_GRID
+        for c in CACHED_GRID
+    ]
+
+
+# Llama-2-70B on 8xH100-80GB, TP8, batch 1: mean prompt_time (s) per prompt size, from
+# splitwise-sim data/perf_model.csv (Mutinifni/splitwise-sim 8f99e7d, MIT). The 128- and
+# 256-token rows (0.055 s, 0.053 s) are left out: they are not monotone and sit below the grid.
+LLAMA2_70B_H100_MEASURED = {
+    512: 0.055500,
+    1024: 0.078306,
+    2048: 0.136576,
+    4096: 0.378648,
+    8192: 0.848382,
+}
+# Cached-context term: least-squares fit t = a + b*n + c*n^2/2 to those points gives
+# c = 1.0875e-8 s per query-key pair; reused for the n*cached pairs (an estimate).
+LLAMA2_PAIR_S = 1.0875e-8
+LLAMA2_CACHED_GRID = [0, 1024, 2048, 4096, 8192]
+
+
+def llama2_rows() -> list[tuple[int, int, float]]:
+    return [
+        (n, c, t + LLAMA2_PAIR_S * n * c)
+        for n, t in LLAMA2_70B_H100_MEASURED.items()
+        for c in LLAMA2_CACHED_GRID
+    ]
+
+
+def main() -> None:  # pragma: no cover - a maintenance script
+    here = Path(__file__).parent
+    b300 = calibrate_flops_per_s(16384, 0.31, **GLM5)
+    write_table(
+        here / "b300-pcp8-glm5.timing.csv",
+        glm5_rows(b300),
+        f"""
+b300-pcp8-glm5 prefill time of the whole node (8xB300, PCP8), seconds.
+Made by kvsim/profiles/derive.py: t = {GLM5["fixed_s"]} + (new*{GLM5["linear_flops"]:.3g}
+ + (new*cached + new^2/2)*{GLM5["pair_flops"]:.3g}) / {b300:.4g} FLOP/s.
+Effective FLOP/s calibrated so a cold 16,384-token prefill takes 0.31 s (seed study).""",
+    )
+    h200 = b300 * H200_OVER_B300
+    write_table(
+        here / "h200-tp8-glm5.timing.csv",
+        glm5_rows(h200),
+        f"""
+h200-tp8-glm5 prefill time of the whole node (8xH200, TP8), seconds.
+Same FLOP model as b300-pcp8-glm5 with the effective rate scaled by the FP8 peak ratio
+H200/B300 = 1.98/4.5 (an estimate: same kernel efficiency assumed): {h200:.4g} FLOP/s.""",
+    )
+    write_table(
+        here / "h100-tp8-llama2-70b.timing.csv",
+        llama2_rows(),
+        f"""
+h100-tp8-llama2-70b prefill time (8xH100-80GB, TP8, batch 1), seconds.
+cached_tokens = 0: measured means from splitwise-sim data/perf_model.csv (MIT).
+cached_tokens > 0: measured + {LLAMA2_PAIR_S:.4g} s * new * cached (attention term fitted to
+the same data; an estimate).""",
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,92 @@
+"""Plain-text views of results for the terminal (the CLI's printing, kept out of the core)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvsim.units import fmt_bandwidth, fmt_bytes, fmt_duration
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _t(x: Any) -> str:
+    return fmt_duration(x) if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
+
+
+def summary_table(s: dict[str, Any]) -> str:
+    """The run summary as an aligned table."""
+    src = s["token_source_frac"]
+    rb = s["tier_read_bytes"]
+    rows = [
+        (
+            "requests",
+            f"{s['requests']}  (warm-up {s['requests_warmup']}, "
+            f"unfinished {s['requests_unfinished']})",
+        ),
+        ("simulated time", _t(s["duration_s"])),
+        (
+            "TTFT",
+            f"mean {_t(s['ttft_mean_s'])}   p50 {_t(s['ttft_p50_s'])}   "
+            f"p90 {_t(s['ttft_p90_s'])}   p99 {_t(s['ttft_p99_s'])}   "
+            f"max {_t(s['ttft_max_s'])}",
+        ),
+        ("queue wait", f"mean {_t(s['queue_wait_mean_s'])}   p99 {_t(s['queue_wait_p99_s'])}"),
+        (
+            "GPU busy",
+            f"{_pct(s['gpu_busy_frac'])}   (held idle by sync restores: "
+            f"{_pct(s['engine_blocked_frac'])})",
+        ),
+        (
+            "throughput",
+            f"{s['prompt_tokens_per_s']:,.0f} prompt tokens/s   "
+            f"{s['requests_per_s']:.3g} requests/s",
+        ),
+        ("hit ratio", _pct(s["hit_ratio"])),
+        ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),
+        ("bytes read", "   ".join(f"{k} {fmt_bytes(v)}" for k, v in rb.items() if k != "gpu")),
+    ]
+    if s["tier_read_bytes"]["remote"] > 0:
+        rows.append(
+            (
+                "remote GET",
+                f"{fmt_bandwidth(s['remote_get_bw'])} achieved   "
+                f"stalled {s['remote_stalled_requests']}   "
+                f"timed out {s['remote_timeouts']}",
+            )
+        )
+    if s.get("timing_extrapolations"):
+        rows.append(
+            (
+                "note",
+                f"{s['timing_extrapolations']} prefill times extrapolated beyond the timing table",
+            )
+        )
+    head = (
+        f"kvsim {s['kvsim_version']} | scenario {s['scenario']} | seed {s['seed']} | "
+        f"profile {s['profile']} | {s['engines']} engine(s) | {s['load_policy']} loading"
+    )
+    width = max(len(k) for k, _ in rows)
+    lines = [head, "-" * len(head)]
+    lines += [f"{k:<{width}}  {v}" for k, v in rows]
+    return "\n".join(lines)
+
+
+def stats_table(st: dict[str, Any]) -> str:
+    """``kvsim trace stats`` as an aligned table."""
+    rows = [
+        ("requests", f"{st['requests']:,}"),
+        ("duration", _t(st["duration_s"])),
+        ("arrival rate", f"{st['rate_per_s']:.3g} requests/s" if st["rate_per_s"] else "n/a"),
+        ("mean input tokens", f"{st['mean_input_tokens']:,.1f}"),
+        ("mean output tokens", f"{st['mean_output_tokens']:,.1f}"),
+        ("prefix reuse (unlimited cache)", _pct(st["prefix_reuse_ratio"])),
+        (
+            "blocks (unique)",
+            f"{st['blocks']:,} ({st['unique_blocks']:,}) of {st['block_tokens']} tokens",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,154 @@
+"""Per-request record columns (with their meaning) and the Results value.
+
+The engines emit one flat tuple per finished request in :data:`COLUMNS` order; this module
+turns them into a pandas DataFrame and the summary dict whose keys DESIGN.md fixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim import __version__
+from kvsim.config.schema import Scenario
+from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, window_overlap
+from kvsim.sim.simulation import SimOutput
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "request id: position in the source trace, or generation order"),
+    ("session", "multi-turn session id, -1 when none"),
+    ("engine", "engine (node) index the router chose"),
+    ("arrival_s", "arrival time"),
+    ("start_s", "first time the engine took the request from its queue"),
+    ("finish_s", "prefill end (first token)"),
+    ("ttft_s", "time to first token = finish_s - arrival_s"),
+    ("queue_wait_s", "time in the engine queue (both waits under async loading)"),
+    ("load_s", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
+    ("compute_s", "prefill compute time, t(new_tokens, cached_tokens)"),
+    ("load_host_s", "restore from host DRAM, T0 included"),
+    ("load_nvme_s", "restore from NVMe, T0 included"),
+    ("load_remote_s", "restore from the remote store, T0 included"),
+    ("remote_get_s", "remote GET time after T0 (stalls, latency, transfer)"),
+    ("input_tokens", "prompt tokens"),
+    ("output_tokens", "output tokens (not simulated: prefill only)"),
+    ("tokens_gpu", "prompt tokens found in GPU HBM"),
+    ("tokens_host", "prompt tokens restored from host DRAM"),
+    ("tokens_nvme", "prompt tokens restored from NVMe"),
+    ("tokens_remote", "prompt tokens restored from the remote store"),
+    ("tokens_compute", "prompt tokens computed"),
+    ("bytes_host", "bytes read from host DRAM"),
+    ("bytes_nvme", "bytes read from NVMe"),
+    ("bytes_remote", "bytes read from the remote store (also when abandoned)"),
+    ("decision", "cold | gpu | restore | skipped (auto chose recompute) | fallback (timeout)"),
+    ("stalled", "a remote GET of this request stalled"),
+    ("timed_out", "the client timeout abandoned the remote GETs"),
+    ("warmup", "arrived during the warm-up; left out of the summary"),
+)
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+
+
+@dataclass
+class Results:
+    """Outcome of one run: ``requests`` (one row per finished request) and ``summary``."""
+
+    requests: pd.DataFrame
+    summary: dict[str, Any]
+    scenario: Scenario
+    engines: list[dict[str, Any]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (
+            f"Results({s['scenario']!r}, requests={s['requests']}, "
+            f"ttft_p99_s={s['ttft_p99_s']:.4g})"
+        )
+
+
+def frame(rows: list[tuple]) -> pd.DataFrame:
+    """The per-request DataFrame, sorted by request id."""
+    df = pd.DataFrame.from_records(rows, columns=list(COLUMN_NAMES))
+    df["decision"] = df["decision"].astype("category")
+    for col in ("stalled", "timed_out", "warmup"):
+        df[col] = df[col].astype(bool)
+    return df.sort_values("id", kind="stable").reset_index(drop=True)
+
+
+def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
+    """The summary dict (keys fixed by DESIGN.md, plus diagnostics)."""
+    m = df[~df["warmup"]]
+    ttft = m["ttft_s"].to_numpy()
+    first = float(df["arrival_s"].min()) if len(df) else 0.0
+    lo = max(sc.run.warmup, first)
+    hi = out.end_time
+    span = max(hi - lo, 0.0)
+    engines = sc.cluster.engines
+    fin = df["finish_s"].to_numpy()
+    busy = window_overlap(fin - df["compute_s"].to_numpy(), fin, lo, hi)
+    load_end = df["start_s"].to_numpy() + df["load_s"].to_numpy()
+    sync = sc.cluster.load_policy != "async"
+    blocked = window_overlap(df["start_s"].to_numpy(), load_end, lo, hi) if sync else 0.0
+    prompt = float(m["input_tokens"].sum())
+    src = {s: float(m[f"tokens_{s}"].sum()) for s in SOURCES}
+    got = m[m["remote_get_s"] > 0]
+    summary: dict[str, Any] = {
+        "scenario": sc.name,
+        "seed": sc.seed,
+        "kvsim_version": __version__,
+        "profile": sc.profile,
+        "load_policy": sc.cluster.load_policy,
+        "engines": engines,
+        "requests": len(m),
+        "requests_warmup": int(df["warmup"].sum()),
+        "requests_unfinished": out.unfinished,
+        "duration_s": hi - first,
+        "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"),
+        **{f"ttft_p{q}_s": percentile(ttft, q) for q in QUANTILES},
+        "ttft_max_s": float(ttft.max()) if ttft.size else float("nan"),
+        "queue_wait_mean_s": float(m["queue_wait_s"].mean()) if len(m) else float("nan"),
+        "queue_wait_p99_s": percentile(m["queue_wait_s"].to_numpy(), 99),
+        "load_mean_s": float(m["load_s"].mean()) if len(m) else float("nan"),
+        "compute_mean_s": float(m["compute_s"].mean()) if len(m) else float("nan"),
+        "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
+        "gpu_busy_frac": ratio(busy, engines * span),
+        "engine_blocked_frac": ratio(blocked, engines * span),
+        "prompt_tokens_per_s": ratio(prompt, span),
+        "requests_per_s": ratio(len(m), span),
+        "hit_ratio": ratio(prompt - src["compute"], prompt),
+        "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
+        "tier_read_bytes": {
+            "gpu": 0.0,
+            "host": float(m["bytes_host"].sum()),
+            "nvme": float(m["bytes_nvme"].sum()),
+            "remote": float(m["bytes_remote"].sum()),
+        },
+        "remote_get_bw": ratio(float(got["bytes_remote"].sum()), float(got["remote_get_s"].sum())),
+        "remote_stalled_requests": int(m["stalled"].sum()),
+        "remote_timeouts": int(m["timed_out"].sum()),
+        "decisions": {str(k): int(v) for k, v in m["decision"].value_counts().sort_index().items()},
+        "timing_extrapolations": out.timing_extrapolations,
+        "tiers": out.tiers,
+    }
+    return summary
+
+
+def collect(out: SimOutput, scenario: Scenario) -> Results:
+    """Results from a finished run."""
+    df = frame(out.rows)
+    return Results(df, summarize(df, out, scenario), scenario, out.engines)
+
+
+def json_ready(value: Any) -> Any:
+    """Summary values as plain JSON types (NaN -> None)."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        f = float(value)
+        return f if np.isfinite(f) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

@@ -1,0 +1,1 @@
+"""The behaviour: engines as SimPy processes, routing, load policies, the simulation."""

@@ -1,0 +1,451 @@
+"""A prefill engine: a SimPy process serving its queue one prefill at a time.
+
+One request's path through an engine::
+
+    submit -> queue (ordered by arrival) -> lookup (longest prefix over GPU, host, NVMe,
+    remote; each block from the fastest tier holding it) -> policy picks what to restore
+    -> restore: per tier, T0 then a transfer on the fabric (remote: one GET flow per server,
+    each may stall; a client timeout abandons them and recomputes) -> compute the suffix,
+    t(new, cached) from the timing table -> blocks admitted to GPU HBM (evictions demote),
+    missing blocks put to the remote store in the background -> one record.
+
+Under ``sync`` the engine waits through the restore (GPU idle); under ``async`` it serves
+others and the request re-joins the queue once its KV is in. Invariants: a request's
+tokens by source sum to its prompt, and TTFT = queue wait + restore + compute.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
+from kvsim.kernel.fabric import Flow, Link
+from kvsim.workload.request import Request
+
+if TYPE_CHECKING:
+    from kvsim.sim.simulation import Simulation
+
+NEW, LOADING, READY = 0, 1, 2
+
+
+class Job:
+    """A request inside the simulator: the request plus what happened to it."""
+
+    __slots__ = (
+        "bytes",
+        "cached",
+        "compute_s",
+        "decision",
+        "enqueued",
+        "load_s",
+        "queue_wait",
+        "remote_get_s",
+        "req",
+        "src",
+        "stalled",
+        "start",
+        "state",
+        "tier_s",
+        "timed_out",
+        "tokens",
+        "warmup",
+    )
+
+    def __init__(self, req: Request, warmup: bool) -> None:
+        self.req = req
+        self.warmup = warmup
+        self.state = NEW
+        self.enqueued = req.arrival
+        self.queue_wait = 0.0
+        self.start = float("nan")
+        self.load_s = 0.0
+        self.compute_s = 0.0
+        self.remote_get_s = 0.0
+        self.tier_s = [0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
+        self.tokens = [0, 0, 0, 0, 0]  # gpu, host, nvme, remote, computed
+        self.bytes = [0.0, 0.0, 0.0, 0.0]  # read per tier
+        self.src: list[int] = []  # tier of each restored block
+        self.cached = 0
+        self.decision = "cold"
+        self.stalled = False
+        self.timed_out = False
+
+
+class Engine:
+    """One prefill instance (a node of ``pcp`` ranks) with its local tiers and links."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        index: int,
+        local: LocalCache,
+        h2d: Link,
+        nvme: Link | None,
+        nic_in: Link,
+        nic_out: Link,
+    ) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.index = index
+        self.local = local
+        self.h2d = h2d
+        self.nvme = nvme
+        self.nic_in = nic_in
+        self.nic_out = nic_out
+        self.outstanding = 0  # routed here and not finished
+        self.busy = 0.0  # seconds computing (GPU busy)
+        self.blocked = 0.0  # seconds held by a synchronous restore (GPU idle)
+        self.served = 0
+        self.pending_puts = 0  # puts queued or in flight
+        self._put_queues: dict[int, deque[tuple[list[int], list[float]]]] = {}
+        self._heap: list[tuple[float, int, Job]] = []
+        self._seq = 0
+        self.queue_area = 0.0  # integral of queue length over time (request-seconds)
+        self._queue_t = 0.0
+        self._wake: simpy.Event | None = None
+        self.process = self.env.process(self._loop())
+
+    # ---- queue -----------------------------------------------------------------------
+
+    def local_prefix_blocks(self, blocks: Any) -> int:
+        return self.local.prefix_blocks(blocks)
+
+    def submit(self, job: Job) -> None:
+        """A new request routed here."""
+        self.outstanding += 1
+        self._push(job)
+
+    def _push(self, job: Job) -> None:
+        now = self.env.now
+        self.queue_area += len(self._heap) * (now - self._queue_t)
+        self._queue_t = now
+        job.enqueued = now
+        self._seq += 1
+        heapq.heappush(self._heap, (job.req.arrival, self._seq, job))
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.succeed()
+
+    @property
+    def queued(self) -> int:
+        return len(self._heap)
+
+    # ---- the process ---------------------------------------------------------------------
+
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        heap = self._heap
+        sim = self.sim
+        policy = sim.policy
+        table = sim.table
+        while True:
+            if not heap:
+                self._wake = env.event()
+                yield self._wake
+                continue
+            now = env.now
+            self.queue_area += len(heap) * (now - self._queue_t)
+            self._queue_t = now
+            job = heapq.heappop(heap)[2]
+            job.queue_wait += now - job.enqueued
+            if job.state == NEW:
+                job.start = env.now
+                self._plan(job)
+                if job.src and (job.tokens[HOST] or job.tokens[NVME] or job.tokens[REMOTE]):
+                    if not policy.blocking:
+                        job.state = LOADING
+                        env.process(self._restore_then_requeue(job))
+                        continue
+                    yield from self._restore(job)
+                    self.blocked += job.load_s
+            req = job.req
+            t = table(req.input_tokens - job.cached, job.cached)
+            job.compute_s = t
+            yield env.timeout(t)
+            self.busy += t
+            self._finish(job)
+
+    def _restore_then_requeue(self, job: Job) -> Generator[simpy.Event, Any, None]:
+        yield from self._restore(job)
+        job.state = READY
+        self._push(job)
+
+    # ---- lookup and plan -----------------------------------------------------------------
+
+    def _plan(self, job: Job) -> None:
+        """Longest usable prefix, each block from its fastest tier; the policy may cut it."""
+        sim = self.sim
+        req = job.req
+        blocks = req.hash_ids
+        gpu, host, nvme = self.local.tiers
+        remote = sim.remote
+        if not sim.policy.lower_tiers:
+            host = nvme = remote = None
+        in_gpu = gpu.blocks
+        in_host = host.blocks if host is not None else ()
+        in_nvme = nvme.blocks if nvme is not None else ()
+        src: list[int] = []
+        for b in blocks:
+            if b in in_gpu:
+                src.append(GPU)
+            elif b in in_host:
+                src.append(HOST)
+            elif b in in_nvme:
+                src.append(NVME)
+            elif remote is not None and remote.has(b):
+                src.append(REMOTE)
+            else:
+                break
+        lower = any(t != GPU for t in src)
+        if lower:
+            src = src[: sim.policy.restore_blocks(src, lambda k: self._estimate(job, src, k))]
+        self._account(job, src)
+        if lower and job.decision in ("gpu", "cold"):
+            job.decision = "skipped"  # the policy chose to recompute what a lower tier held
+        # a hit refreshes the blocks in their tiers
+        stores = (gpu, host, nvme)
+        for b, t in zip(blocks, src, strict=False):
+            if t == REMOTE:
+                remote.touch(b)  # type: ignore[union-attr]
+            else:
+                stores[t].touch(b)  # type: ignore[union-attr]
+
+    def _account(self, job: Job, src: list[int]) -> None:
+        """Tokens per source for restoring the blocks ``src`` (at least one token computed)."""
+        req = job.req
+        B = self.sim.block_tokens
+        n_in = req.input_tokens
+        tokens = [0, 0, 0, 0, 0]
+        for t in src:
+            tokens[t] += B
+        k = len(src)
+        if k:
+            last = src[-1]
+            overshoot = k * B - n_in  # the last block of a prompt is usually partial
+            if overshoot >= 0:
+                tokens[last] -= overshoot + 1  # and one token is always computed
+        cached = tokens[0] + tokens[1] + tokens[2] + tokens[3]
+        tokens[4] = n_in - cached
+        job.src = src
+        job.tokens = tokens
+        job.cached = cached
+        if tokens[HOST] or tokens[NVME] or tokens[REMOTE]:
+            job.decision = "restore"
+        elif tokens[GPU]:
+            job.decision = "gpu"
+        else:
+            job.decision = "cold"
+
+    def _estimate(self, job: Job, src: list[int], k: int) -> float:
+        """Live estimate of restore + compute time when restoring the first ``k`` blocks."""
+        sim = self.sim
+        probe = Job(job.req, job.warmup)
+        self._account(probe, src[:k])
+        s = sim.kv_bytes
+        worst = 0.0
+        if probe.tokens[HOST]:
+            rate = sim.fabric.estimate_rate((self.h2d,))
+            worst = max(worst, sim.t0[HOST] + probe.tokens[HOST] * s / rate)
+        if probe.tokens[NVME] and self.nvme is not None:
+            rate = sim.fabric.estimate_rate((self.nvme, self.h2d))
+            worst = max(worst, sim.t0[NVME] + probe.tokens[NVME] * s / rate)
+        if probe.tokens[REMOTE]:
+            for link, nbytes, cost in self._remote_groups(probe):
+                rate = sim.fabric.estimate_rate((link, self.nic_in, self.h2d), (cost, 1.0, 1.0))
+                worst = max(worst, sim.t0[REMOTE] + nbytes / rate)
+        return worst + sim.table(job.req.input_tokens - probe.cached, probe.cached)
+
+    # ---- restore -------------------------------------------------------------------------
+
+    def _remote_groups(self, job: Job) -> list[tuple[Link, float, float]]:
+        """(server link, bytes, server cost) of each GET flow the restore needs."""
+        sim = self.sim
+        remote = sim.remote
+        assert remote is not None
+        B = sim.block_tokens
+        blocks = job.req.hash_ids
+        n_in = job.req.input_tokens
+        shards = remote.shards
+        per_server: dict[int, float] = {}
+        for i, t in enumerate(job.src):
+            if t != REMOTE:
+                continue
+            tok = min(B, n_in - 1 - i * B)  # the always-computed last token is not read
+            if tok <= 0:
+                continue
+            b = blocks[i]
+            for shard in range(shards):
+                server = remote.place(b, shard)[0]
+                per_server[server] = per_server.get(server, 0.0) + tok
+        s = sim.kv_bytes / shards
+        out = []
+        for server in sorted(per_server):
+            nbytes = per_server[server] * s
+            out.append((remote.links[server], nbytes, sim.server_cost(nbytes)))
+        return out
+
+    def _restore(self, job: Job) -> Generator[simpy.Event, Any, None]:
+        """Read the planned blocks from their tiers (T0, then a transfer per tier/server)."""
+        env = self.env
+        sim = self.sim
+        fabric = sim.fabric
+        s = sim.kv_bytes
+        t0 = sim.t0
+        start = env.now
+        tokens = job.tokens
+        local: list[tuple[int, Flow]] = []
+        if tokens[HOST]:
+            local.append((HOST, fabric.transfer((self.h2d,), tokens[HOST] * s, delay=t0[HOST])))
+        if tokens[NVME]:
+            assert self.nvme is not None
+            local.append(
+                (NVME, fabric.transfer((self.nvme, self.h2d), tokens[NVME] * s, delay=t0[NVME]))
+            )
+        remote: list[Flow] = []
+        if tokens[REMOTE]:
+            for link, nbytes, cost in self._remote_groups(job):
+                stall = sim.draw_stall()
+                if stall > 0:
+                    job.stalled = True
+                remote.append(
+                    fabric.transfer(
+                        (link, self.nic_in, self.h2d),
+                        nbytes,
+                        costs=(cost, 1.0, 1.0),
+                        delay=t0[REMOTE] + stall,
+                    )
+                )
+        flows = [f for _, f in local] + remote
+        done = env.all_of([f.done for f in flows])
+        if remote and sim.timeout is not None:
+            yield done | env.timeout(t0[REMOTE] + sim.timeout)
+            if not done.triggered:
+                self._fall_back(job, remote)
+                yield env.all_of([f.done for _, f in local])
+        else:
+            yield done
+        now = env.now
+        for tier, f in local:
+            job.tier_s[tier] = f.end - start
+            job.bytes[tier] = f.size
+        if remote:
+            ends = [f.end for f in remote if f.state == "finished"]
+            end = max(ends) if len(ends) == len(remote) else now
+            job.tier_s[REMOTE] = end - start
+            job.remote_get_s = end - start - t0[REMOTE]
+            job.bytes[REMOTE] = sum(f.size - max(f.remaining, 0.0) for f in remote)
+        job.load_s = now - start
+
+    def _fall_back(self, job: Job, remote: list[Flow]) -> None:
+        """Client timeout: abandon the GETs and recompute from the first remote block on."""
+        fabric = self.sim.fabric
+        for f in remote:
+            if f.state != "finished":
+                fabric.cancel(f)
+        job.timed_out = True
+        src = job.src
+        cut = src.index(REMOTE)
+        self._account(job, src[:cut])
+        job.decision = "fallback"
+
+    # ---- finish ----------------------------------------------------------------------------
+
+    def _finish(self, job: Job) -> None:
+        sim = self.sim
+        req = job.req
+        blocks = req.hash_ids
+        B = sim.block_tokens
+        s = sim.kv_bytes
+        sizes = [B * s] * len(blocks)
+        sizes[-1] = (req.input_tokens - (len(blocks) - 1) * B) * s  # usually partial
+        self.local.admit(blocks, sizes)
+        if sim.remote is not None and sim.max_pending_puts:
+            self._put(blocks, sizes)
+        self.outstanding -= 1
+        self.served += 1
+        sim.record(self, job)
+
+    def _put(self, blocks: Any, sizes: list[float]) -> None:
+        """Queue puts of the blocks the remote store lacks: one per server, each server
+        connection sending one put at a time (an LMCache-style background store)."""
+        sim = self.sim
+        remote = sim.remote
+        assert remote is not None
+        groups = remote.missing(blocks, sizes)
+        for server in sorted(groups):
+            keys, shard_sizes = groups[server]
+            if self.pending_puts >= sim.max_pending_puts:
+                remote.puts_dropped += len(keys)
+                continue
+            remote.pending[server].update(keys)
+            self.pending_puts += 1
+            queue = self._put_queues.setdefault(server, deque())
+            queue.append((keys, shard_sizes))
+            if len(queue) == 1:  # the connection to this server is idle
+                self._start_put(server)
+
+    def _start_put(self, server: int) -> None:
+        """Send the oldest queued put to ``server`` (one put in flight per connection)."""
+        sim = self.sim
+        remote = sim.remote
+        assert remote is not None
+        nbytes = sum(self._put_queues[server][0][1])
+        remote.puts += 1
+        remote.put_bytes += nbytes
+        flow = sim.fabric.transfer(
+            (self.nic_out, remote.links[server]), nbytes, costs=(1.0, sim.server_cost(nbytes))
+        )
+        flow.done.callbacks.append(lambda _ev: self._landed(server))
+
+    def _landed(self, server: int) -> None:
+        queue = self._put_queues[server]
+        keys, sizes = queue.popleft()
+        self.pending_puts -= 1
+        self.sim.remote.land(server, keys, sizes)  # type: ignore[union-attr]
+        if queue:
+            self._start_put(server)
+
+    # ---- record ---------------------------------------------------------------------------
+
+    def row(self, job: Job, now: float) -> tuple:
+        """The per-request record (fields in :data:`kvsim.results.records.COLUMNS` order)."""
+        req = job.req
+        tok = job.tokens
+        byt = job.bytes
+        ts = job.tier_s
+        return (
+            req.id,
+            req.session,
+            self.index,
+            req.arrival,
+            job.start,
+            now,
+            now - req.arrival,
+            job.queue_wait,
+            job.load_s,
+            job.compute_s,
+            ts[HOST],
+            ts[NVME],
+            ts[REMOTE],
+            job.remote_get_s,
+            req.input_tokens,
+            req.output_tokens,
+            tok[GPU],
+            tok[HOST],
+            tok[NVME],
+            tok[REMOTE],
+            tok[4],
+            byt[HOST],
+            byt[NVME],
+            byt[REMOTE],
+            job.decision,
+            job.stalled,
+            job.timed_out,
+            job.warmup,
+        )

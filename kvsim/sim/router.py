@@ -1,0 +1,84 @@
+"""Routers: which engine a new request joins. ``ROUTERS`` maps scenario names to classes.
+
+All routers are deterministic: ties go to the lowest engine index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class RoutedEngine(Protocol):
+    """What a router may look at: load, and how much of a prompt the engine holds locally."""
+
+    index: int
+    outstanding: int
+
+    def local_prefix_blocks(self, blocks: Sequence[int]) -> int: ...
+
+
+class Router:
+    """Base: ``pick`` returns the engine for a request's block chain."""
+
+    def __init__(self, engines: Sequence[RoutedEngine], slack: int = 0) -> None:
+        if not engines:
+            raise ValueError("a router needs at least one engine")
+        self.engines = list(engines)
+        self.slack = slack
+
+    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+        raise NotImplementedError
+
+
+class RoundRobin(Router):
+    """Engines in turn, whatever their load."""
+
+    def __init__(self, engines: Sequence[RoutedEngine], slack: int = 0) -> None:
+        super().__init__(engines, slack)
+        self._next = 0
+
+    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+        e = self.engines[self._next]
+        self._next = (self._next + 1) % len(self.engines)
+        return e
+
+
+class LeastLoaded(Router):
+    """The engine with the fewest outstanding (queued, loading or running) requests."""
+
+    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+        return min(self.engines, key=lambda e: e.outstanding)
+
+
+class CacheAffinity(Router):
+    """The engine holding the longest prefix locally, unless it is busier than the least
+    loaded engine by more than ``slack`` requests; then the least loaded one."""
+
+    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+        least = min(e.outstanding for e in self.engines)
+        best, best_hit = None, -1
+        for e in self.engines:
+            if e.outstanding > least + self.slack:
+                continue
+            hit = e.local_prefix_blocks(blocks)
+            if hit > best_hit or (hit == best_hit and e.outstanding < best.outstanding):
+                best, best_hit = e, hit
+        assert best is not None
+        return best
+
+
+ROUTERS: dict[str, type[Router]] = {
+    "round_robin": RoundRobin,
+    "least_loaded": LeastLoaded,
+    "cache_affinity": CacheAffinity,
+}
+
+
+def make_router(name: str, engines: Sequence[RoutedEngine], slack: int = 0) -> Router:
+    """A router by scenario name; an unknown name lists the choices."""
+    try:
+        cls = ROUTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r}; choose one of {sorted(ROUTERS)}") from None
+    return cls(engines, slack)

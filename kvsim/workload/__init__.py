@@ -1,0 +1,81 @@
+"""Workload sources (trace readers, the generator) and the shaping every source shares.
+
+``open_workload`` maps a scenario's ``workload.kind`` to its source and applies, in this
+order: the time window (on source times, rebased to its start), ``time_scale``, ``limit``.
+Sources are iterators, so a trace is read as the simulation consumes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+
+from kvsim.config.schema import AzureWorkload, MooncakeWorkload, SyntheticWorkload, Workload
+from kvsim.workload.azure import read_azure
+from kvsim.workload.mooncake import read_mooncake
+from kvsim.workload.request import Request
+from kvsim.workload.synthetic import generate
+
+__all__ = ["SOURCES", "Request", "open_workload", "shape"]
+
+
+def _mooncake(cfg: MooncakeWorkload, seed: int) -> Iterator[Request]:
+    return read_mooncake(cfg.path, cfg.block_tokens, cfg.bucket_spread)
+
+
+def _azure(cfg: AzureWorkload, seed: int) -> Iterator[Request]:
+    return read_azure(cfg.path, cfg.block_tokens)
+
+
+def _synthetic(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
+    return generate(cfg, seed)
+
+
+SOURCES: dict[str, Callable[..., Iterator[Request]]] = {
+    "mooncake": _mooncake,
+    "azure": _azure,
+    "synthetic": _synthetic,
+}
+
+
+def shape(
+    requests: Iterable[Request],
+    *,
+    time_scale: float = 1.0,
+    limit: int | None = None,
+    start: float = 0.0,
+    end: float | None = None,
+) -> Iterator[Request]:
+    """Keep arrivals in [start, end), rebase them to ``start``, scale, and stop at ``limit``."""
+    out: Iterable[Request] = requests
+    if start > 0:
+        out = itertools.dropwhile(lambda r: r.arrival < start, out)
+    if end is not None:
+        out = itertools.takewhile(lambda r: r.arrival < end, out)
+    if start != 0 or time_scale != 1.0:
+        out = (
+            Request(
+                r.id,
+                (r.arrival - start) * time_scale,
+                r.input_tokens,
+                r.output_tokens,
+                r.hash_ids,
+                r.session,
+            )
+            for r in out
+        )
+    if limit is not None:
+        out = itertools.islice(out, limit)
+    return iter(out)
+
+
+def open_workload(cfg: Workload, seed: int) -> Iterator[Request]:
+    """The shaped request stream a scenario's workload describes."""
+    source = SOURCES[cfg.kind](cfg, seed)
+    return shape(
+        source,
+        time_scale=cfg.time_scale,
+        limit=cfg.limit,
+        start=cfg.window.start,
+        end=cfg.window.end,
+    )

@@ -1,0 +1,62 @@
+"""Write request streams in the public trace formats (to ship samples, or to share a
+synthetic workload with other simulators). Files appear only when complete."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from kvsim.workload.request import Request
+
+AZURE_EPOCH = datetime(2023, 11, 16, 18, 0, 0)
+
+
+def _write_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> int:
+    """Write lines to a temporary name, then rename; return how many lines were written."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    n = 0
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for line in lines:
+                fh.write(line)
+                n += 1
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n
+
+
+def _mooncake_lines(requests: Iterable[Request]) -> Iterator[str]:
+    for r in requests:
+        yield (
+            json.dumps(
+                {
+                    "timestamp": round(r.arrival * 1000),
+                    "input_length": r.input_tokens,
+                    "output_length": r.output_tokens,
+                    "hash_ids": list(r.hash_ids),
+                }
+            )
+            + "\n"
+        )
+
+
+def _azure_lines(requests: Iterable[Request]) -> Iterator[str]:
+    yield "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    for r in requests:
+        stamp = AZURE_EPOCH + timedelta(seconds=r.arrival)
+        yield f"{stamp.strftime('%Y-%m-%d %H:%M:%S.%f')}0,{r.input_tokens},{r.output_tokens}\n"
+
+
+def write_mooncake(requests: Iterable[Request], path: str | os.PathLike[str]) -> int:
+    """Mooncake JSONL (timestamp in whole ms); returns the number of requests written."""
+    return _write_lines(_mooncake_lines(requests), path)
+
+
+def write_azure(requests: Iterable[Request], path: str | os.PathLike[str]) -> int:
+    """Azure 2023 CSV (wall-clock timestamps from an arbitrary epoch; prefixes are lost)."""
+    return _write_lines(_azure_lines(requests), path) - 1  # the header

@@ -1,0 +1,65 @@
+"""Shared test helpers: a toy scenario with round numbers, and request builders."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvsim.config.loader import deep_merge, scenario_from_dict
+from kvsim.config.schema import Scenario
+from kvsim.workload.request import Request
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+# Round numbers for hand computation: 1,000 B per token, 100-token blocks, prefill time
+# t(new, cached) = 0.1 s + (new - 1) ms whatever is cached, no latencies, 1 MB/s remote.
+TOY: dict[str, Any] = {
+    "name": "toy",
+    "profile": "b300-pcp8-glm5",
+    "seed": 0,
+    "node": {"h2d_latency": "0 s", "nvme_latency": "0 s", "network_latency": "0 s"},
+    "model": {"name": "toy", "kv_bytes_per_token": "1000 B"},
+    "timing": {
+        "new_tokens": [1, 1001],
+        "cached_tokens": [0, 1000],
+        "seconds": [[0.1, 0.1], [1.1, 1.1]],
+    },
+    "tiers": {"gpu": {"capacity": "0 B"}, "host": {"enabled": False}, "nvme": {"enabled": False}},
+    "remote": {
+        "enabled": False,
+        "bandwidth": "1 MB/s",
+        "op_overhead": "0 s",
+        "t0": "500 ms",
+        "capacity": "1 GB",
+    },
+    "cluster": {"engines": 1, "load_policy": "sync"},
+    "workload": {
+        "kind": "synthetic",
+        "requests": 1,
+        "block_tokens": 100,
+        "arrivals": {"process": "constant", "rate": "1/s"},
+        "prompt_tokens": {"dist": "fixed", "value": 100},
+    },
+}
+
+
+def toy(**sections: Any) -> Scenario:
+    """The toy scenario with some sections deep-merged over it."""
+    return scenario_from_dict(deep_merge(copy.deepcopy(TOY), sections))
+
+
+def req(rid: int, t: float, tokens: int, ids: list[int] | tuple[int, ...]) -> Request:
+    return Request(rid, t, tokens, 1, tuple(ids))
+
+
+def shared_trace(*parts: str) -> Path:
+    """A file under ../shared/traces, or skip the test with the reason."""
+    p = SHARED_TRACES.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"public trace not present: {p} (see traces/README.md)")
+    return p

@@ -1,0 +1,90 @@
+"""Block stores, demotion and the remote index, on tiny hand-checked cases."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvsim.cache.eviction import FIFO, LRU, POLICIES, make_store
+from kvsim.cache.local import LocalCache
+from kvsim.cache.remote import RemoteStore
+from kvsim.kernel.fabric import Link
+
+
+def test_lru_evicts_least_recently_used_and_demotes_it():
+    gpu, host, nvme = LRU(20), LRU(20), LRU(100)
+    cache = LocalCache(gpu, host, nvme)
+    cache.admit([1, 2], [10, 10])
+    cache.admit([3], [10])  # evicts 1 -> host
+    assert gpu.keys() == [2, 3] and host.keys() == [1]
+    cache.admit([2, 4], [10, 10])  # 2 refreshed, 4 evicts 3 -> host
+    assert gpu.keys() == [2, 4] and host.keys() == [1, 3]
+    cache.admit([5], [10])  # evicts 2 -> host, which evicts 1 -> nvme
+    assert gpu.keys() == [4, 5] and host.keys() == [3, 2] and nvme.keys() == [1]
+    assert cache.demotions == [0, 3, 1]
+    assert gpu.evictions == 3 and host.evictions == 1
+
+
+def test_fifo_ignores_hits():
+    s = FIFO(20)
+    s.insert_many([1, 2], [10, 10])
+    s.touch(1)
+    assert s.insert(3, 10) == [(1, 10)]
+
+
+def test_a_block_larger_than_the_tier_passes_through():
+    gpu, host = LRU(5), LRU(50)
+    cache = LocalCache(gpu, host, None)
+    cache.admit([1], [10])
+    assert len(gpu) == 0 and host.keys() == [1]
+
+
+def test_unknown_policy_lists_the_choices():
+    with pytest.raises(ValueError, match="fifo"):
+        make_store("mru", 1)
+    assert set(POLICIES) == {"lru", "fifo"}
+
+
+@given(
+    cap=st.integers(0, 200),
+    ops=st.lists(st.tuples(st.integers(0, 30), st.integers(1, 60)), max_size=200),
+    policy=st.sampled_from(sorted(POLICIES)),
+)
+def test_capacity_is_never_exceeded(cap, ops, policy):
+    s = make_store(policy, cap)
+    for key, size in ops:
+        s.insert(key, size)
+        assert s.used <= cap
+        assert s.used == pytest.approx(sum(s.blocks.values()))
+
+
+def make_remote(shards_present, ranks=2):
+    links = [Link(f"r{k}", 1e9) for k in range(ranks)]
+    remote = RemoteStore([LRU(1e12) for _ in range(ranks)], links, per_rank=True, ranks=ranks)
+    for shard, blocks in enumerate(shards_present):
+        for b in blocks:
+            server, key = remote.place(b, shard)
+            remote.stores[server].insert(key, 1.0)
+    return remote
+
+
+def test_per_rank_prefix_is_each_ranks_own_and_usable_is_the_minimum():
+    remote = make_remote([[1, 2, 3], [1, 2, 5]])
+    assert remote.shard_prefixes([1, 2, 3]) == [3, 2]
+    assert [remote.has(b) for b in (1, 2, 3)] == [True, True, False]
+
+
+def test_per_rank_places_each_rank_on_its_own_server():
+    remote = make_remote([[], []], ranks=2)
+    assert {remote.place(b, 0)[0] for b in range(10)} == {0}
+    assert {remote.place(b, 1)[0] for b in range(10)} == {1}
+
+
+def test_unsharded_store_keys_blocks_whole():
+    links = [Link("r0", 1e9), Link("r1", 1e9)]
+    remote = RemoteStore([LRU(100), LRU(100)], links, per_rank=False, ranks=8)
+    groups = remote.missing([4, 5, 6], [10.0, 10.0, 3.0])
+    assert groups == {0: ([4, 6], [10.0, 3.0]), 1: ([5], [10.0])}
+    remote.pending[0].update([4, 6])
+    assert remote.missing([4, 6], [10.0, 3.0]) == {}
+    remote.land(0, [4, 6], [10.0, 3.0])
+    assert remote.has(4) and remote.has(6) and not remote.has(5)

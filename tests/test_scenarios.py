@@ -1,0 +1,43 @@
+"""Examples are tests: every scenario in scenarios/ validates and runs with its seed."""
+
+from pathlib import Path
+
+import pytest
+
+from kvsim import api
+from kvsim.config.loader import load_yaml
+
+from conftest import SCENARIOS
+
+ALL = sorted(SCENARIOS.rglob("*.yaml"))
+
+
+def needs_missing_file(path: Path) -> str | None:
+    data, _ = load_yaml(path)
+    wl = data.get("workload") or {}
+    p = wl.get("path")
+    if p and not (path.parent / p).exists():
+        return f"{path.name} replays {p}, which is not present (see traces/README.md)"
+    return None
+
+
+@pytest.mark.parametrize("path", ALL, ids=[str(p.relative_to(SCENARIOS)) for p in ALL])
+def test_scenario_runs(path):
+    reason = needs_missing_file(path)
+    if reason:
+        pytest.skip(reason)
+    res = api.run(path)
+    s = res.summary
+    assert s["requests"] > 0
+    assert s["requests_unfinished"] == 0
+    assert s["scenario"] == res.scenario.name
+    fr = s["token_source_frac"]
+    assert sum(fr.values()) == pytest.approx(1.0)
+    assert 0 <= s["gpu_busy_frac"] <= 1
+    assert s["ttft_p50_s"] <= s["ttft_p90_s"] <= s["ttft_p99_s"] <= s["ttft_max_s"]
+
+
+def test_quickstart_uses_every_tier():
+    s = api.run(SCENARIOS / "quickstart.yaml").summary
+    for tier in ("gpu", "host", "nvme", "remote", "compute"):
+        assert s["token_source_frac"][tier] > 0, tier
