@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sys
 import time
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
     args = ap.parse_args()
     if not args.trace.exists():
-        raise SystemExit(f"trace not found: {args.trace} (pass --trace PATH)")
+        print(f"trace not found: {args.trace} (pass --trace PATH)", file=sys.stderr)
+        sys.exit(2)
     k = min((bench_kvsim(args.trace) for _ in range(args.repeat)), key=lambda r: r["sim_wall_s"])
     m = min((bench_mdc(k["requests"]) for _ in range(args.repeat)), key=lambda r: r["sim_wall_s"])
     print(f"trace: {args.trace}")

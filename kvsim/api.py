@@ -7,8 +7,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import apply_overrides, load_scenario, validate
-from kvsim.config.schema import NUMBERS_OK, MooncakeWorkload, Scenario, SyntheticWorkload
+from kvsim.config.schema import MooncakeWorkload, Scenario, SyntheticWorkload
+from kvsim.physics.costmodel import CostModel, effective_bandwidth
+from kvsim.physics.timing import TimingTable
 from kvsim.results import Results, collect
 from kvsim.sim.simulation import Progress, Simulation
 from kvsim.workload.request import Request
@@ -25,12 +28,12 @@ def load(
     if isinstance(scenario, Scenario):
         if not overrides and seed is None:
             return scenario
-        data = scenario.model_dump()
+        data = scenario_to_dict(scenario)
         if overrides:
-            apply_overrides(data, {}, overrides)
+            apply_overrides(data, {}, overrides, label="overrides: ")
         if seed is not None:
-            data["seed"] = seed
-        return validate(data, {}, "overrides", context=NUMBERS_OK)
+            apply_overrides(data, {}, {"seed": seed}, label="seed=")
+        return validate(data, {}, "overrides")
     return load_scenario(scenario, overrides, seed)
 
 
@@ -69,3 +72,59 @@ def expected_requests(sc: Scenario) -> int | None:
         if not isinstance(w, MooncakeWorkload):
             n -= 1  # CSV header
     return min(n, w.limit) if w.limit else n
+
+
+def cost_model(
+    sc: Scenario,
+    tokens: int = 16384,
+    t0: float | None = None,
+    kv_bytes: float | None = None,
+    rate: float | None = None,
+) -> CostModel:
+    """The two-term cost model of a scenario's remote tier (any term may be overridden);
+    R is read off the timing table at ``tokens``."""
+    t = sc.timing
+    table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
+    return CostModel(
+        kv_bytes=kv_bytes if kv_bytes is not None else sc.model.kv_bytes,
+        rate=rate if rate is not None else table.throughput(tokens),
+        t0=t0 if t0 is not None else sc.remote.t0,
+        reference_tokens=tokens,
+    )
+
+
+def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
+    """(bandwidth, T0) of each restore path of one engine, alone on its links. The remote
+    store is given both ways: one whole-block server, and per-rank shards on ``pcp``
+    servers in parallel (its configured sharding is one of the two)."""
+    node, rc = sc.node, sc.remote
+    out: dict[str, tuple[float, float]] = {}
+    h2d = node.h2d_per_gpu * node.gpus
+    if sc.tiers.host.enabled:
+        out["host"] = (h2d, sc.tiers.host.t0)
+    if sc.tiers.nvme.enabled:
+        out["nvme"] = (min(h2d, node.nvme_read_per_drive * node.nvme_drives), sc.tiers.nvme.t0)
+    s = sc.model.kv_bytes
+    chunk = rc.chunk_tokens * s
+    nic = node.nic_per_gpu * node.gpus
+    unsharded = effective_bandwidth(rc.bandwidth, rc.op_overhead, chunk)
+    ranks = min(node.pcp, rc.servers) if rc.sharding == "per_rank" else node.pcp
+    sharded = effective_bandwidth(rc.bandwidth, rc.op_overhead, chunk / node.pcp, ranks)
+    out["remote (one server)"] = (min(unsharded, nic, h2d), rc.t0)
+    out[f"remote (per rank, {ranks} servers)"] = (min(sharded, nic, h2d), rc.t0)
+    return out
+
+
+def profile_scenario(profile: str, overrides: Overrides = None) -> Scenario:
+    """A scenario that is only a profile (with a one-request placeholder workload)."""
+    from kvsim.config.loader import scenario_from_dict
+
+    placeholder = {
+        "kind": "synthetic",
+        "requests": 1,
+        "prompt_tokens": {"dist": "fixed", "value": 16384},
+        "arrivals": {"process": "constant", "rate": "1/s"},
+    }
+    return scenario_from_dict(
+        {"name": profile, "profile": profile, "workload": placeholder}, overrides
+    )

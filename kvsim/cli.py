@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     ts.add_argument(
         "--block-tokens",
         type=int,
-        default=512,
-        help="tokens per hash block (default 512, Mooncake's)",
+        default=None,
+        help="tokens per hash block of a trace file (default 512, Mooncake's)",
     )
 
     tg = tsub.add_parser("generate", help="write a scenario's workload as a trace file")
@@ -58,6 +58,29 @@ def _parser() -> argparse.ArgumentParser:
     tg.add_argument("output", help="output file: .jsonl (Mooncake) or .csv (Azure, no prefixes)")
     _add_overrides(tg)
     tg.add_argument("--seed", type=int, help="override the scenario's seed")
+
+    c = sub.add_parser("costmodel", help="restore vs recompute: B*, crossover lengths, a plot")
+    c.add_argument("scenario", nargs="?", help="scenario YAML (default: --profile alone)")
+    c.add_argument("--profile", help="profile name instead of a scenario (default: b300-pcp8-glm5)")
+    _add_overrides(c)
+    c.add_argument(
+        "--tokens",
+        type=int,
+        default=16384,
+        help="prompt length for restore/recompute times and for R (default 16384)",
+    )
+    c.add_argument(
+        "--bandwidth",
+        action="append",
+        default=[],
+        metavar="BW",
+        help='extra tier bandwidth to evaluate, e.g. "10.76 GiB/s" (repeatable)',
+    )
+    c.add_argument("--t0", help='override T0, e.g. "330 ms"')
+    c.add_argument("--kv-bytes", help='override s, e.g. "51168 B"')
+    c.add_argument("--rate", help='override R, e.g. "52850/s" (tokens per second)')
+    c.add_argument("--plot", metavar="FILE", help="draw restore/recompute vs length (.png/.svg)")
+    c.add_argument("--json", action="store_true", help="print JSON")
 
     pr = sub.add_parser("profiles", help="list the shipped hardware/model profiles")
     pr.add_argument("--json", action="store_true")
@@ -79,12 +102,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kvsim.api import expected_requests, load
     from kvsim.report import summary_table
     from kvsim.results.records import collect, json_ready
-    from kvsim.results.writers import write_results
+    from kvsim.results.writers import check_writable, write_results
     from kvsim.sim.simulation import Simulation
 
     sc = load(args.scenario, args.overrides, args.seed)
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise InputError("exists and is not a folder", where=f"--out {args.out}")
+    if args.out:
+        check_writable(args.out, folder=True, flag="--out")
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -115,12 +138,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from kvsim.api import load
+    from kvsim.workload import open_workload
+    from kvsim.workload.request import check_request
 
     sc = load(args.scenario, args.overrides)
     w = sc.workload
+    n = 0
+    for req in open_workload(w, sc.seed):  # reads the whole trace: bad lines show up here
+        check_request(req, w.block_tokens)
+        n += 1
+    if n == 0:
+        raise InputError(
+            "workload: no requests (check workload.window and limit)", where=args.scenario
+        )
     print(
         f"ok: {args.scenario}: scenario {sc.name!r}, profile {sc.profile}, "
-        f"{sc.cluster.engines} engine(s), {sc.cluster.load_policy} loading, {w.kind} workload"
+        f"{sc.cluster.engines} engine(s), {sc.cluster.load_policy} loading, {w.kind} workload "
+        f"of {n} requests"
     )
     return 0
 
@@ -133,6 +167,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 def _cmd_trace_generate(args: argparse.Namespace) -> int:
     from kvsim.api import load
+    from kvsim.results.writers import check_writable
     from kvsim.workload import open_workload
     from kvsim.workload.writers import write_azure, write_mooncake
 
@@ -140,10 +175,14 @@ def _cmd_trace_generate(args: argparse.Namespace) -> int:
     writers = {".jsonl": write_mooncake, ".csv": write_azure}
     if out.suffix.lower() not in writers:
         raise InputError("expected a .jsonl (Mooncake) or .csv (Azure) file name", where=str(out))
+    check_writable(args.output, folder=False, flag="output")
     if not out.parent.is_dir():
         raise InputError("folder does not exist", where=str(out.parent))
     sc = load(args.scenario, args.overrides, args.seed)
-    n = writers[out.suffix.lower()](open_workload(sc.workload, sc.seed), out)
+    try:
+        n = writers[out.suffix.lower()](open_workload(sc.workload, sc.seed), out)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", where=str(out)) from None
     print(f"wrote {n} requests to {out}", file=sys.stderr)
     return 0
 
@@ -156,13 +195,19 @@ def _cmd_trace_stats(args: argparse.Namespace) -> int:
     from kvsim.workload.stats import trace_stats
 
     path = Path(args.trace)
-    if args.block_tokens <= 0:
+    if args.block_tokens is not None and args.block_tokens <= 0:
         raise InputError("must be > 0", where="--block-tokens")
     suffix = path.suffix.lower()
-    block = args.block_tokens
+    block = args.block_tokens or 512
     if suffix in (".yaml", ".yml"):
         from kvsim.api import load
 
+        if args.block_tokens is not None:
+            raise InputError(
+                "a scenario sets its own block size (workload.block_tokens); use "
+                "--block-tokens with trace files",
+                where="--block-tokens",
+            )
         sc = load(path)
         block = sc.workload.block_tokens
         requests = open_workload(sc.workload, sc.seed)
@@ -177,6 +222,135 @@ def _cmd_trace_stats(args: argparse.Namespace) -> int:
         )
     st = trace_stats(requests, block)
     print(json.dumps(st, indent=2) if args.json else stats_table(st))
+    return 0
+
+
+def _cmd_costmodel(args: argparse.Namespace) -> int:
+    from kvsim.api import cost_model, load, profile_scenario, tier_bandwidths
+    from kvsim.physics.costmodel import GIB
+    from kvsim.units import (
+        fmt_duration,
+        parse_bandwidth,
+        parse_duration,
+        parse_rate,
+        parse_size,
+    )
+
+    def parsed(flag: str, parse, value):
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as e:
+            raise InputError(str(e), where=flag) from None
+
+    if args.scenario and args.profile:
+        raise InputError("give a scenario or --profile, not both", where="costmodel")
+    if args.tokens <= 0:
+        raise InputError("must be > 0", where="--tokens")
+    if args.scenario:
+        sc = load(args.scenario, args.overrides)
+    else:
+        from kvsim.profiles import DEFAULT_PROFILE
+
+        sc = profile_scenario(args.profile or DEFAULT_PROFILE, args.overrides)
+    model = cost_model(
+        sc,
+        args.tokens,
+        t0=parsed("--t0", parse_duration, args.t0),
+        kv_bytes=parsed("--kv-bytes", parse_size, args.kv_bytes),
+        rate=parsed("--rate", parse_rate, args.rate),
+    )
+    paths = tier_bandwidths(sc)
+    for i, bw in enumerate(args.bandwidth):
+        value = parsed(f"--bandwidth {bw}", parse_bandwidth, bw)
+        paths[f"--bandwidth {i + 1}"] = (value, model.t0)
+    S = args.tokens
+    rows = []
+    for name, (bw, t0) in paths.items():
+        m = type(model)(model.kv_bytes, model.rate, t0, model.reference_tokens)
+        rows.append(
+            {
+                "path": name,
+                "bandwidth": bw,
+                "t0_s": t0,
+                "crossover_tokens": m.crossover(bw),
+                "restore_s": m.restore(S, bw),
+                "recompute_s": m.recompute(S),
+            }
+        )
+    if args.plot:
+        import math
+
+        from kvsim.plots import costmodel_plot
+
+        t = sc.timing
+        from kvsim.physics.timing import TimingTable
+
+        table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
+        remote = [bw for name, (bw, _) in paths.items() if not name.startswith(("host", "nvme"))]
+        bws = sorted({*remote, model.b_star * 1.25, 100 * GIB})
+        out = Path(args.plot)
+        if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise InputError("expected a .png, .svg or .pdf file name", where="--plot")
+        if not out.parent.is_dir():
+            raise InputError("folder does not exist", where=f"--plot {out}")
+        costmodel_plot(
+            model,
+            [b for b in bws if math.isfinite(b)],
+            out,
+            recompute=lambda n: table(n, 0),
+            title=f"{sc.profile}: restore vs recompute (T0 = "
+            f"{fmt_duration(model.t0)}, B* = {model.b_star / GIB:.3g} GiB/s)",
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "profile": sc.profile,
+                    "kv_bytes_per_token": model.kv_bytes,
+                    "rate_tokens_per_s": model.rate,
+                    "reference_tokens": S,
+                    "t0_s": model.t0,
+                    "b_star": model.b_star,
+                    "b_star_gib_s": model.b_star / GIB,
+                    "min_tokens": model.min_tokens,
+                    "paths": rows,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    print(f"cost model of {sc.name} (profile {sc.profile})")
+    print(
+        f"  s = {model.kv_bytes:,.0f} B/token   R = {model.rate:,.0f} tokens/s "
+        f"(t({S}, 0) = {fmt_duration(S / model.rate)})   T0 = {fmt_duration(model.t0)}"
+    )
+    print(
+        f"  B* = s*R = {model.b_star / 1e9:.4g} GB/s = {model.b_star / GIB:.4g} GiB/s: "
+        "a tier slower than this never beats recompute"
+    )
+    print(
+        f"  T0*R = {model.min_tokens:,.0f} tokens: shorter prompts never beat recompute, "
+        "at any bandwidth"
+    )
+    print()
+    w = max(len(r["path"]) for r in rows)
+    print(
+        f"  {'restore path':<{w}}  {'bandwidth':>11}  {'T0':>7}  {'crossover':>12}  "
+        f"{'restore ' + format(S, ','):>15}  {'recompute':>9}"
+    )
+    for r in rows:
+        x = r["crossover_tokens"]
+        cross = "never" if x == float("inf") else f"{x:,.0f} tok"
+        print(
+            f"  {r['path']:<{w}}  {r['bandwidth'] / GIB:>7.4g} GiB/s  "
+            f"{fmt_duration(r['t0_s']):>7}  {cross:>12}  {fmt_duration(r['restore_s']):>15}  "
+            f"{fmt_duration(r['recompute_s']):>9}"
+        )
+    if args.plot:
+        print(f"\nwrote {args.plot}", file=sys.stderr)
     return 0
 
 
@@ -202,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "validate": _cmd_validate,
         "trace": _cmd_trace,
         "profiles": _cmd_profiles,
+        "costmodel": _cmd_costmodel,
     }
     try:
         return handlers[args.command](args)

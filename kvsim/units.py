@@ -1,10 +1,11 @@
 """Unit strings in, SI base units out: bytes, bytes/s, seconds, events/s.
 
 Inside kvsim every quantity is a float in a base unit. Scenario files may write
-"2 TiB", "10.76 GB/s", "800 Gb/s" (bits), "330 ms" or "5/s"; these pure functions turn
-such strings into floats and refuse anything else with a message that says what a valid
-value looks like. A bare number is refused too: a unit-less "12" for a bandwidth is the
-kind of mistake that silently costs a factor of a billion.
+"2 TiB", "10.76 GB/s", "800 Gb/s" (bits, for bandwidths only), "330 ms" or "5/s"; these
+pure functions turn such strings into floats and refuse anything else with a message that
+says what a valid value looks like. A bare number is refused too: a unit-less "12" for a
+bandwidth is the kind of mistake that silently costs a factor of a billion. The ``fmt_*``
+functions write base-unit numbers back as unit strings that parse to the same float.
 """
 
 from __future__ import annotations
@@ -12,36 +13,41 @@ from __future__ import annotations
 import math
 import re
 
-_SIZE_UNITS: dict[str, float] = {
-    "B": 1.0,
-    "kB": 1e3,
-    "KB": 1e3,
-    "MB": 1e6,
-    "GB": 1e9,
-    "TB": 1e12,
-    "PB": 1e15,
-    "KiB": 2.0**10,
-    "MiB": 2.0**20,
-    "GiB": 2.0**30,
-    "TiB": 2.0**40,
-    "PiB": 2.0**50,
-    # bits (network gear is sold in bits per second)
-    "b": 1 / 8,
-    "kb": 1e3 / 8,
-    "Kb": 1e3 / 8,
-    "Mb": 1e6 / 8,
-    "Gb": 1e9 / 8,
-    "Tb": 1e12 / 8,
+# unit -> (multiplier, divisor): value = number * multiplier / divisor, so that "80 us"
+# is exactly 80 / 1e6 and sub-unit scales add no rounding noise
+_BYTE_UNITS: dict[str, tuple[float, float]] = {
+    "B": (1.0, 1.0),
+    "kB": (1e3, 1.0),
+    "KB": (1e3, 1.0),
+    "MB": (1e6, 1.0),
+    "GB": (1e9, 1.0),
+    "TB": (1e12, 1.0),
+    "PB": (1e15, 1.0),
+    "EB": (1e18, 1.0),
+    "KiB": (2.0**10, 1.0),
+    "MiB": (2.0**20, 1.0),
+    "GiB": (2.0**30, 1.0),
+    "TiB": (2.0**40, 1.0),
+    "PiB": (2.0**50, 1.0),
 }
-
-_TIME_UNITS: dict[str, float] = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "min": 60.0,
-    "h": 3600.0,
+# bits: network gear is sold in bits per second, so bandwidths may use them; sizes may not
+_BIT_UNITS: dict[str, tuple[float, float]] = {
+    "b": (1.0, 8.0),
+    "kb": (1e3, 8.0),
+    "Kb": (1e3, 8.0),
+    "Mb": (1e6, 8.0),
+    "Gb": (1e9, 8.0),
+    "Tb": (1e12, 8.0),
+}
+_RATE_BASE_UNITS = {**_BYTE_UNITS, **_BIT_UNITS}
+_TIME_UNITS: dict[str, tuple[float, float]] = {
+    "ns": (1.0, 1e9),
+    "us": (1.0, 1e6),
+    "µs": (1.0, 1e6),
+    "ms": (1.0, 1e3),
+    "s": (1.0, 1.0),
+    "min": (60.0, 1.0),
+    "h": (3600.0, 1.0),
 }
 
 _NUMBER_UNIT = re.compile(r"^\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
@@ -70,20 +76,37 @@ def _split(value: object, what: str, example: str) -> tuple[float, str]:
     return number, unit
 
 
-def _unknown(unit: str, what: str, example: str, choices: dict[str, float]) -> ValueError:
+def _apply(number: float, scale: tuple[float, float]) -> float:
+    mul, div = scale
+    return number * mul / div if div != 1.0 else number * mul
+
+
+def _unknown(
+    unit: str, what: str, example: str, choices: dict[str, tuple[float, float]], suffix: str = ""
+) -> ValueError:
+    near = [u for u in choices if u.lower() == unit.lower() and u != unit]
     hint = ""
-    lowered = {u.lower(): u for u in choices}
-    if unit.lower() in lowered and lowered[unit.lower()] != unit:
-        hint = f" (units are case-sensitive: did you mean {lowered[unit.lower()]!r}?)"
-    return ValueError(f"unknown {what} unit {unit!r}{hint}; expected a {what} such as {example}")
+    if what == "size" and unit in _BIT_UNITS:
+        hint = f" (sizes are in bytes: did you mean {unit[:-1] + 'B'!r}?)"
+    elif near:
+        named = [
+            f"{u + suffix!r} ({'bits' if u in _BIT_UNITS else 'bytes'})"
+            if u in _BIT_UNITS or len(near) > 1
+            else repr(u + suffix)
+            for u in near
+        ]
+        hint = f" (units are case-sensitive: did you mean {' or '.join(named)}?)"
+    return ValueError(
+        f"unknown {what} unit {unit + suffix!r}{hint}; expected a {what} such as {example}"
+    )
 
 
 def parse_size(value: object) -> float:
     """Bytes from a size string such as "2 TiB", "51168 B" or "1.5 TB"."""
     number, unit = _split(value, "size", SIZE_EXAMPLE)
-    if unit not in _SIZE_UNITS:
-        raise _unknown(unit, "size", SIZE_EXAMPLE, _SIZE_UNITS)
-    return number * _SIZE_UNITS[unit]
+    if unit not in _BYTE_UNITS:
+        raise _unknown(unit, "size", SIZE_EXAMPLE, _BYTE_UNITS)
+    return _apply(number, _BYTE_UNITS[unit])
 
 
 def parse_bandwidth(value: object) -> float:
@@ -91,16 +114,16 @@ def parse_bandwidth(value: object) -> float:
     number, unit = _split(value, "bandwidth", BANDWIDTH_EXAMPLE)
     unit = unit.replace(" ", "")
     if unit.endswith("/s"):
-        base = unit[:-2].strip()
-    elif unit.endswith("ps") and unit[:-2] in _SIZE_UNITS:
-        base = unit[:-2]
+        base, suffix = unit[:-2], "/s"
+    elif unit.lower().endswith("ps"):
+        base, suffix = unit[:-2], "ps"
     else:
         raise ValueError(
             f"unknown bandwidth unit {unit!r}; expected a bandwidth such as {BANDWIDTH_EXAMPLE}"
         )
-    if base not in _SIZE_UNITS:
-        raise _unknown(base, "bandwidth", BANDWIDTH_EXAMPLE, _SIZE_UNITS)
-    return number * _SIZE_UNITS[base]
+    if base not in _RATE_BASE_UNITS:
+        raise _unknown(base, "bandwidth", BANDWIDTH_EXAMPLE, _RATE_BASE_UNITS, suffix)
+    return _apply(number, _RATE_BASE_UNITS[base])
 
 
 def parse_duration(value: object) -> float:
@@ -108,19 +131,30 @@ def parse_duration(value: object) -> float:
     number, unit = _split(value, "duration", DURATION_EXAMPLE)
     if unit not in _TIME_UNITS:
         raise _unknown(unit, "duration", DURATION_EXAMPLE, _TIME_UNITS)
-    return number * _TIME_UNITS[unit]
+    return _apply(number, _TIME_UNITS[unit])
 
 
 def parse_rate(value: object) -> float:
     """Events per second from "5/s", "5 req/s", "300/min" or "10/h"."""
     number, unit = _split(value, "rate", RATE_EXAMPLE)
     unit = unit.replace(" ", "")
-    for prefix in ("req", "requests", "sessions"):
+    for prefix in ("req", "requests", "sessions", "tokens"):
         if unit.startswith(prefix + "/"):
             unit = unit[len(prefix) :]
     if not unit.startswith("/") or unit[1:] not in _TIME_UNITS:
         raise ValueError(f"unknown rate unit {unit!r}; expected a rate such as {RATE_EXAMPLE}")
-    return number / _TIME_UNITS[unit[1:]]
+    mul, div = _TIME_UNITS[unit[1:]]
+    return number * div / mul
+
+
+# ---- writing base-unit numbers back (exact: repr round-trips a float) ------------------
+
+UNIT_WRITERS = {
+    "size": lambda v: f"{v!r} B",
+    "bandwidth": lambda v: f"{v!r} B/s",
+    "duration": lambda v: f"{v!r} s",
+    "rate": lambda v: f"{v!r}/s",
+}
 
 
 def fmt_bytes(n: float) -> str:

@@ -17,12 +17,18 @@ SCENARIOS = ROOT / "scenarios"
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 
 # Round numbers for hand computation: 1,000 B per token, 100-token blocks, prefill time
-# t(new, cached) = 0.1 s + (new - 1) ms whatever is cached, no latencies, 1 MB/s remote.
+# t(new, cached) = 0.1 s + (new - 1) ms whatever is cached, no latencies, 1 MB/s remote,
+# instant GPU-to-host staging.
 TOY: dict[str, Any] = {
     "name": "toy",
     "profile": "b300-pcp8-glm5",
     "seed": 0,
-    "node": {"h2d_latency": "0 s", "nvme_latency": "0 s", "network_latency": "0 s"},
+    "node": {
+        "h2d_latency": "0 s",
+        "nvme_latency": "0 s",
+        "network_latency": "0 s",
+        "d2h_per_gpu": "1 EB/s",
+    },  # staging before puts: negligible unless a test sets it
     "model": {"name": "toy", "kv_bytes_per_token": "1000 B"},
     "timing": {
         "new_tokens": [1, 1001],

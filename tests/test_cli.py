@@ -40,6 +40,8 @@ def test_run_prints_a_table_and_writes_outputs(tmp_path, capsys):
                 str(out),
                 "--set",
                 "workload.requests=300",
+                "--set",
+                "run.warmup=0s",
             ]
         )
         == 0
@@ -90,6 +92,8 @@ def test_seed_flag_overrides_the_scenario(tmp_path, capsys):
                 "7",
                 "--set",
                 "workload.requests=100",
+                "--set",
+                "run.warmup=0s",
             ]
         )
         == 0

@@ -157,13 +157,35 @@ def test_local_tiers_restore_in_parallel_and_each_pays_its_t0():
 
 
 def test_tokens_add_up_and_ttft_decomposes():
+    def ids(i):  # a shared first block, a half-shared second, private blocks after that
+        n = -(-(250 + 7 * i) // 100)
+        return [i % 3, 10 + i % 5, *range(1000 * i, 1000 * i + n - 2)]
+
     res = api.run(
         toy(cluster={"load_policy": "async"}, **REMOTE_ON),
-        requests=[req(i, 0.3 * i, 250 + 7 * i, [i % 3, 10 + i % 5, 100 + i]) for i in range(40)],
+        requests=[req(i, 0.3 * i, 250 + 7 * i, ids(i)) for i in range(40)],
     )
     df = res.requests
     tok = df[["tokens_gpu", "tokens_host", "tokens_nvme", "tokens_remote", "tokens_compute"]]
     assert (tok.sum(axis=1) == df["input_tokens"]).all()
     assert (df["tokens_compute"] >= 1).all()
-    lhs = df["queue_wait_s"] + df["load_s"] + df["compute_s"]
+    lhs = df["queue_wait_s"] + df["load_s"] + df["compute_s"] + df["store_s"]
     assert (lhs - df["ttft_s"]).abs().max() < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("sharding", "pcp", "expected"), [("none", 8, 0.3), ("per_rank", 8, 0.0375)]
+)
+def test_staging_before_a_put_holds_the_engine(sharding, pcp, expected):
+    # 300 kB to put; unsharded, one rank copies it all at 1 MB/s: 0.3 s; per rank, 8 ranks
+    # copy 37.5 kB each in parallel: 0.0375 s. TTFT includes it; GPU busy does not.
+    sc = toy(
+        node={"d2h_per_gpu": "1 MB/s", "pcp": pcp},
+        remote={"enabled": True, "sharding": sharding, "servers": 8},
+    )
+    r = by_id(api.run(sc, requests=[req(0, 0.0, 300, [1, 2, 3])]))[0]
+    assert r.store_s == pytest.approx(expected)
+    assert r.ttft_s == pytest.approx(0.399 + expected)
+    # blocks already stored are not staged again
+    r2 = by_id(api.run(sc, requests=[req(0, 0.0, 300, [1, 2, 3]), req(1, 5.0, 300, [1, 2, 3])]))[1]
+    assert r2.store_s == 0.0

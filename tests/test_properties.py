@@ -54,6 +54,8 @@ def cases(draw):
         },
         "node": {"pcp": draw(st.sampled_from([1, 2, 4, 8]))},
     }
+    if sections["node"]["pcp"] == 1:
+        sections["remote"]["sharding"] = "none"  # per_rank needs ranks
     return sections, reqs
 
 
@@ -73,7 +75,8 @@ def test_invariants(case):
     # no negative waits or durations; TTFT decomposes
     for col in ("queue_wait_s", "load_s", "compute_s", "ttft_s", "remote_get_s"):
         assert (df[col] >= -1e-12).all(), col
-    gap = (df["queue_wait_s"] + df["load_s"] + df["compute_s"] - df["ttft_s"]).abs()
+    parts = df["queue_wait_s"] + df["load_s"] + df["compute_s"] + df["store_s"]
+    gap = (parts - df["ttft_s"]).abs()
     assert gap.max() < 1e-9
     assert (df["finish_s"] >= df["arrival_s"]).all()
     # no tier holds more than its capacity (peak included)

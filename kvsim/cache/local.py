@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 from kvsim.cache.eviction import BlockStore
 
-GPU, HOST, NVME, REMOTE = 0, 1, 2, 3
-TIER_NAMES = ("gpu", "host", "nvme", "remote")
+GPU, HOST, NVME, REMOTE = 0, 1, 2, 3  # tier codes, fastest first
 
 
 class LocalCache:

@@ -1,11 +1,11 @@
 """The remote KV store shared by all engines: servers, their indexes, and sharding.
 
-``sharding: none`` stores each block whole under one key, on server ``block % servers``.
-``sharding: per_rank`` stores each PCP rank's 1/P shard under its own key on that rank's
-server (``(rank + P*block) % servers``: with one server per rank, rank r always uses server
-r) with no coordination between ranks, so ranks' indexes can disagree; a block is usable
-only when every rank still holds its shard, i.e. the usable hit is the minimum over ranks
-of each rank's own longest prefix.
+Keys and placement: shard ``r`` of block ``b`` has key ``b*S + r`` (S = shards: 1 when
+unsharded, the PCP degree when per rank) and lives on server ``key % servers``. Unsharded,
+a block is one key on server ``b % servers``; per rank with one server per rank, rank r
+always uses server r. Ranks do not coordinate, so their indexes can disagree; a block is
+usable only when every rank still holds its shard, i.e. the usable hit is the minimum over
+ranks of each rank's own longest prefix.
 
 Puts are asynchronous: keys are "pending" while their transfer runs and enter the index
 (evicting by the server's policy) when it lands.
@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 from kvsim.cache.eviction import BlockStore
 from kvsim.kernel.fabric import Link
+
+Groups = dict[int, tuple[list[int], list[float]]]  # server -> (keys, bytes of each)
 
 
 class RemoteStore:
@@ -39,20 +41,16 @@ class RemoteStore:
 
     def place(self, block: int, shard: int) -> tuple[int, int]:
         """(server, key) of one shard of a block."""
-        if self.shards == 1:
-            return block % self.servers, block
-        return (shard + self.shards * block) % self.servers, block * self.shards + shard
+        key = block * self.shards + shard
+        return key % self.servers, key
 
     def has(self, block: int) -> bool:
         """True when every shard of the block is in its server's index."""
-        if self.shards == 1:
-            return block in self._index[block % self.servers]
-        index = self._index
-        for shard in range(self.shards):
-            server, key = self.place(block, shard)
-            if key not in index[server]:
-                return False
-        return True
+        index, n, shards = self._index, self.servers, self.shards
+        if shards == 1:
+            return block in index[block % n]
+        base = block * shards
+        return all(key in index[key % n] for key in range(base, base + shards))
 
     def shard_prefixes(self, blocks: Sequence[int]) -> list[int]:
         """Each shard's own longest prefix (in blocks) of ``blocks`` in the remote index."""
@@ -69,34 +67,38 @@ class RemoteStore:
 
     def touch(self, block: int) -> None:
         """Record a read of every shard of a block."""
-        for shard in range(self.shards):
-            server, key = self.place(block, shard)
-            self.stores[server].touch(key)
+        stores, n, base = self.stores, self.servers, block * self.shards
+        for key in range(base, base + self.shards):
+            stores[key % n].touch(key)
 
-    def missing(
-        self, blocks: Sequence[int], sizes: Sequence[float]
-    ) -> dict[int, tuple[list[int], list[float]]]:
+    def tokens_by_server(self, blocks: Sequence[int], tokens: Sequence[int]) -> dict[int, int]:
+        """Tokens each server serves when every shard of ``blocks`` is read (a shard of a
+        block counts the block's tokens: its bytes are tokens x KV bytes / shards)."""
+        n, S = self.servers, self.shards
+        out: dict[int, int] = {}
+        if n == S:  # one server per rank: every server holds one shard of every block
+            total = sum(tokens)
+            return dict.fromkeys(range(n), total) if total else {}
+        for b, tok in zip(blocks, tokens, strict=True):
+            for key in range(b * S, b * S + S):
+                out[key % n] = out.get(key % n, 0) + tok
+        return out
+
+    def missing(self, blocks: Sequence[int], sizes: Sequence[float]) -> Groups:
         """Shards of ``blocks`` (of ``sizes`` bytes whole) neither stored nor being put,
         grouped by server as (keys, shard sizes)."""
-        index, pending = self._index, self.pending
-        groups: dict[int, tuple[list[int], list[float]]] = {}
-        if self.shards == 1:
-            n = self.servers
-            for b, size in zip(blocks, sizes, strict=True):
-                server = b % n
-                if b not in index[server] and b not in pending[server]:
-                    keys, out = groups.setdefault(server, ([], []))
-                    keys.append(b)
-                    out.append(size)
-            return groups
+        index, pending, n, S = self._index, self.pending, self.servers, self.shards
+        groups: Groups = {}
         for b, size in zip(blocks, sizes, strict=True):
-            part = size / self.shards
-            for shard in range(self.shards):
-                server, key = self.place(b, shard)
+            part = size / S
+            for key in range(b * S, b * S + S):
+                server = key % n
                 if key not in index[server] and key not in pending[server]:
-                    keys, out = groups.setdefault(server, ([], []))
-                    keys.append(key)
-                    out.append(part)
+                    group = groups.get(server)
+                    if group is None:
+                        group = groups[server] = ([], [])
+                    group[0].append(key)
+                    group[1].append(part)
         return groups
 
     def land(self, server: int, keys: list[int], sizes: list[float]) -> None:

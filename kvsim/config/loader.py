@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from kvsim.config.schema import Scenario, cross_checks
 from kvsim.errors import InputError
-from kvsim.profiles import profile_path
+from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
 Path_ = tuple[Any, ...]
 Origins = dict[Path_, str]  # field path -> "file:line" (or "--set expr")
@@ -267,25 +267,30 @@ def parse_override(expr: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(
-    data: dict[str, Any], origins: Origins, overrides: Sequence[str] | Mapping[str, Any]
+    data: dict[str, Any],
+    origins: Origins,
+    overrides: Sequence[str] | Mapping[str, Any],
+    label: str = "--set ",
 ) -> None:
-    """Set each override into ``data`` in place (creating mappings on the way)."""
+    """Set each override into ``data`` in place (creating mappings on the way). Errors name
+    the override as ``label`` + ``path=value`` (``label`` alone when it ends with "=")."""
     items: list[tuple[list[str], Any, str]] = []
     if isinstance(overrides, Mapping):
         for k, v in overrides.items():
-            items.append((k.split("."), v, f"--set {k}={v}"))
+            where = f"{label}{v}" if label.endswith("=") else f"{label}{k}={v}"
+            items.append((k.split("."), v, where))
     else:
         for expr in overrides:
             parts, value = parse_override(expr)
-            items.append((parts, value, f"--set {expr}"))
-    for parts, value, label in items:
+            items.append((parts, value, f"{label}{expr}"))
+    for parts, value, where in items:
         node = data
         for i, key in enumerate(parts[:-1]):
             child = node.get(key)
             if child is None:
                 child = node[key] = {}
             if not isinstance(child, dict):
-                raise InputError(f"{_dotted(parts[: i + 1])} is not a mapping", where=label)
+                raise InputError(f"{_dotted(parts[: i + 1])} is not a mapping", where=where)
             node = child
         key = parts[-1]
         path = tuple(parts)
@@ -299,8 +304,10 @@ def apply_overrides(
         node[key] = value
         for p in [p for p in origins if p[: len(path)] == path]:
             del origins[p]
-        origins[path] = label
-        origins[tuple(parts)] = label
+        for n in range(1, len(parts) + 1):  # levels this override created are its own
+            prefix = tuple(parts[:n])
+            if prefix not in origins:
+                origins[prefix] = where
 
 
 # ---- validation ------------------------------------------------------------------------
@@ -391,15 +398,10 @@ def _describe(err: Mapping[str, Any], data: Any, path: Path_) -> str:
     return msg
 
 
-def validate(
-    data: dict[str, Any],
-    origins: Origins,
-    default_where: str,
-    context: dict[str, Any] | None = None,
-) -> Scenario:
+def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scenario:
     """Build the Scenario or raise InputError naming file, line and field path."""
     try:
-        scenario = Scenario.model_validate(data, context=context)
+        scenario = Scenario.model_validate(data)
     except ValidationError as e:
         errors = e.errors()
         err = errors[0]
@@ -430,9 +432,10 @@ def load_scenario(
     if overrides:
         apply_overrides(data, origins, overrides)
     if seed is not None:
-        apply_overrides(data, origins, {"seed": seed})
+        apply_overrides(data, origins, {"seed": seed}, label="--seed ")
+    data.setdefault("profile", DEFAULT_PROFILE)
     profile_layer, profile_origins = _load_profile(
-        data.get("profile"), _where(origins, ("profile",), str(p)), p.parent
+        data["profile"], _where(origins, ("profile",), str(p)), p.parent
     )
     merged, merged_origins = merge_layers(profile_layer, profile_origins, data, origins)
     merged.setdefault("source", str(p))
@@ -450,6 +453,7 @@ def scenario_from_dict(
     _normalize_layer(d, origins, Path(base_dir))
     if overrides:
         apply_overrides(d, origins, overrides)
-    layer, porigins = _load_profile(d.get("profile"), "<dict>", Path(base_dir))
+    d.setdefault("profile", DEFAULT_PROFILE)
+    layer, porigins = _load_profile(d["profile"], "<dict>", Path(base_dir))
     merged, merged_origins = merge_layers(layer, porigins, d, origins)
     return validate(merged, merged_origins, "<dict>")

@@ -11,14 +11,13 @@ paths so that the loader can point at the right line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationInfo,
     field_validator,
 )
 
@@ -28,22 +27,29 @@ from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
 
 # ---- unit-carrying field types -------------------------------------------------------
 
-NUMBERS_OK = {"numbers_ok": True}
-"""Validation context for re-validating a dumped Scenario, whose values are base-unit numbers."""
-
 
 def _unit(parse: Callable[[object], float], unit: str) -> BeforeValidator:
-    def check(value: object, info: ValidationInfo) -> object:
-        if (
-            (info.context or {}).get("numbers_ok")
-            and isinstance(value, (int, float))
-            and not (isinstance(value, bool))
-        ):
-            return value
+    """A validator that parses unit strings; it carries the unit's kind for the tools that
+    write scenarios back (kvsim.config.dump) and document them (kvsim.config.reference)."""
+
+    def check(value: object) -> float:
         return parse(value)
 
-    check.unit = unit  # type: ignore[attr-defined]  # read by the field reference
+    check.unit = unit  # type: ignore[attr-defined]
     return BeforeValidator(check)
+
+
+def field_unit(annotation: Any, metadata: list[Any] | None = None) -> str | None:
+    """The unit kind ("size", "bandwidth", "duration", "rate") of a field, or None."""
+    for m in metadata or []:
+        unit = getattr(getattr(m, "func", None), "unit", None)
+        if unit:
+            return unit
+    for arg in get_args(annotation):
+        found = field_unit(arg, list(getattr(arg, "__metadata__", ())))
+        if found:
+            return found
+    return None
 
 
 Size = Annotated[float, _unit(parse_size, "size"), Field(ge=0)]
@@ -81,6 +87,11 @@ class Node(Record):
     nvme_latency: Duration = Field("80 us", description="NVMe read latency")
     h2d_per_gpu: Bandwidth = Field(description="pinned host-to-GPU bandwidth per GPU")
     h2d_latency: Duration = Field("10 us", description="host-to-GPU copy latency")
+    d2h_per_gpu: Bandwidth = Field(
+        "25 GB/s",
+        description="GPU-to-host bandwidth of the KV store path per GPU (the engine waits for "
+        "this copy before a put, as vLLM's connector wait_for_save does)",
+    )
     nic_per_gpu: Bandwidth = Field(description="network bandwidth per GPU")
     network_latency: Duration = Field("50 us", description="one-way network latency to a server")
 
@@ -339,6 +350,7 @@ class Documents(Record):
 
     count: PosInt = Field(description="distinct documents")
     fraction: Fraction = Field(description="share of a first turn's new tokens from the document")
+    share: Fraction = Field(1.0, description="fraction of sessions that start with a document")
     popularity: Literal["uniform", "zipf"] = Field("uniform", description="document popularity")
     zipf_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="Zipf exponent when popularity is zipf"
@@ -393,6 +405,11 @@ class SyntheticWorkload(_Common):
     system_prompts: SystemPrompts | None = Field(None, description="shared system prompts")
     documents: Documents | None = Field(None, description="shared document prefixes")
     sessions: Sessions | None = Field(None, description="multi-turn sessions (default: 1 turn)")
+    prestored: bool = Field(
+        False,
+        description="the remote store holds every system prompt and document prefix at t = 0 "
+        "(a long-running system); needs the remote tier",
+    )
 
 
 Workload = Annotated[
@@ -415,7 +432,9 @@ class Scenario(Record):
 
     name: str = Field(description="scenario name, stamped on every result")
     description: str = Field("", description="one line for humans")
-    profile: str = Field(description="profile name (`kvsim profiles`) or a profile YAML path")
+    profile: str = Field(
+        "b300-pcp8-glm5", description="profile name (`kvsim profiles`) or a profile YAML path"
+    )
     seed: Annotated[int, Field(ge=0, strict=True)] = Field(
         0, description="seed of every random stream (arrivals, lengths, stalls...)"
     )
@@ -468,18 +487,25 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             )
     w = sc.workload
     if isinstance(w, SyntheticWorkload):
-        for name in ("prompt_tokens", "output_tokens"):
-            d = getattr(w, name)
+        dists = [("prompt_tokens", w.prompt_tokens), ("output_tokens", w.output_tokens)]
+        if w.sessions is not None:
+            dists.append(("sessions.turns", w.sessions.turns))
+        for name, d in dists:
+            where = ("workload", *name.split("."))
             if isinstance(d, UniformDist) and d.low > d.high:
-                out.append((("workload", name, "high"), "must be >= low"))
+                out.append(((*where, "high"), "must be >= low"))
             if isinstance(d, LogNormalDist) and d.min > d.max:
-                out.append((("workload", name, "max"), "must be >= min"))
+                out.append(((*where, "max"), "must be >= min"))
             if (
                 isinstance(d, ChoiceDist)
                 and d.weights is not None
                 and (len(d.weights) != len(d.values) or sum(d.weights) <= 0)
             ):
-                out.append((("workload", name, "weights"), "need one weight per value, sum > 0"))
+                out.append(((*where, "weights"), "need one weight per value, sum > 0"))
+    if sc.remote.enabled and sc.remote.sharding == "per_rank" and n.pcp == 1:
+        out.append((("remote", "sharding"), "per_rank needs ranks: node.pcp is 1"))
+    if isinstance(w, SyntheticWorkload) and w.prestored and not sc.remote.enabled:
+        out.append((("workload", "prestored"), "needs the remote tier (remote.enabled: true)"))
     if w.window.end is not None and w.window.end <= w.window.start:
         out.append((("workload", "window", "end"), "must be after window.start"))
     return out

@@ -8,19 +8,26 @@ the bandwidth of its slowest link, and two equal flows on one link take twice as
 
 A flow may weigh more on one link than its payload, ``cost`` bytes of link work per payload
 byte: a server with a per-operation overhead is such a link (``cost = 1 + ops*overhead*bw /
-size``). Rates are recomputed only when a flow starts, ends or is cancelled; one SimPy timer
-stands for the next completion, and stale timers are ignored.
+size``).
+
+Keeping it fast. A flow's *cap* is its rate when alone (its slowest link). A link is
+*binding* only when its flows' caps could overfill it; other links can never constrain
+anyone and are left out. Flows connected through binding links form a component, and a
+flow starting or ending re-solves only its own component; flows in other components keep
+their rates and their finish times, which wait in a heap. One SimPy timer stands for the
+earliest finish.
 
 Invariant: a link never carries more than its bandwidth (sum of rate x cost <= bandwidth).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Iterable, Sequence
 
 import simpy
 
-_REL_EPS = 1e-9
+_EPS = 1e-9
 
 
 class Link:
@@ -31,9 +38,10 @@ class Link:
         "bandwidth",
         "busy_time",
         "bytes",
-        "flows",
+        "capsum",
         "latency",
         "load",
+        "members",
         "name",
     )
 
@@ -45,11 +53,22 @@ class Link:
         self.name = name
         self.bandwidth = float(bandwidth)
         self.latency = float(latency)
-        self.flows = 0  # flows transferring now
-        self.load = 0.0  # sum of their costs on this link
+        self.members: dict[Flow, float] = {}  # flows transferring now -> their cost here
+        self.load = 0.0  # sum of their costs
+        self.capsum = 0.0  # sum of cost x cap: the most they could ever ask of this link
         self.bytes = 0.0  # payload carried (finished flows, and the moved part of cancelled ones)
         self.busy_time = 0.0  # time with at least one flow
         self._busy_since = 0.0
+
+    @property
+    def flows(self) -> int:
+        """Flows transferring now."""
+        return len(self.members)
+
+    @property
+    def binding(self) -> bool:
+        """Could this link's flows, each at its cap, overfill it?"""
+        return self.capsum > self.bandwidth * (1 + _EPS)
 
     def __repr__(self) -> str:
         return f"Link({self.name!r}, {self.bandwidth:.4g} B/s, {self.flows} flows)"
@@ -59,16 +78,19 @@ class Flow:
     """One transfer; ``done`` succeeds (value: the flow) when its last byte arrives."""
 
     __slots__ = (
+        "cap",
         "costs",
         "done",
         "end",
         "links",
         "rate",
         "remaining",
+        "since",
         "size",
         "start",
         "state",
         "tag",
+        "version",
     )
 
     def __init__(
@@ -82,13 +104,22 @@ class Flow:
         self.links = links
         self.costs = costs
         self.size = size
-        self.remaining = size
+        self.remaining = size  # as of time `since`
+        self.since = 0.0
         self.rate = 0.0
+        self.cap = min(link.bandwidth / k for link, k in zip(links, costs, strict=True))
         self.done = done
         self.tag = tag
         self.state = "waiting"  # waiting -> active -> finished | cancelled
+        self.version = 0  # bumps when the rate changes (stale heap entries are skipped)
         self.start = float("nan")
         self.end = float("nan")
+
+    def settle(self, now: float) -> None:
+        """Bring ``remaining`` up to ``now`` at the current rate."""
+        if now > self.since:
+            self.remaining -= self.rate * (now - self.since)
+            self.since = now
 
 
 class Fabric:
@@ -97,11 +128,9 @@ class Fabric:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.links: dict[str, Link] = {}
-        self._active: list[Flow] = []
-        self._in_use: dict[Link, None] = {}  # links with flows, in first-use order
-        self._t = 0.0
+        self._heap: list[tuple[float, int, int, Flow]] = []  # (finish, seq, version, flow)
+        self._seq = 0
         self._timer_at = float("inf")
-        self._version = 0
 
     def link(self, name: str, bandwidth: float, latency: float = 0.0) -> Link:
         """Create a named link (names are unique)."""
@@ -141,12 +170,14 @@ class Fabric:
     def cancel(self, flow: Flow) -> None:
         """Abandon a flow (a client timeout); its ``done`` never fires."""
         if flow.state == "active":
-            self._advance()
-            self._detach(flow)
+            now = self.env.now
+            flow.settle(now)
             moved = flow.size - max(flow.remaining, 0.0)
             for link in flow.links:
                 link.bytes += moved
-            self._reallocate()
+            touched = self._detach(flow)
+            self._rebalance(touched)
+            self._arm()
         flow.state = "cancelled"
         flow.end = self.env.now
 
@@ -155,42 +186,44 @@ class Fabric:
         cost = costs or (1.0,) * len(links)
         return min(ln.bandwidth / (ln.load + k) for ln, k in zip(links, cost, strict=True))
 
-    @property
-    def active(self) -> int:
-        """Flows transferring now."""
-        return len(self._active)
-
     # ---- internals ------------------------------------------------------------------
 
     def _start(self, flow: Flow) -> None:
         if flow.state != "waiting":
             return  # cancelled while waiting for its latency
+        now = self.env.now
         flow.state = "active"
-        flow.start = self.env.now
+        flow.start = now
         if flow.size <= 0:
             self._complete(flow)
             return
-        self._advance()
-        self._active.append(flow)
-        now = self.env.now
+        flow.since = now
+        touched = []
         for link, k in zip(flow.links, flow.costs, strict=True):
-            if link.flows == 0:
+            if not link.members:
                 link._busy_since = now
-                self._in_use[link] = None
-            link.flows += 1
+            touched.append((link, link.binding))
+            link.members[flow] = k
             link.load += k
-        self._reallocate()
+            link.capsum += k * flow.cap
+        self._rebalance(touched, new=flow)
+        self._arm()
 
-    def _detach(self, flow: Flow) -> None:
-        self._active.remove(flow)
+    def _detach(self, flow: Flow) -> list[tuple[Link, bool]]:
+        """Take a flow off its links; return (link, was it binding) for each."""
         now = self.env.now
+        touched = []
         for link, k in zip(flow.links, flow.costs, strict=True):
-            link.flows -= 1
-            link.load -= k
-            if link.flows == 0:
-                link.load = 0.0
+            touched.append((link, link.binding))
+            del link.members[flow]
+            if link.members:
+                link.load -= k
+                link.capsum -= k * flow.cap
+            else:
+                link.load = link.capsum = 0.0
                 link.busy_time += now - link._busy_since
-                del self._in_use[link]
+        flow.version += 1  # its heap entries are stale now
+        return touched
 
     def _complete(self, flow: Flow) -> None:
         flow.state = "finished"
@@ -200,88 +233,119 @@ class Fabric:
             link.bytes += flow.size
         flow.done.succeed(flow)
 
-    def _advance(self) -> None:
-        now = self.env.now
-        dt = now - self._t
-        if dt > 0:
-            for f in self._active:
-                f.remaining -= f.rate * dt
-        self._t = now
+    def _rebalance(self, touched: Iterable[tuple[Link, bool]], new: Flow | None = None) -> None:
+        """Re-solve the component(s) around links whose flows changed."""
+        seeds = [link for link, was in touched if was or link.binding]
+        flows: dict[Flow, None] = {}
+        links: dict[Link, None] = {}
+        stack = seeds
+        for link in stack:  # the stack grows as the component is found
+            for f in link.members:
+                if f not in flows:
+                    flows[f] = None
+                    for other in f.links:
+                        if other not in links and other.binding:
+                            links[other] = None
+                            stack.append(other)
+        if new is not None and new not in flows:
+            self._set_rate(new, new.cap)  # nothing it shares can bind: it runs at its cap
+        if flows:
+            self._fill(list(flows), [link for link in links])
 
-    def _allocate(self) -> None:
-        """Max-min fair rates by progressive filling."""
-        flows = self._active
-        if len(flows) == 1:
-            f = flows[0]
-            f.rate = min(ln.bandwidth / k for ln, k in zip(f.links, f.costs, strict=True))
+    def _fill(self, flows: list[Flow], links: list[Link]) -> None:
+        """Progressive filling of ``flows`` over ``links`` (the binding ones), each flow also
+        capped by its own solo rate."""
+        flows.sort(key=lambda f: f.cap)
+        if len(links) == 1:  # the common case: water-filling on one link
+            link = links[0]
+            residual, demand = link.bandwidth, link.load
+            for i, f in enumerate(flows):
+                share = residual / demand
+                if f.cap < share:
+                    self._set_rate(f, f.cap)
+                    k = link.members[f]
+                    residual -= f.cap * k
+                    demand -= k
+                else:
+                    for g in flows[i:]:
+                        self._set_rate(g, share)
+                    return
             return
-        in_use = self._in_use
-        # common case: one link is every flow's bottleneck, so all get its equal share
-        tight = min(in_use, key=lambda link: link.bandwidth / link.load)
-        if tight.flows == len(flows):
-            share = tight.bandwidth / tight.load
-            for f in flows:
-                f.rate = share
-            return
-        residual = {link: link.bandwidth for link in in_use}
-        demand = {link: link.load for link in in_use}
-        level = 0.0  # the common rate of the unfrozen flows
+        residual = {link: link.bandwidth for link in links}
+        demand = {link: link.load for link in links}
         unfrozen = flows
+        level = 0.0
         while unfrozen:
-            step = min(residual[ln] / d for ln, d in demand.items() if d > 0)
+            step = unfrozen[0].cap - level  # the next cap to be reached
+            for link, d in demand.items():
+                if d > _EPS:
+                    s = residual[link] / d
+                    if s < step:
+                        step = s
             level += step
             full = set()
             for link, d in demand.items():
-                if d > 0:
+                if d > _EPS:
                     r = residual[link] = residual[link] - step * d
-                    if r <= _REL_EPS * link.bandwidth:
+                    if r <= _EPS * link.bandwidth:
                         full.add(link)
             still = []
             for f in unfrozen:
-                for link in f.links:
-                    if link in full:
-                        f.rate = level
-                        for l2, k in zip(f.links, f.costs, strict=True):
-                            demand[l2] -= k
-                        break
+                if f.cap - level <= _EPS * f.cap or any(link in full for link in f.links):
+                    self._set_rate(f, level)
+                    for link, k in zip(f.links, f.costs, strict=True):
+                        if link in demand:
+                            demand[link] -= k
                 else:
                     still.append(f)
             if len(still) == len(unfrozen):  # pragma: no cover - guards float round-off
                 for f in still:
-                    f.rate = level
+                    self._set_rate(f, level)
                 break
             unfrozen = still
-            for link in full:
-                demand[link] = 0.0
 
-    def _reallocate(self) -> None:
-        if not self._active:
-            self._timer_at = float("inf")
+    def _set_rate(self, flow: Flow, rate: float) -> None:
+        if rate == flow.rate and flow.version:
             return
-        self._allocate()
-        due = min(f.remaining / f.rate for f in self._active)
-        at = self.env.now + max(due, 0.0)
-        if at == self._timer_at:
-            return  # the pending timer already stands for this completion
-        self._timer_at = at
-        self._version += 1
-        version = self._version
-        self.env.timeout(max(due, 0.0)).callbacks.append(lambda _ev: self._on_timer(version))
-
-    def _on_timer(self, version: int) -> None:
-        if version != self._version:
-            return
-        self._timer_at = float("inf")
-        self._advance()
         now = self.env.now
-        # done: no bytes left, or so few that the clock cannot advance by their time
-        finished = [
-            f
-            for f in self._active
-            if f.remaining <= _REL_EPS * f.size + 1e-6 or now + f.remaining / f.rate <= now
-        ]
-        for f in finished:
-            self._detach(f)
-        for f in finished:
-            self._complete(f)
-        self._reallocate()
+        flow.settle(now)
+        flow.rate = rate
+        flow.version += 1
+        finish = now + max(flow.remaining, 0.0) / rate
+        self._seq += 1
+        heapq.heappush(self._heap, (finish, self._seq, flow.version, flow))
+
+    def _arm(self) -> None:
+        """Make sure a timer fires at the earliest finish."""
+        heap = self._heap
+        while heap and heap[0][2] != heap[0][3].version:
+            heapq.heappop(heap)  # stale
+        if not heap:
+            return
+        at = heap[0][0]
+        if at < self._timer_at:
+            self._timer_at = at
+            self.env.timeout(max(at - self.env.now, 0.0)).callbacks.append(
+                lambda _ev: self._on_timer(at)
+            )
+
+    def _on_timer(self, at: float) -> None:
+        if at != self._timer_at:
+            return  # superseded by an earlier timer
+        self._timer_at = float("inf")
+        now = self.env.now
+        heap = self._heap
+        finished = []
+        while heap and heap[0][0] <= now:
+            _, _, version, flow = heapq.heappop(heap)
+            if version == flow.version and flow.state == "active":
+                finished.append(flow)
+        touched: dict[Link, bool] = {}
+        for flow in finished:
+            for link, was in self._detach(flow):
+                touched.setdefault(link, was)
+        for flow in finished:
+            self._complete(flow)
+        if touched:
+            self._rebalance(touched.items())
+        self._arm()

@@ -1,7 +1,8 @@
 """Per-request record columns (with their meaning) and the Results value.
 
 The engines emit one flat tuple per finished request in :data:`COLUMNS` order; this module
-turns them into a pandas DataFrame and the summary dict whose keys DESIGN.md fixes.
+turns them into a pandas DataFrame and the summary dict (its keys are a contract: see
+README.md, Outputs).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 
 from kvsim import __version__
 from kvsim.config.schema import Scenario
+from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, window_overlap
 from kvsim.sim.simulation import SimOutput
 
@@ -28,6 +30,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("queue_wait_s", "time in the engine queue (both waits under async loading)"),
     ("load_s", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
     ("compute_s", "prefill compute time, t(new_tokens, cached_tokens)"),
+    ("store_s", "GPU-to-host staging of the blocks to put, which the engine waits for"),
     ("load_host_s", "restore from host DRAM, T0 included"),
     ("load_nvme_s", "restore from NVMe, T0 included"),
     ("load_remote_s", "restore from the remote store, T0 included"),
@@ -77,7 +80,7 @@ def frame(rows: list[tuple]) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
-    """The summary dict (keys fixed by DESIGN.md, plus diagnostics)."""
+    """The summary dict (the contract keys, plus diagnostics)."""
     m = df[~df["warmup"]]
     ttft = m["ttft_s"].to_numpy()
     first = float(df["arrival_s"].min()) if len(df) else 0.0
@@ -111,6 +114,7 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
         "queue_wait_p99_s": percentile(m["queue_wait_s"].to_numpy(), 99),
         "load_mean_s": float(m["load_s"].mean()) if len(m) else float("nan"),
         "compute_mean_s": float(m["compute_s"].mean()) if len(m) else float("nan"),
+        "store_mean_s": float(m["store_s"].mean()) if len(m) else float("nan"),
         "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
         "gpu_busy_frac": ratio(busy, engines * span),
         "engine_blocked_frac": ratio(blocked, engines * span),
@@ -135,8 +139,19 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
 
 
 def collect(out: SimOutput, scenario: Scenario) -> Results:
-    """Results from a finished run."""
+    """Results from a finished run (InputError when nothing was left to measure)."""
+    if out.arrived == 0:
+        raise InputError("workload: no requests to simulate (check workload.window and limit)")
     df = frame(out.rows)
+    if not (~df["warmup"]).any():
+        if out.unfinished and len(df) == 0:
+            raise InputError(
+                f"run.max_time: no request finished within {scenario.run.max_time:g} s"
+            )
+        raise InputError(
+            f"run.warmup: all {out.arrived} requests arrived during the "
+            f"{scenario.run.warmup:g} s warm-up; nothing is left to measure"
+        )
     return Results(df, summarize(df, out, scenario), scenario, out.engines)
 
 

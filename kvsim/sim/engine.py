@@ -6,12 +6,13 @@ One request's path through an engine::
     remote; each block from the fastest tier holding it) -> policy picks what to restore
     -> restore: per tier, T0 then a transfer on the fabric (remote: one GET flow per server,
     each may stall; a client timeout abandons them and recomputes) -> compute the suffix,
-    t(new, cached) from the timing table -> blocks admitted to GPU HBM (evictions demote),
-    missing blocks put to the remote store in the background -> one record.
+    t(new, cached) from the timing table -> blocks the remote store lacks are staged to host
+    memory (the engine waits for this copy) -> blocks admitted to GPU HBM (evictions
+    demote), staged blocks put to the remote store in the background -> one record.
 
 Under ``sync`` the engine waits through the restore (GPU idle); under ``async`` it serves
 others and the request re-joins the queue once its KV is in. Invariants: a request's
-tokens by source sum to its prompt, and TTFT = queue wait + restore + compute.
+tokens by source sum to its prompt, and TTFT = queue wait + restore + compute + store.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Job:
         "stalled",
         "start",
         "state",
+        "store_s",
         "tier_s",
         "timed_out",
         "tokens",
@@ -65,6 +67,7 @@ class Job:
         self.start = float("nan")
         self.load_s = 0.0
         self.compute_s = 0.0
+        self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
         self.remote_get_s = 0.0
         self.tier_s = [0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
         self.tokens = [0, 0, 0, 0, 0]  # gpu, host, nvme, remote, computed
@@ -169,7 +172,13 @@ class Engine:
             job.compute_s = t
             yield env.timeout(t)
             self.busy += t
-            self._finish(job)
+            puts = None
+            if sim.remote is not None and sim.max_pending_puts:
+                puts, nbytes = self._stage(job)
+                if nbytes:
+                    job.store_s = nbytes / sim.stage_bandwidth
+                    yield env.timeout(job.store_s)
+            self._finish(job, puts)
 
     def _restore_then_requeue(self, job: Job) -> Generator[simpy.Event, Any, None]:
         yield from self._restore(job)
@@ -270,23 +279,18 @@ class Engine:
         assert remote is not None
         B = sim.block_tokens
         blocks = job.req.hash_ids
-        n_in = job.req.input_tokens
-        shards = remote.shards
-        per_server: dict[int, float] = {}
+        last = job.req.input_tokens - 1  # the always-computed last token is not read
+        ids, tokens = [], []
         for i, t in enumerate(job.src):
-            if t != REMOTE:
-                continue
-            tok = min(B, n_in - 1 - i * B)  # the always-computed last token is not read
-            if tok <= 0:
-                continue
-            b = blocks[i]
-            for shard in range(shards):
-                server = remote.place(b, shard)[0]
-                per_server[server] = per_server.get(server, 0.0) + tok
-        s = sim.kv_bytes / shards
+            if t == REMOTE:
+                tok = min(B, last - i * B)
+                if tok > 0:
+                    ids.append(blocks[i])
+                    tokens.append(tok)
+        s = sim.kv_bytes / remote.shards
         out = []
-        for server in sorted(per_server):
-            nbytes = per_server[server] * s
+        for server, tok in sorted(remote.tokens_by_server(ids, tokens).items()):
+            nbytes = tok * s
             out.append((remote.links[server], nbytes, sim.server_cost(nbytes)))
         return out
 
@@ -356,34 +360,41 @@ class Engine:
 
     # ---- finish ----------------------------------------------------------------------------
 
-    def _finish(self, job: Job) -> None:
+    def _stage(self, job: Job) -> tuple[dict[int, tuple[list[int], list[float]]], float]:
+        """The shards the remote store lacks, grouped by server, and their bytes. They are
+        reserved as pending at once, so no other engine stages them too."""
         sim = self.sim
-        req = job.req
-        blocks = req.hash_ids
-        B = sim.block_tokens
-        s = sim.kv_bytes
-        sizes = [B * s] * len(blocks)
-        sizes[-1] = (req.input_tokens - (len(blocks) - 1) * B) * s  # usually partial
-        self.local.admit(blocks, sizes)
-        if sim.remote is not None and sim.max_pending_puts:
-            self._put(blocks, sizes)
+        remote = sim.remote
+        assert remote is not None
+        blocks = job.req.hash_ids
+        groups = remote.missing(blocks, sim.block_sizes(job.req))
+        nbytes = 0.0
+        for server, (keys, sizes) in groups.items():
+            remote.pending[server].update(keys)
+            nbytes += sum(sizes)
+        return groups, nbytes
+
+    def _finish(self, job: Job, puts: dict[int, tuple[list[int], list[float]]] | None) -> None:
+        sim = self.sim
+        self.local.admit(job.req.hash_ids, sim.block_sizes(job.req))
+        if puts:
+            self._put(puts)
         self.outstanding -= 1
         self.served += 1
         sim.record(self, job)
 
-    def _put(self, blocks: Any, sizes: list[float]) -> None:
-        """Queue puts of the blocks the remote store lacks: one per server, each server
-        connection sending one put at a time (an LMCache-style background store)."""
+    def _put(self, groups: dict[int, tuple[list[int], list[float]]]) -> None:
+        """Queue one put per server; each server connection sends one put at a time (an
+        LMCache-style background store). A full queue drops the put."""
         sim = self.sim
         remote = sim.remote
         assert remote is not None
-        groups = remote.missing(blocks, sizes)
         for server in sorted(groups):
             keys, shard_sizes = groups[server]
             if self.pending_puts >= sim.max_pending_puts:
                 remote.puts_dropped += len(keys)
+                remote.pending[server].difference_update(keys)
                 continue
-            remote.pending[server].update(keys)
             self.pending_puts += 1
             queue = self._put_queues.setdefault(server, deque())
             queue.append((keys, shard_sizes))
@@ -430,6 +441,7 @@ class Engine:
             job.queue_wait,
             job.load_s,
             job.compute_s,
+            job.store_s,
             ts[HOST],
             ts[NVME],
             ts[REMOTE],

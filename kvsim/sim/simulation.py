@@ -20,7 +20,7 @@ import simpy
 from kvsim.cache.eviction import make_store
 from kvsim.cache.local import HOST, NVME, LocalCache
 from kvsim.cache.remote import RemoteStore
-from kvsim.config.schema import Scenario
+from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric
 from kvsim.physics.timing import TimingTable
@@ -29,7 +29,8 @@ from kvsim.sim.engine import Engine, Job
 from kvsim.sim.policy import LOAD_POLICIES
 from kvsim.sim.router import make_router
 from kvsim.workload import open_workload
-from kvsim.workload.request import Request
+from kvsim.workload.request import Request, check_request
+from kvsim.workload.synthetic import prestored_blocks
 
 Progress = Callable[[int], None]
 
@@ -86,6 +87,10 @@ class Simulation:
             op_bytes = rc.chunk_tokens * self.kv_bytes / self.remote.shards
             self._op_factor = rc.op_overhead * rc.bandwidth
             self._op_bytes = op_bytes
+            # unsharded: one rank saves everything through its own link (LMCache's MLA
+            # default); per rank: every rank copies its shard in parallel
+            self.stage_bandwidth = node.d2h_per_gpu * self.remote.shards
+            self._prestore(sc)
         self.engines: list[Engine] = []
         tiers = sc.tiers
         for i in range(sc.cluster.engines):
@@ -112,6 +117,24 @@ class Simulation:
         self.warmup = sc.run.warmup
 
     # ---- physics helpers used by engines ----------------------------------------------
+
+    def block_sizes(self, req: Request) -> list[float]:
+        """Bytes of each block of a prompt (the last one is usually partial)."""
+        full = self.block_tokens * self.kv_bytes
+        sizes = [full] * len(req.hash_ids)
+        sizes[-1] = (req.input_tokens - (len(sizes) - 1) * self.block_tokens) * self.kv_bytes
+        return sizes
+
+    def _prestore(self, sc: Scenario) -> None:
+        """Fill the remote store with the workload's shared prefixes, if it asks for that."""
+        w = sc.workload
+        if not isinstance(w, SyntheticWorkload) or not w.prestored:
+            return
+        assert self.remote is not None
+        blocks = prestored_blocks(w)
+        groups = self.remote.missing(blocks, [self.block_tokens * self.kv_bytes] * len(blocks))
+        for server, (keys, sizes) in groups.items():
+            self.remote.stores[server].insert_many(keys, sizes)
 
     def server_cost(self, nbytes: float) -> float:
         """Server work per payload byte of one GET/PUT flow: 1 + ops x overhead x bw / bytes."""
@@ -140,6 +163,7 @@ class Simulation:
         env = self.env
         router = self.router
         warmup = self.warmup
+        block = self.block_tokens
         last = 0.0
         for req in requests:
             if req.arrival < last:
@@ -147,6 +171,7 @@ class Simulation:
                     f"request {req.id}: arrival {req.arrival:g} s is before the previous "
                     f"one ({last:g} s); a workload must be sorted by time"
                 )
+            check_request(req, block)
             last = req.arrival
             dt = req.arrival - env.now
             if dt > 0:

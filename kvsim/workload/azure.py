@@ -21,6 +21,8 @@ COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 def _int(value: str | None, name: str, where: str, minimum: int) -> int:
+    if value is None or value == "":
+        raise InputError(f"{name}: missing value", where=where)
     try:
         v = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.errors import InputError
+
 
 @dataclass(slots=True, frozen=True)
 class Request:
@@ -19,3 +21,15 @@ class Request:
     output_tokens: int
     hash_ids: tuple[int, ...]
     session: int = -1  # -1: not part of a multi-turn session
+
+
+def check_request(req: Request, block_tokens: int) -> None:
+    """Refuse a request whose shape the simulator cannot serve (InputError)."""
+    if req.input_tokens < 1:
+        raise InputError(f"request {req.id}: input_tokens must be >= 1, got {req.input_tokens}")
+    need = -(-req.input_tokens // block_tokens)
+    if len(req.hash_ids) != need:
+        raise InputError(
+            f"request {req.id}: {len(req.hash_ids)} hash_ids, but {req.input_tokens} tokens "
+            f"need {need} blocks of {block_tokens}"
+        )

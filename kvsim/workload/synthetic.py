@@ -10,7 +10,8 @@ prompt); any block holding fresh text gets a new id.
 
 "Fixed-length streams with a chosen reuse fraction" are ``prompt_tokens: fixed`` with
 ``documents: {count, fraction}``. Randomness comes from named streams (arrivals, sessions,
-lengths, prefixes), drawn before the clock starts; ids are assigned as requests are
+prompt and output lengths, system prompts, documents), drawn before the clock starts;
+ids are assigned as requests are
 emitted in arrival order, so a million requests need not sit in memory at once.
 """
 
@@ -77,53 +78,123 @@ def _popularity(count: int, kind: str, s: float) -> np.ndarray:
     return w / w.sum()
 
 
+def dist_max(dist: IntDist) -> int:
+    """The largest value a distribution can draw (geometric: its 99.99th percentile)."""
+    if isinstance(dist, FixedDist):
+        return dist.value
+    if isinstance(dist, UniformDist):
+        return dist.high
+    if isinstance(dist, LogNormalDist):
+        return dist.max
+    if isinstance(dist, ChoiceDist):
+        return max(dist.values)
+    return int(np.ceil(np.log(1e-4) / np.log1p(-1.0 / dist.mean))) if dist.mean > 1 else 1
+
+
+class SharedIds:
+    """Block ids of shared prefixes, fixed by position (so they are known before any
+    request is generated): system prompt ``sys`` (or -1), document ``doc`` (or -1), block
+    ``i``. Fresh (unshared) ids start at :attr:`first_fresh`."""
+
+    def __init__(self, cfg: SyntheticWorkload) -> None:
+        self.block = cfg.block_tokens
+        self.n_sys = cfg.system_prompts.count if cfg.system_prompts else 0
+        self.sys_tokens = cfg.system_prompts.tokens if cfg.system_prompts else 0
+        self.n_doc = cfg.documents.count if cfg.documents else 0
+        frac = cfg.documents.fraction if cfg.documents else 0.0
+        self.max_doc_tokens = int(frac * dist_max(cfg.prompt_tokens))
+        self.stride = (self.sys_tokens + self.max_doc_tokens) // self.block + 1
+        self.first_fresh = (self.n_sys + 1) * (self.n_doc + 1) * self.stride
+
+    def id(self, sys: int, doc: int, i: int) -> int:
+        return ((sys + 1) * (self.n_doc + 1) + doc + 1) * self.stride + i
+
+    def prefix(self, sys: int, doc: int, doc_tokens: int) -> list[int]:
+        """Ids of the blocks lying wholly inside [system prompt][document prefix]."""
+        head = self.sys_tokens if sys >= 0 else 0
+        out = []
+        for i in range((head + doc_tokens) // self.block):
+            end = (i + 1) * self.block
+            out.append(self.id(sys, -1, i) if end <= head else self.id(sys, doc, i))
+        return out
+
+    def prestored(self) -> list[int]:
+        """Every block of every document at its longest (with each system prompt, and
+        without one), plus every system prompt's own blocks."""
+        ids: set[int] = set()
+        for sys in range(-1, self.n_sys):
+            ids.update(self.prefix(sys, -1, 0))
+            for doc in range(self.n_doc):
+                ids.update(self.prefix(sys, doc, self.max_doc_tokens))
+        return sorted(ids)
+
+
+def prestored_blocks(cfg: SyntheticWorkload) -> list[int]:
+    """Blocks the remote store holds before the run starts (``workload.prestored``)."""
+    return SharedIds(cfg).prestored() if cfg.prestored else []
+
+
+def _schedule(cfg: SyntheticWorkload, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Turns per session and the arrival time of every turn (session-major order).
+
+    Sessions keep arriving until the next one would start after the ``requests``-th
+    earliest turn, so the first ``requests`` turns by time form a steady stream (not a
+    burst of session starts followed by a thin tail of late turns)."""
+    n = cfg.requests
+    r_sessions = stream(seed, "sessions")
+    r_arrivals = stream(seed, "arrivals")
+    if cfg.sessions is None:
+        return np.ones(n, dtype=np.int64), np.cumsum(interarrivals(cfg.arrivals, r_arrivals, n))
+    chunk = max(1024, n // 4)
+    turns_parts, time_parts = [], []
+    clock, total = 0.0, 0
+    while True:
+        turns = sample(cfg.sessions.turns, r_sessions, chunk)
+        starts = clock + np.cumsum(interarrivals(cfg.arrivals, r_arrivals, chunk))
+        clock = float(starts[-1])
+        first = np.repeat(np.cumsum(turns) - turns, turns)  # index of each session's turn 0
+        gaps = r_sessions.exponential(cfg.sessions.think_time, size=int(turns.sum()))
+        gaps[first == np.arange(len(first))] = 0.0
+        cum = np.cumsum(gaps)
+        time_parts.append(np.repeat(starts, turns) + cum - cum[first])
+        turns_parts.append(turns)
+        total += int(turns.sum())
+        if total >= n:
+            nth = np.partition(np.concatenate(time_parts), n - 1)[n - 1]
+            if clock > nth:
+                break
+    return np.concatenate(turns_parts), np.concatenate(time_parts)
+
+
 def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
     """Requests of a synthetic workload, in arrival order."""
     n = cfg.requests
     B = cfg.block_tokens
-    r_sessions = stream(seed, "sessions")
-    # turns per session, until there are at least n turns
-    if cfg.sessions is not None:
-        chunks, total = [], 0
-        while total < n:
-            t = sample(cfg.sessions.turns, r_sessions, max(1024, n // 4))
-            chunks.append(t)
-            total += int(t.sum())
-        turns = np.concatenate(chunks)
-        turns = turns[: int(np.searchsorted(np.cumsum(turns), n)) + 1]
-    else:
-        turns = np.ones(n, dtype=np.int64)
+    turns, times = _schedule(cfg, seed)
     n_sessions = len(turns)
-    starts = np.cumsum(interarrivals(cfg.arrivals, stream(seed, "arrivals"), n_sessions))
     session_of = np.repeat(np.arange(n_sessions), turns)
     turn_of = np.arange(len(session_of)) - np.repeat(np.cumsum(turns) - turns, turns)
-    times = starts[session_of]
-    if cfg.sessions is not None and cfg.sessions.think_time > 0:
-        gaps = r_sessions.exponential(cfg.sessions.think_time, size=len(session_of))
-        gaps[turn_of == 0] = 0.0
-        first = np.cumsum(turns) - turns
-        cum = np.cumsum(gaps)
-        times = times + cum - np.repeat(cum[first], turns)
-    lengths = stream(seed, "lengths")
-    new_tokens = sample(cfg.prompt_tokens, lengths, len(session_of))
-    out_tokens = sample(cfg.output_tokens, lengths, len(session_of))
-    r_prefix = stream(seed, "prefixes")
+    # one stream per quantity, drawn in session order: a session's draws do not depend on
+    # how many sessions the schedule needed (which the arrival rate decides)
+    new_tokens = sample(cfg.prompt_tokens, stream(seed, "prompt_tokens"), len(session_of))
+    out_tokens = sample(cfg.output_tokens, stream(seed, "output_tokens"), len(session_of))
     sys_of = np.full(n_sessions, -1, dtype=np.int64)
     if cfg.system_prompts is not None:
         sp = cfg.system_prompts
-        use = r_prefix.random(n_sessions) < sp.share
-        sys_of[use] = r_prefix.integers(0, sp.count, size=int(use.sum()))
+        u = stream(seed, "system_prompts").random((n_sessions, 2))
+        picked = np.minimum((u[:, 1] * sp.count).astype(np.int64), sp.count - 1)
+        sys_of = np.where(u[:, 0] < sp.share, picked, -1)
     doc_of = np.full(n_sessions, -1, dtype=np.int64)
     if cfg.documents is not None:
         d = cfg.documents
-        doc_of = r_prefix.choice(
-            d.count, size=n_sessions, p=_popularity(d.count, d.popularity, d.zipf_s)
-        )
+        u = stream(seed, "documents").random((n_sessions, 2))
+        cdf = np.cumsum(_popularity(d.count, d.popularity, d.zipf_s))
+        picked = np.minimum(np.searchsorted(cdf, u[:, 1], side="right"), d.count - 1)
+        doc_of = np.where(u[:, 0] < d.share, picked, -1)
     order = np.lexsort((turn_of, session_of, times))[:n]
-    sys_tokens = cfg.system_prompts.tokens if cfg.system_prompts else 0
     doc_fraction = cfg.documents.fraction if cfg.documents else 0.0
-    fresh = itertools.count()
-    shared: dict[tuple[int, int, int], int] = {}
+    shared = SharedIds(cfg)
+    fresh = itertools.count(shared.first_fresh)
     history: dict[int, tuple[int, int, list[int]]] = {}  # session -> (prompt, answer, ids)
     remaining = np.bincount(session_of[order], minlength=n_sessions)
 
@@ -135,26 +206,12 @@ def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
             keep = prompt // B
             length = prompt + answer + new
             block_ids = ids[:keep]
-            block_ids.extend(next(fresh) for _ in range(-(-length // B) - keep))
         else:
             sys_id, doc_id = int(sys_of[s]), int(doc_of[s])
-            doc = int(doc_fraction * new) if doc_id >= 0 else 0
-            head = sys_tokens if sys_id >= 0 else 0
-            length = head + new
-            block_ids = []
-            for i in range(-(-length // B)):
-                end = (i + 1) * B
-                if end <= head:
-                    key = (sys_id, -1, i)
-                elif end <= head + doc:
-                    key = (sys_id, doc_id, i)
-                else:
-                    block_ids.append(next(fresh))
-                    continue
-                bid = shared.get(key)
-                if bid is None:
-                    bid = shared[key] = next(fresh)
-                block_ids.append(bid)
+            doc = min(int(doc_fraction * new), shared.max_doc_tokens) if doc_id >= 0 else 0
+            length = (shared.sys_tokens if sys_id >= 0 else 0) + new
+            block_ids = shared.prefix(sys_id, doc_id, doc)
+        block_ids.extend(next(fresh) for _ in range(-(-length // B) - len(block_ids)))
         answer_tokens = int(out_tokens[idx])
         remaining[s] -= 1
         if remaining[s] > 0:

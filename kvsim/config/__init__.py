@@ -1,0 +1,1 @@
+"""Scenario configuration: the typed schema, loading from YAML, and writing it back."""

@@ -1,0 +1,46 @@
+"""A Scenario written back as a plain dict that loads again to the same Scenario.
+
+Unit-carrying fields become unit strings in base units ("288000000000.0 B", "0.33 s"),
+written with ``repr`` so every float round-trips exactly; the timing grid is written inline;
+paths are absolute. ``yaml.safe_dump`` of the result is a complete, self-contained
+scenario file (``kvsim run --out`` writes one next to the results).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from kvsim.config.schema import Scenario, field_unit
+from kvsim.units import UNIT_WRITERS
+
+
+def _value(value: Any, unit: str | None) -> Any:
+    if isinstance(value, BaseModel):
+        return record_to_dict(value)
+    if isinstance(value, list):
+        return [_value(v, unit) for v in value]
+    if unit is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return UNIT_WRITERS[unit](float(value))
+    return value
+
+
+def record_to_dict(record: BaseModel) -> dict[str, Any]:
+    """Any config record as a dict of YAML-ready values (units as strings)."""
+    out: dict[str, Any] = {}
+    for name, field in type(record).model_fields.items():
+        out[name] = _value(getattr(record, name), field_unit(field.annotation, field.metadata))
+    return out
+
+
+def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
+    """The whole scenario, self-contained (inline timing, absolute trace path)."""
+    out = record_to_dict(sc)
+    out.pop("source", None)
+    out["timing"]["table"] = None
+    path = out["workload"].get("path")
+    if path is not None:
+        out["workload"]["path"] = str(Path(path).resolve())
+    return out
