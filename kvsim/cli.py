@@ -82,6 +82,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--plot", metavar="FILE", help="draw restore/recompute vs length (.png/.svg)")
     c.add_argument("--json", action="store_true", help="print JSON")
 
+    rp = sub.add_parser("reproduce", help="reproduce a published study's figures")
+    rp.add_argument("study", help="paper: the remote-KV-tier study (arXiv 2610.21500)")
+    rp.add_argument(
+        "--scenarios",
+        help="folder of the study's scenarios (default: scenarios/paper of the checkout)",
+    )
+    rp.add_argument("--out", help="write reproduction.csv, reproduction.md and TTFT CDF plots")
+    rp.add_argument("--json", action="store_true", help="print the figures as JSON")
+
     pr = sub.add_parser("profiles", help="list the shipped hardware/model profiles")
     pr.add_argument("--json", action="store_true")
     return p
@@ -354,6 +363,24 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from kvsim.reproduce import study
+    from kvsim.results.writers import check_writable
+
+    mod = study(args.study)
+    if args.out:
+        check_writable(args.out, folder=True, flag="--out")
+    rep = mod.reproduce(args.scenarios, log=lambda msg: print(msg, file=sys.stderr))
+    if args.json:
+        print(json.dumps(rep.records(), indent=2))
+    else:
+        print(mod.text_table(rep))
+    if args.out:
+        paths = mod.write(rep, args.out)
+        print(f"wrote {len(paths)} files to {args.out}", file=sys.stderr)
+    return 0
+
+
 def _cmd_profiles(args: argparse.Namespace) -> int:
     from kvsim.profiles import DEFAULT_PROFILE, list_profiles
 
@@ -377,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace": _cmd_trace,
         "profiles": _cmd_profiles,
         "costmodel": _cmd_costmodel,
+        "reproduce": _cmd_reproduce,
     }
     try:
         return handlers[args.command](args)

@@ -5,10 +5,11 @@ Definitions (measured requests = finished and not in the warm-up):
 - hit_ratio = prompt tokens served from any cache tier / all prompt tokens.
 - token_source_frac[t] = prompt tokens from tier t (or computed) / all prompt tokens.
 - gpu_busy_frac = compute time inside the measurement window / (engines x window), where
-  the window runs from max(warm-up, first arrival) to the end of the run.
+  the window runs from max(warm-up, first arrival) to the last request's first token
+  (background puts may go on after it). duration_s spans first arrival to that point.
 - engine_blocked_frac: the same for time an engine sat in a synchronous restore.
 - mean_queue_length = time-average number of requests waiting in engine queues (summed over
-  engines, from time 0 to the end of the run, warm-up included), integrated by the engines.
+  engines, from time 0 to the last first token, warm-up included), integrated by the engines.
 - remote_get_bw = remote bytes read / time spent in remote GETs (after T0), per request
   summed: the GET bandwidth requests achieved under the run's load.
 """

@@ -85,7 +85,7 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
     ttft = m["ttft_s"].to_numpy()
     first = float(df["arrival_s"].min()) if len(df) else 0.0
     lo = max(sc.run.warmup, first)
-    hi = out.end_time
+    hi = float(df["finish_s"].max())  # the last first token (background puts may run on)
     span = max(hi - lo, 0.0)
     engines = sc.cluster.engines
     fin = df["finish_s"].to_numpy()

@@ -1,0 +1,18 @@
+"""Reproductions of published studies, each from its own scenarios; ``STUDIES`` maps the
+names ``kvsim reproduce NAME`` accepts to their modules."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from kvsim.errors import InputError
+
+
+def study(name: str) -> ModuleType:
+    """The module reproducing a study (``paper`` is the remote-KV-tier study)."""
+    from kvsim.reproduce import remote_kv_tiers
+
+    studies = {"paper": remote_kv_tiers, "remote-kv-tiers": remote_kv_tiers}
+    if name not in studies:
+        raise InputError(f"unknown study {name!r}; choose one of {sorted(studies)}")
+    return studies[name]

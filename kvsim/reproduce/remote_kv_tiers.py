@@ -1,0 +1,281 @@
+"""Reproduce the remote-KV-tier study (arXiv 2610.21500) from the scenarios in
+``scenarios/paper/``: each figure of the study next to kvsim's own, and their ratio.
+
+Interpretation adopted: the study's bandwidths are GiB/s (B* = s*R with s = 51,168 B and
+R = 16,384 / 0.31 s is 2.70 GB/s = 2.52 GiB/s, against the study's "2.53"), so every
+bandwidth figure here is in GiB/s. The workload is not published; the scenario files say
+what was assumed, and ``docs/paper-reproduction.md`` says what matches and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvsim import api
+from kvsim.errors import InputError
+from kvsim.physics.costmodel import GIB
+from kvsim.results import Results
+from kvsim.workload.request import Request
+
+STUDY = "arXiv 2610.21500: remote KV tiers for context-parallel prefill"
+
+# the configurations of the study, each a scenario file in scenarios/paper/
+CONFIGS = {
+    "no-remote": "production stream, no remote tier",
+    "remote-sync": "production stream, remote tier (one server, sync, client bugs)",
+    "high-hit-sync": "high-hit stream, one server, sync loading, client bugs",
+    "sharded-async": "high-hit stream, per-rank store on 8 servers, async, bugs fixed",
+    "throughput-unsharded": "saturated engine, cold prompts, unsharded store path",
+    "throughput-sharded": "saturated engine, cold prompts, per-rank store path",
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the study: its value there (None when the study gives none)."""
+
+    name: str
+    paper: float | None
+    unit: str
+    what: str
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("recompute_16k_s", 0.31, "s", "16k-token prompt computed from scratch, idle engine"),
+    Figure(
+        "remote_hit_16k_s",
+        0.88,
+        "s",
+        "the same prompt restored from the unsharded remote tier, synchronously, idle engine",
+    ),
+    Figure("b_star", 2.53, "GiB/s", "break-even tier bandwidth B* = s*R"),
+    Figure("crossover_tokens", 17000, "tokens", "T0*R: shorter prompts never beat recompute"),
+    Figure("get_bw_unsharded", 1.71, "GiB/s", "GET bandwidth achieved, one server, under load"),
+    Figure("get_bw_sharded", 10.76, "GiB/s", "GET bandwidth achieved, one server per rank"),
+    Figure("p99_no_remote_s", 3.96, "s", "p99 TTFT of 16k prompts without a remote tier"),
+    Figure("p99_remote_sync_s", 17.3, "s", "p99 TTFT with the remote tier enabled"),
+    Figure("p99_ratio_remote", 17.3 / 3.96, "x", "p99 with / without the remote tier"),
+    Figure("p50_ratio_remote", 1.0, "x", "median with / without the remote tier ('unchanged')"),
+    Figure("p99_high_hit_sync_s", 83.32, "s", "p99 TTFT, high-hit stream, sync loading"),
+    Figure(
+        "p99_growth_2x",
+        None,
+        "x",
+        "that p99 when the stream lasts twice as long / as is (> 1: the queue is unstable)",
+    ),
+    Figure("gpu_busy_high_hit_sync", 0.07, "fraction", "GPU busy, high-hit stream, sync"),
+    Figure("p99_sharded_async_s", 0.67, "s", "p99 TTFT after sharding + async + bug fixes"),
+    Figure(
+        "remote_token_frac",
+        0.985,
+        "fraction",
+        "prompt tokens served from the remote tier, same run",
+    ),
+    Figure(
+        "throughput_gain_sharded",
+        0.14,
+        "fraction",
+        "prefill throughput gain of the sharded store (saturated engine)",
+    ),
+)
+
+
+@dataclass
+class Row:
+    figure: Figure
+    kvsim: float
+
+    @property
+    def ratio(self) -> float | None:
+        """kvsim / paper (None when the study gives no value)."""
+        p = self.figure.paper
+        return self.kvsim / p if p else None
+
+
+@dataclass
+class Reproduction:
+    """kvsim's figures for the study, and the runs they came from."""
+
+    rows: list[Row]
+    runs: dict[str, Results] = field(default_factory=dict)
+
+    def value(self, name: str) -> float:
+        return next(r.kvsim for r in self.rows if r.figure.name == name)
+
+    def records(self) -> list[dict[str, object]]:
+        """One dict per figure: figure, paper, kvsim, unit, ratio (the CSV's columns)."""
+        return [
+            {
+                "figure": r.figure.name,
+                "paper": r.figure.paper,
+                "kvsim": r.kvsim,
+                "unit": r.figure.unit,
+                "ratio": r.ratio,
+            }
+            for r in self.rows
+        ]
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def text_table(rep: Reproduction) -> str:
+    """The side-by-side table for a terminal."""
+    head = ("figure", "paper", "kvsim", "unit", "kvsim/paper")
+    body = [
+        (r.figure.name, _fmt(r.figure.paper), _fmt(r.kvsim), r.figure.unit, _fmt(r.ratio))
+        for r in rep.rows
+    ]
+    widths = [max(len(row[i]) for row in (head, *body)) for i in range(5)]
+    lines = [f"reproducing {STUDY}"]
+    for row in (head, *body):
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i in (0, 3) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(lines)
+
+
+def markdown(rep: Reproduction, plots: list[str] | None = None) -> str:
+    """The same table as Markdown, with what each figure is."""
+    lines = [
+        f"# Reproduction: {STUDY}",
+        "",
+        "Bandwidths in GiB/s (the interpretation adopted; see docs/paper-reproduction.md).",
+        "",
+        "| figure | what | paper | kvsim | unit | kvsim/paper |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rep.rows:
+        lines.append(
+            f"| `{r.figure.name}` | {r.figure.what} | {_fmt(r.figure.paper)} | "
+            f"{_fmt(r.kvsim)} | {r.figure.unit} | {_fmt(r.ratio)} |"
+        )
+    if plots:
+        lines += ["", "TTFT CDFs:", ""] + [f"- [{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def find_scenarios(folder: str | Path | None = None) -> Path:
+    """The paper scenarios: the given folder, ./scenarios/paper, or the checkout's."""
+    candidates = (
+        [Path(folder)]
+        if folder
+        else [
+            Path.cwd() / "scenarios" / "paper",
+            Path(__file__).resolve().parents[2] / "scenarios" / "paper",
+        ]
+    )
+    for c in candidates:
+        if (c / "base.yaml").is_file():
+            return c
+    raise InputError(
+        "no scenarios/paper/ folder with base.yaml here; run from the kvsim "
+        "checkout or pass --scenarios DIR",
+        where=str(candidates[0]),
+    )
+
+
+def _single_requests(path: Path, overrides: list[str], tokens: int) -> list[Results]:
+    """Two identical requests a minute apart on an idle engine: cold, then cached."""
+    sc = api.load(path, overrides)
+    blocks = -(-tokens // sc.workload.block_tokens)
+    ids = tuple(range(10**12, 10**12 + blocks))  # far from any generated block id
+    reqs = [Request(0, 0.0, tokens, 1, ids), Request(1, 60.0, tokens, 1, ids)]
+    return [api.run(sc, requests=reqs)]
+
+
+def reproduce(
+    folder: str | Path | None = None, log: Callable[[str], None] = lambda _msg: None
+) -> Reproduction:
+    """Run every configuration and compute kvsim's value of every figure."""
+    d = find_scenarios(folder)
+    runs: dict[str, Results] = {}
+    for name, what in CONFIGS.items():
+        log(f"running {name}: {what}")
+        runs[name] = api.run(d / f"{name}.yaml")
+    log("running high-hit-sync for twice as long")
+    hh = runs["high-hit-sync"].scenario
+    double = api.run(hh, {"workload.requests": 2 * hh.workload.requests})
+
+    log("running the micro measurements (single requests, one isolated engine)")
+    micro = d / "micro.yaml"
+    cold = _single_requests(micro, ["remote.enabled=false", "workload.prestored=false"], 16384)
+    hit = _single_requests(micro, ["workload.prestored=false"], 16384)
+    runs["micro"] = api.run(micro)
+    sharded = api.run(
+        micro, ["remote.servers=8", "remote.sharding=per_rank", "remote.capacity=1 TB"]
+    )
+    model = api.cost_model(runs["micro"].scenario, 16384)
+
+    s = {k: v.summary for k, v in runs.items()}
+    values = {
+        "recompute_16k_s": float(cold[0].requests["ttft_s"].iloc[0]),
+        "remote_hit_16k_s": float(hit[0].requests["ttft_s"].iloc[1]),
+        "b_star": model.b_star / GIB,
+        "crossover_tokens": model.min_tokens,
+        "get_bw_unsharded": s["micro"]["remote_get_bw"] / GIB,
+        "get_bw_sharded": sharded.summary["remote_get_bw"] / GIB,
+        "p99_no_remote_s": s["no-remote"]["ttft_p99_s"],
+        "p99_remote_sync_s": s["remote-sync"]["ttft_p99_s"],
+        "p99_ratio_remote": s["remote-sync"]["ttft_p99_s"] / s["no-remote"]["ttft_p99_s"],
+        "p50_ratio_remote": s["remote-sync"]["ttft_p50_s"] / s["no-remote"]["ttft_p50_s"],
+        "p99_high_hit_sync_s": s["high-hit-sync"]["ttft_p99_s"],
+        "p99_growth_2x": double.summary["ttft_p99_s"] / s["high-hit-sync"]["ttft_p99_s"],
+        "gpu_busy_high_hit_sync": s["high-hit-sync"]["gpu_busy_frac"],
+        "p99_sharded_async_s": s["sharded-async"]["ttft_p99_s"],
+        "remote_token_frac": s["sharded-async"]["token_source_frac"]["remote"],
+        "throughput_gain_sharded": s["throughput-sharded"]["prompt_tokens_per_s"]
+        / s["throughput-unsharded"]["prompt_tokens_per_s"]
+        - 1.0,
+    }
+    return Reproduction([Row(f, values[f.name]) for f in FIGURES], runs)
+
+
+def write(rep: Reproduction, out: str | Path) -> list[Path]:
+    """reproduction.csv, reproduction.md and a TTFT CDF plot per configuration."""
+    import pandas as pd
+
+    from kvsim.plots import ttft_cdf_plot
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    plots = []
+    for name, res in rep.runs.items():
+        df = res.requests
+        path = out_dir / f"ttft_cdf_{name}.png"
+        ttft_cdf_plot(
+            {name: df.loc[~df["warmup"], "ttft_s"]},
+            path,
+            f"{res.scenario.name}: TTFT CDF ({CONFIGS.get(name, 'micro stream')})",
+        )
+        plots.append(path.name)
+        written.append(path)
+    overview = out_dir / "ttft_cdf_overview.png"
+    ttft_cdf_plot(
+        {
+            n: rep.runs[n].requests.loc[~rep.runs[n].requests["warmup"], "ttft_s"]
+            for n in ("no-remote", "remote-sync", "high-hit-sync", "sharded-async")
+        },
+        overview,
+        "remote-KV-tier study: TTFT CDF per configuration",
+    )
+    written.append(overview)
+    csv_path = out_dir / "reproduction.csv"
+    pd.DataFrame(rep.records(), columns=["figure", "paper", "kvsim", "unit", "ratio"]).to_csv(
+        csv_path, index=False
+    )
+    md_path = out_dir / "reproduction.md"
+    md_path.write_text(markdown(rep, [overview.name, *plots]), encoding="utf-8")
+    return [csv_path, md_path, *written]

@@ -1,0 +1,96 @@
+"""The two-term cost model: formulas on hand-computed values, and the simulator agreeing
+with it (within 2%) on isolated single requests, where its assumptions hold."""
+
+import math
+
+import pytest
+
+from kvsim import api
+from kvsim.cli import main
+from kvsim.physics.costmodel import (
+    GIB,
+    CostModel,
+    b_star,
+    crossover_tokens,
+    effective_bandwidth,
+    recompute_seconds,
+    restore_seconds,
+)
+
+from conftest import SCENARIOS
+
+
+def test_formulas_on_hand_computed_values():
+    # s = 1000 B/token, R = 1000 tokens/s: B* = 1 MB/s
+    assert b_star(1000, 1000) == 1e6
+    assert restore_seconds(500, 2e6, 0.1, 1000) == pytest.approx(0.1 + 0.25)
+    assert recompute_seconds(500, 1000) == pytest.approx(0.5)
+    # at 2 MB/s each restored token saves 1 ms - 0.5 ms: T0 = 0.1 s pays off after 200
+    assert crossover_tokens(2e6, 0.1, 1000, 1000) == pytest.approx(200)
+    # at or below B* a restore never wins
+    assert crossover_tokens(1e6, 0.1, 1000, 1000) == math.inf
+    assert crossover_tokens(0.5e6, 0.0, 1000, 1000) == math.inf
+    # infinite bandwidth: T0*R
+    assert crossover_tokens(1e30, 0.1, 1000, 1000) == pytest.approx(100)
+    # a 10 B op at 10 B/s with 1 s of overhead moves 5 B/s; two servers in parallel 10 B/s
+    assert effective_bandwidth(10, 1.0, 10) == pytest.approx(5)
+    assert effective_bandwidth(10, 1.0, 10, servers=2) == pytest.approx(10)
+
+
+def test_the_studys_figures_from_the_default_profile():
+    sc = api.profile_scenario("b300-pcp8-glm5")
+    m = api.cost_model(sc)
+    assert m.rate == pytest.approx(16384 / 0.31)
+    assert m.b_star / GIB == pytest.approx(2.52, abs=0.01)  # study: 2.53 (read as GiB/s)
+    assert m.b_star / 1e9 == pytest.approx(2.70, abs=0.01)
+    assert m.min_tokens == pytest.approx(17441, abs=2)  # study: ~17k
+    bws = api.tier_bandwidths(sc)
+    assert bws["remote (one server)"][0] / GIB == pytest.approx(1.71, rel=0.002)
+    assert bws["remote (per rank, 8 servers)"][0] / GIB == pytest.approx(10.76, rel=0.002)
+    # at the sharded bandwidth the break-even is ~23k tokens, so a 16k hit still loses
+    assert m.crossover(10.76 * GIB) == pytest.approx(22774, rel=0.01)
+    assert m.restore(16384, 10.76 * GIB) > m.recompute(16384)
+
+
+@pytest.mark.parametrize("sharding", ["none", "per_rank"])
+@pytest.mark.parametrize("tokens", [4096, 16384, 65536])
+def test_simulator_agrees_with_the_cost_model_on_isolated_requests(sharding, tokens):
+    """One request restored from the remote tier on an idle engine (nothing else on the
+    links), sync: the restore phase is T0 + bytes / B_eff within 2%, and a cold prefill is
+    t(S, 0), which the cost model's recompute side uses at the reference length."""
+    servers = 1 if sharding == "none" else 8
+    overrides = [
+        "workload.prestored=false",
+        f"remote.sharding={sharding}",
+        f"remote.servers={servers}",
+        "remote.capacity=1 TB",
+    ]
+    sc = api.load(SCENARIOS / "paper" / "micro.yaml", overrides)
+    from kvsim.workload.request import Request
+
+    ids = tuple(range(10**12, 10**12 + tokens // 256))
+    res = api.run(sc, requests=[Request(0, 0.0, tokens, 1, ids), Request(1, 60.0, tokens, 1, ids)])
+    cold, hit = res.requests.iloc[0], res.requests.iloc[1]
+    model = api.cost_model(sc, tokens)
+    assert cold["compute_s"] == pytest.approx(model.recompute(tokens), rel=1e-9)
+    name = "remote (one server)" if sharding == "none" else "remote (per rank, 8 servers)"
+    bw, t0 = api.tier_bandwidths(sc)[name]
+    want = CostModel(model.kv_bytes, model.rate, t0).restore(tokens - 1, bw)
+    assert hit["load_s"] == pytest.approx(want, rel=0.02)
+    assert hit["tokens_remote"] == tokens - 1
+
+
+def test_costmodel_command(tmp_path, capsys):
+    plot = tmp_path / "cm.png"
+    assert main(["costmodel", "--bandwidth", "10.76 GiB/s", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "B* = s*R = 2.704 GB/s = 2.519 GiB/s" in out
+    assert "17,441 tokens" in out
+    assert plot.stat().st_size > 10_000
+    assert main(["costmodel", "--json", "--t0", "0 s"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert data["min_tokens"] == 0
+    assert main(["costmodel", "--bandwidth", "fast"]) == 2
+    assert "--bandwidth fast" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""The remote-KV-tier study reproduced from scenarios/paper/ (acceptance of the study's
+reproduction). The runs are the ones `kvsim reproduce paper` makes (about 10 s in all)."""
+
+import pytest
+
+from kvsim.cli import main
+from kvsim.reproduce import remote_kv_tiers as paper
+
+from conftest import SCENARIOS
+
+
+@pytest.fixture(scope="module")
+def rep():
+    return paper.reproduce(SCENARIOS / "paper")
+
+
+MICRO = [
+    "recompute_16k_s",
+    "remote_hit_16k_s",
+    "b_star",
+    "crossover_tokens",
+    "get_bw_unsharded",
+    "get_bw_sharded",
+]
+
+
+@pytest.mark.parametrize("name", MICRO)
+def test_micro_figures_within_10_percent(rep, name):
+    row = next(r for r in rep.rows if r.figure.name == name)
+    assert row.ratio == pytest.approx(1.0, abs=0.10), (name, row.kvsim, row.figure.paper)
+
+
+def test_enabling_the_remote_tier_keeps_the_median_and_raises_the_tail(rep):
+    assert abs(rep.value("p50_ratio_remote") - 1) < 0.15
+    assert rep.value("p99_ratio_remote") >= 3
+
+
+def test_sync_loading_on_the_high_hit_stream_is_an_unstable_queue(rep):
+    assert rep.value("p99_high_hit_sync_s") > 30
+    assert rep.value("p99_growth_2x") > 1.3  # still growing when the stream lasts 2x
+    assert rep.value("gpu_busy_high_hit_sync") < 0.15
+
+
+def test_sharded_async_with_fixes(rep):
+    assert rep.value("p99_sharded_async_s") < 1.0
+    assert rep.value("remote_token_frac") >= 0.95
+
+
+def test_sharded_store_throughput_gain(rep):
+    assert 0.05 <= rep.value("throughput_gain_sharded") <= 0.25
+
+
+def test_every_figure_of_the_study_is_reported(rep):
+    names = [r.figure.name for r in rep.rows]
+    assert names[:6] == MICRO
+    assert len(set(names)) == len(names) >= 14
+
+
+def test_reproduce_command_writes_csv_markdown_and_plots(tmp_path, capsys):
+    assert main(["reproduce", "paper", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "remote_hit_16k_s" in text and "kvsim/paper" in text
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "reproduction.csv")
+    assert list(df.columns) == ["figure", "paper", "kvsim", "unit", "ratio"]
+    assert set(MICRO) <= set(df["figure"])
+    assert (tmp_path / "reproduction.md").read_text().startswith("# Reproduction")
+    for name in paper.CONFIGS:
+        assert (tmp_path / f"ttft_cdf_{name}.png").stat().st_size > 10_000
+    assert main(["reproduce", "nope"]) == 2
