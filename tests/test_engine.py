@@ -119,27 +119,16 @@ def test_without_timeout_a_stall_holds_the_request_until_it_ends():
 
 
 def test_under_sync_a_stalled_get_holds_the_engine_and_the_queue_behind_it():
-    sc = toy(
-        remote={
-            "enabled": True,
-            "stall": {"probability": 1.0, "duration": "5 s", "distribution": "fixed"},
-        }
-    )
+    stalling = {
+        "enabled": True,
+        "stall": {"probability": 1.0, "duration": "5 s", "distribution": "fixed"},
+    }
     reqs = [req(0, 0.0, 300, [1, 2, 3]), req(1, 10.0, 300, [1, 2, 3]), req(2, 10.1, 200, [7, 8])]
-    r = by_id(api.run(sc, requests=reqs))
+    r = by_id(api.run(toy(remote=stalling), requests=reqs))
     held = 0.5 + 5 + 0.299 + 0.1  # T0, the stall, the GET, the last token
     assert r[2].start_s == pytest.approx(10.0 + held)  # B waited for all of A
-    async_r = by_id(
-        api.run(
-            toy(
-                cluster={"load_policy": "async"},
-                remote=sc.remote.model_dump(include={"enabled"})
-                | {"stall": {"probability": 1.0, "duration": "5 s", "distribution": "fixed"}},
-            ),
-            requests=reqs,
-        )
-    )
-    assert async_r[2].start_s == pytest.approx(10.1)  # async: B runs while A's GET hangs
+    r = by_id(api.run(toy(cluster={"load_policy": "async"}, remote=stalling), requests=reqs))
+    assert r[2].start_s == pytest.approx(10.1)  # async: B runs while A's GET hangs
 
 
 def test_per_rank_usable_hit_is_the_minimum_over_ranks():
