@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,27 @@ def _parser() -> argparse.ArgumentParser:
         help="tokens per hash block of a trace file (default 512, Mooncake's)",
     )
 
+    tm = tsub.add_parser("mrc", help="LRU hit ratio against cache capacity, in one pass")
+    tm.add_argument("trace", help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
+    tm.add_argument(
+        "--block-tokens",
+        type=int,
+        default=None,
+        help="tokens per hash block of a trace file (default 512)",
+    )
+    tm.add_argument("--points", type=int, default=24, help="capacities to report")
+    tm.add_argument(
+        "--profile",
+        help="express capacities in bytes of this profile's model "
+        "(default: the scenario's, or b300-pcp8-glm5)",
+    )
+    tm.add_argument("--plot", metavar="FILE", help="draw the curve (.png/.svg)")
+    tm.add_argument(
+        "--json",
+        action="store_true",
+        help='print [{"capacity_tokens": ..., "hit_ratio": ...}, ...]',
+    )
+
     tg = tsub.add_parser("generate", help="write a scenario's workload as a trace file")
     tg.add_argument("scenario", help="scenario YAML (its workload is used)")
     tg.add_argument("output", help="output file: .jsonl (Mooncake) or .csv (Azure, no prefixes)")
@@ -81,6 +103,46 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--rate", help='override R, e.g. "52850/s" (tokens per second)')
     c.add_argument("--plot", metavar="FILE", help="draw restore/recompute vs length (.png/.svg)")
     c.add_argument("--json", action="store_true", help="print JSON")
+
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of values and seeds")
+    sw.add_argument("sweep", help="sweep YAML (base scenario, grid/zip, seeds)")
+    sw.add_argument("--out", required=True, help="folder for runs.jsonl and results.parquet/csv")
+    sw.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="local worker processes (default: one per core)",
+    )
+    sw.add_argument(
+        "--scheduler",
+        help="run on a Dask cluster: tcp://host:port (needs pip install 'kvsim[cluster]')",
+    )
+    sw.add_argument("--retry-failed", action="store_true", help="re-run runs that failed")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    cp = sub.add_parser("capacity", help="highest arrival rate that meets an SLO")
+    cp.add_argument("scenario", nargs="?", help="scenario YAML (or use --sweep)")
+    cp.add_argument("--slo", required=True, help="e.g. 'ttft_p99<=2s' (any summary metric)")
+    cp.add_argument("--sweep", help="a sweep file: one capacity per configuration")
+    _add_overrides(cp)
+    cp.add_argument("--reps", type=int, default=3, help="replications (seeds) per search")
+    cp.add_argument("--tol", type=float, default=0.02, help="relative width to stop at")
+    cp.add_argument("--out", help="write capacity.csv (and a bar plot with --sweep)")
+    cp.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="parallel searches with --sweep (local processes)",
+    )
+    cp.add_argument("--json", action="store_true")
+
+    pl = sub.add_parser("plot", help="draw the figures of a run's or a sweep's --out folder")
+    pl.add_argument("folder", help="a `kvsim run --out` or `kvsim sweep --out` folder")
+    pl.add_argument("--format", choices=("png", "svg"), default="png")
+    pl.add_argument(
+        "--x",
+        help="sweep: the swept field to use as load (default: a swept arrivals.rate or time_scale)",
+    )
 
     rp = sub.add_parser("reproduce", help="reproduce a published study's figures")
     rp.add_argument("study", help="paper: the remote-KV-tier study (arXiv 2610.21500)")
@@ -171,7 +233,88 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "generate":
         return _cmd_trace_generate(args)
+    if args.trace_command == "mrc":
+        return _cmd_trace_mrc(args)
     return _cmd_trace_stats(args)
+
+
+def _open_trace(path_text: str, block_tokens: int | None) -> tuple:
+    """(requests, block size, scenario or None) of a trace file or a scenario's workload."""
+    from kvsim.workload import open_workload
+    from kvsim.workload.azure import read_azure
+    from kvsim.workload.mooncake import read_mooncake
+
+    path = Path(path_text)
+    if block_tokens is not None and block_tokens <= 0:
+        raise InputError("must be > 0", where="--block-tokens")
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        from kvsim.api import load
+
+        if block_tokens is not None:
+            raise InputError(
+                "a scenario sets its own block size (workload.block_tokens); use "
+                "--block-tokens with trace files",
+                where="--block-tokens",
+            )
+        sc = load(path)
+        return open_workload(sc.workload, sc.seed), sc.workload.block_tokens, sc
+    block = block_tokens or 512
+    if suffix == ".csv":
+        return read_azure(path, block), block, None
+    if suffix in (".jsonl", ".json"):
+        return read_mooncake(path, block), block, None
+    raise InputError(
+        "unknown trace format: expected .jsonl (Mooncake), .csv (Azure) or a scenario .yaml",
+        where=str(path),
+    )
+
+
+def _cmd_trace_mrc(args: argparse.Namespace) -> int:
+    from kvsim.api import profile_scenario
+    from kvsim.units import fmt_bytes
+    from kvsim.workload.mrc import miss_ratio_curve
+
+    if args.points < 2:
+        raise InputError("must be >= 2", where="--points")
+    requests, block, sc = _open_trace(args.trace, args.block_tokens)
+    if args.profile or sc is None:
+        from kvsim.profiles import DEFAULT_PROFILE
+
+        sc = profile_scenario(args.profile or DEFAULT_PROFILE)
+    kv = sc.model.kv_bytes
+    curve = miss_ratio_curve(requests, block)
+    points = curve.points(args.points)
+    if args.plot:
+        from kvsim.plots import mrc_plot
+
+        _check_plot_path(args.plot)
+        mrc_plot(
+            points, args.plot, f"{Path(args.trace).name}: LRU prefix-cache hit ratio", kv_bytes=kv
+        )
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(points, indent=2))
+        return 0
+    print(
+        f"LRU prefix cache on {args.trace} ({block}-token blocks; bytes at {kv:,.0f} B/token, "
+        f"{sc.profile})"
+    )
+    print(f"  {'capacity (tokens)':>18}  {'capacity (bytes)':>16}  hit ratio")
+    for p in points:
+        c = p["capacity_tokens"]
+        tokens = "unlimited" if c is None else f"{c:,}"
+        size = "" if c is None else fmt_bytes(c * kv)
+        print(f"  {tokens:>18}  {size:>16}  {100 * p['hit_ratio']:8.2f}%")
+    return 0
+
+
+def _check_plot_path(path_text: str) -> None:
+    out = Path(path_text)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise InputError("expected a .png, .svg or .pdf file name", where=f"--plot {path_text}")
+    if not out.parent.is_dir():
+        raise InputError("folder does not exist", where=f"--plot {path_text}")
 
 
 def _cmd_trace_generate(args: argparse.Namespace) -> int:
@@ -198,37 +341,9 @@ def _cmd_trace_generate(args: argparse.Namespace) -> int:
 
 def _cmd_trace_stats(args: argparse.Namespace) -> int:
     from kvsim.report import stats_table
-    from kvsim.workload import open_workload
-    from kvsim.workload.azure import read_azure
-    from kvsim.workload.mooncake import read_mooncake
     from kvsim.workload.stats import trace_stats
 
-    path = Path(args.trace)
-    if args.block_tokens is not None and args.block_tokens <= 0:
-        raise InputError("must be > 0", where="--block-tokens")
-    suffix = path.suffix.lower()
-    block = args.block_tokens or 512
-    if suffix in (".yaml", ".yml"):
-        from kvsim.api import load
-
-        if args.block_tokens is not None:
-            raise InputError(
-                "a scenario sets its own block size (workload.block_tokens); use "
-                "--block-tokens with trace files",
-                where="--block-tokens",
-            )
-        sc = load(path)
-        block = sc.workload.block_tokens
-        requests = open_workload(sc.workload, sc.seed)
-    elif suffix == ".csv":
-        requests = read_azure(path, block)
-    elif suffix in (".jsonl", ".json"):
-        requests = read_mooncake(path, block)
-    else:
-        raise InputError(
-            "unknown trace format: expected .jsonl (Mooncake), .csv (Azure) or a scenario .yaml",
-            where=str(path),
-        )
+    requests, block, _ = _open_trace(args.trace, args.block_tokens)
     st = trace_stats(requests, block)
     print(json.dumps(st, indent=2) if args.json else stats_table(st))
     return 0
@@ -299,11 +414,8 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
         table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
         remote = [bw for name, (bw, _) in paths.items() if not name.startswith(("host", "nvme"))]
         bws = sorted({*remote, model.b_star * 1.25, 100 * GIB})
+        _check_plot_path(args.plot)
         out = Path(args.plot)
-        if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise InputError("expected a .png, .svg or .pdf file name", where="--plot")
-        if not out.parent.is_dir():
-            raise InputError("folder does not exist", where=f"--plot {out}")
         costmodel_plot(
             model,
             [b for b in bws if math.isfinite(b)],
@@ -363,6 +475,127 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from kvsim.experiments.sweep import load_sweep, run_sweep
+    from kvsim.results.writers import check_writable
+
+    if args.workers < 1:
+        raise InputError("must be >= 1", where="--workers")
+    sweep = load_sweep(args.sweep)
+    check_writable(args.out, folder=True, flag="--out")
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=len(sweep.runs), unit="run", desc=sweep.name, disable=None, file=sys.stderr
+        )
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.n = done
+            bar.refresh()
+
+    try:
+        table = run_sweep(
+            sweep,
+            args.out,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            retry_failed=args.retry_failed,
+            progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    failed = table[table["status"] != "ok"]
+    print(f"{len(table)} runs ({len(failed)} failed) in {args.out}/results.parquet and results.csv")
+    for _, row in failed.iterrows():
+        print(f"  run {row['run']} failed: {row['error']}")
+    return 0
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from kvsim.experiments.capacity import capacity_table, parse_slo, search, sweep_capacity
+
+    if (args.scenario is None) == (args.sweep is None):
+        raise InputError("give a scenario or --sweep (one of them)", where="capacity")
+    if args.reps < 1:
+        raise InputError("must be >= 1", where="--reps")
+    log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    if args.out:
+        from kvsim.results.writers import check_writable
+
+        check_writable(args.out, folder=True, flag="--out")
+    if args.sweep:
+        caps = sweep_capacity(
+            args.sweep, args.slo, reps=args.reps, tol=args.tol, workers=args.workers, log=log
+        )
+    else:
+        from kvsim.api import load
+
+        slo = parse_slo(args.slo)
+        sc = load(args.scenario, args.overrides)
+        caps = [search(sc, slo, reps=args.reps, tol=args.tol, log=log)]
+        caps[0].config = {"scenario": sc.name}
+    df = capacity_table(caps)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "capacity.csv", index=False)
+        if args.sweep:
+            from kvsim.plots import sweep_plots
+
+            sweep_plots(out, [])
+        print(f"wrote {out / 'capacity.csv'}", file=sys.stderr)
+    if args.json:
+        print(df.to_json(orient="records", indent=2))
+        return 0
+    print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
+    for _, row in df.iterrows():
+        print(
+            f"  {row['configuration']}: {row['capacity_rps']:.4g} ± {row['ci95_rps']:.2g} "
+            f"requests/s  ({row['factor']:.3g}x the scenario's load)"
+        )
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from kvsim.plots import run_plots, sweep_plots
+
+    d = Path(args.folder)
+    if not d.is_dir():
+        raise InputError("not a folder", where=args.folder)
+    if (d / "summary.json").exists():
+        paths = run_plots(d, args.format)
+    elif (d / "results.parquet").exists() or (d / "capacity.csv").exists():
+        import pandas as pd
+
+        cols: list[str] = []
+        if (d / "results.parquet").exists():
+            df = pd.read_parquet(d / "results.parquet")
+            start = list(df.columns).index("run_id") + 1
+            cols = list(df.columns[start : list(df.columns).index("seed")])
+            if args.x and args.x not in cols:
+                raise InputError(f"not a swept field; swept: {', '.join(cols)}", where="--x")
+        paths = sweep_plots(d, cols, args.format, x=args.x)
+        if not paths:
+            raise InputError(
+                "nothing to plot: no swept arrivals.rate or time_scale (use --x) "
+                "and no capacity.csv",
+                where=args.folder,
+            )
+    else:
+        raise InputError(
+            "expected a run folder (summary.json) or a sweep folder "
+            "(results.parquet or capacity.csv)",
+            where=args.folder,
+        )
+    for p in paths:
+        print(p)
+    return 0
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from kvsim.reproduce import study
     from kvsim.results.writers import check_writable
@@ -405,6 +638,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "profiles": _cmd_profiles,
         "costmodel": _cmd_costmodel,
         "reproduce": _cmd_reproduce,
+        "sweep": _cmd_sweep,
+        "capacity": _cmd_capacity,
+        "plot": _cmd_plot,
     }
     try:
         return handlers[args.command](args)

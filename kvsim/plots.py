@@ -7,6 +7,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -103,4 +104,239 @@ def ttft_cdf_plot(
     ax.grid(alpha=0.3, which="both")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left")
+    return _save(fig, path)
+
+
+# ---- one run ---------------------------------------------------------------------------
+
+PARTS = (
+    ("queue_wait_s", "queue"),
+    ("load_s", "restore"),
+    ("compute_s", "compute"),
+    ("store_s", "store copy"),
+)
+BANDS = ((0, 50), (50, 90), (90, 99), (99, 100))
+
+
+def ttft_breakdown_plot(df: Any, path: str | os.PathLike[str], title: str) -> Path:
+    """Mean queue / restore / compute / store time of the requests in each TTFT percentile
+    band, stacked: where the tail's time goes."""
+    ttft = df["ttft_s"].to_numpy()
+    edges = np.percentile(ttft, [b[0] for b in BANDS] + [100])
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = []
+    bottoms = np.zeros(len(BANDS))
+    means = []
+    for lo, hi, (a, b) in zip(edges[:-1], edges[1:], BANDS, strict=True):
+        sel = (ttft >= lo) & (ttft <= hi) if b == 100 else (ttft >= lo) & (ttft < hi)
+        part = df[sel]
+        means.append([float(part[c].mean()) if len(part) else 0.0 for c, _ in PARTS])
+        labels.append(f"p{a}-p{b}\n({int(sel.sum())} req)")
+    means_arr = np.array(means)
+    for j, (_, name) in enumerate(PARTS):
+        ax.bar(labels, means_arr[:, j], bottom=bottoms, label=name)
+        bottoms += means_arr[:, j]
+    ax.set_ylabel("mean time per request (s)")
+    ax.set_xlabel("requests by TTFT percentile band")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+def token_sources_plot(
+    fractions: Mapping[str, float], path: str | os.PathLike[str], title: str
+) -> Path:
+    """Share of prompt tokens by where they came from."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    names = list(fractions)
+    values = [100 * fractions[n] for n in names]
+    bars = ax.bar(names, values, color=["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#937860"])
+    for bar, v in zip(bars, values, strict=True):
+        ax.annotate(
+            f"{v:.1f}%",
+            (bar.get_x() + bar.get_width() / 2, v),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=8,
+        )
+    ax.set_ylabel("share of prompt tokens (%)")
+    ax.set_ylim(0, max([*values, 1]) * 1.15)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+def engine_timeline_plot(
+    df: Any, engines: int, path: str | os.PathLike[str], title: str, bins: int = 200
+) -> Path:
+    """GPU busy fraction (all engines) and requests waiting, over simulated time."""
+    start = float(df["arrival_s"].min())
+    end = float(df["finish_s"].max())
+    edges = np.linspace(start, end, bins + 1)
+    width = edges[1] - edges[0]
+
+    def covered(t: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """sum over intervals of max(0, t - start), for each t (starts sorted)."""
+        k = np.searchsorted(starts, t)
+        csum = np.concatenate([[0.0], np.cumsum(starts)])
+        return t * k - csum[k]
+
+    def occupancy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Time each bin spends inside the intervals [a, b], summed over intervals."""
+        f = covered(edges, np.sort(a)) - covered(edges, np.sort(b))  # integral up to t
+        return np.diff(f)
+
+    fin = df["finish_s"].to_numpy() - df["store_s"].to_numpy()
+    busy = occupancy(fin - df["compute_s"].to_numpy(), fin) / (width * engines)
+    waiting = occupancy(df["arrival_s"].to_numpy(), df["start_s"].to_numpy()) / width
+    mid = (edges[:-1] + edges[1:]) / 2
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    ax1.plot(mid, 100 * busy, lw=1)
+    ax1.set_ylabel("GPU busy (%)")
+    ax1.set_ylim(0, 105)
+    ax1.grid(alpha=0.3)
+    ax2.plot(mid, waiting, lw=1, color="#c44e52")
+    ax2.set_ylabel("requests waiting\n(first wait)")
+    ax2.set_xlabel("simulated time (s)")
+    ax2.grid(alpha=0.3)
+    ax1.set_title(title)
+    return _save(fig, path)
+
+
+def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
+    """Every figure of one run from its --out folder (summary.json + requests table)."""
+    import json
+
+    import pandas as pd
+
+    d = Path(out_dir)
+    summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+    table = d / "requests.parquet"
+    df = pd.read_parquet(table) if table.exists() else pd.read_csv(d / "requests.csv")
+    m = df[~df["warmup"].astype(bool)]
+    name = summary["scenario"]
+    engines = int(summary.get("engines", 1))
+    return [
+        ttft_cdf_plot({name: m["ttft_s"]}, d / f"ttft_cdf.{fmt}", f"{name}: TTFT CDF"),
+        ttft_breakdown_plot(m, d / f"ttft_breakdown.{fmt}", f"{name}: where the time goes"),
+        token_sources_plot(
+            summary["token_source_frac"],
+            d / f"token_sources.{fmt}",
+            f"{name}: prompt tokens by source",
+        ),
+        engine_timeline_plot(
+            df,
+            engines,
+            d / f"engine_timeline.{fmt}",
+            f"{name}: GPU busy and queue over time ({engines} engines)",
+        ),
+    ]
+
+
+# ---- sweeps and capacity -----------------------------------------------------------------
+
+
+def _load_axis(columns: Sequence[str]) -> str | None:
+    for c in columns:
+        if c.endswith(("arrivals.rate", "time_scale")):
+            return c
+    return None
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, (int, float)):
+        return float(v)
+    text = str(v).strip().strip('"')
+    try:
+        return float(text.split("/")[0].split()[0])
+    except ValueError:
+        return math.nan
+
+
+def sweep_plots(
+    out_dir: str | os.PathLike[str],
+    columns: Sequence[str],
+    fmt: str = "png",
+    x: str | None = None,
+    title: str = "",
+) -> list[Path]:
+    """TTFT p50/p99 against load, one curve per configuration (mean over seeds); and, when
+    the folder has a capacity.csv, the capacity of each configuration."""
+    import pandas as pd
+
+    d = Path(out_dir)
+    written: list[Path] = []
+    results = d / "results.parquet"
+    if results.exists():
+        df = pd.read_parquet(results)
+        df = df[df["status"] == "ok"]
+        x = x or _load_axis(columns)
+        if x is not None and not df.empty:
+            others = [c for c in columns if c != x]
+            xs = df[x].map(_number)
+            inverse = x.endswith("time_scale")  # a smaller time scale is more load
+            df = df.assign(_x=1 / xs if inverse else xs)
+            xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else x
+            fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+            groups = df.groupby(others, sort=False) if others else [((), df)]
+            for key, g in groups:
+                key = key if isinstance(key, tuple) else (key,)
+                label = (
+                    ", ".join(f"{c.split('.')[-1]}={v}" for c, v in zip(others, key, strict=True))
+                    or "all"
+                )
+                agg = g.groupby("_x")[["ttft_p50_s", "ttft_p99_s"]].mean().sort_index()
+                axes[0].plot(agg.index, agg["ttft_p50_s"], "o-", label=label, ms=3)
+                axes[1].plot(agg.index, agg["ttft_p99_s"], "o-", label=label, ms=3)
+            for ax, q in zip(axes, ("p50", "p99"), strict=True):
+                ax.set_xlabel(xlabel)
+                ax.set_ylabel(f"TTFT {q} (s)")
+                values = df[f"ttft_{q}_s"]
+                if values.min() > 0 and values.max() / values.min() > 20:
+                    ax.set_yscale("log")  # tails that explode read better on a log axis
+                ax.grid(alpha=0.3, which="both")
+            axes[1].legend(fontsize=7)
+            fig.suptitle(title or "TTFT against load (mean over seeds)")
+            fig.tight_layout()
+            written.append(_save(fig, d / f"ttft_vs_load.{fmt}"))
+    cap = d / "capacity.csv"
+    if cap.exists():
+        cdf = pd.read_csv(cap)
+        fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(cdf)), 4))
+        ax.bar(cdf["configuration"], cdf["capacity_rps"], yerr=cdf["ci95_rps"], capsize=4)
+        ax.set_ylabel("capacity (requests/s meeting the SLO)")
+        ax.set_title(title or f"capacity per configuration ({cdf['slo'].iloc[0]})")
+        ax.tick_params(axis="x", labelrotation=20)
+        ax.grid(alpha=0.3, axis="y")
+        written.append(_save(fig, d / f"capacity.{fmt}"))
+    return written
+
+
+def mrc_plot(
+    points: Sequence[Mapping[str, float | None]],
+    path: str | os.PathLike[str],
+    title: str,
+    kv_bytes: float | None = None,
+) -> Path:
+    """Hit ratio against cache capacity (log scale); the unlimited cache dashed."""
+    finite = [p for p in points if p["capacity_tokens"] is not None]
+    unlimited = next(p["hit_ratio"] for p in points if p["capacity_tokens"] is None)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [p["capacity_tokens"] for p in finite]
+    ax.step(xs, [100 * p["hit_ratio"] for p in finite], where="post", label="LRU prefix cache")
+    ax.axhline(100 * unlimited, ls="--", color="grey", label=f"unlimited: {100 * unlimited:.1f}%")
+    ax.set_xscale("log")
+    ax.set_xlabel("cache capacity (tokens)")
+    ax.set_ylabel("hit ratio (% of prompt tokens)")
+    if kv_bytes:
+        sec = ax.secondary_xaxis(
+            "top", functions=(lambda t: t * kv_bytes / 1e9, lambda g: g * 1e9 / kv_bytes)
+        )
+        sec.set_xlabel("cache capacity (GB at this model's KV bytes/token)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title)
     return _save(fig, path)

@@ -9,7 +9,8 @@ from kvsim.config.loader import load_yaml
 
 from conftest import SCENARIOS
 
-ALL = sorted(SCENARIOS.rglob("*.yaml"))
+ALL = sorted(p for p in SCENARIOS.rglob("*.yaml") if "sweeps" not in p.parts)
+SWEEPS = sorted((SCENARIOS / "sweeps").glob("*.yaml"))
 
 
 def needs_missing_file(path: Path) -> str | None:
@@ -41,3 +42,13 @@ def test_quickstart_uses_every_tier():
     s = api.run(SCENARIOS / "quickstart.yaml").summary
     for tier in ("gpu", "host", "nvme", "remote", "compute"):
         assert s["token_source_frac"][tier] > 0, tier
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.name for p in SWEEPS])
+def test_example_sweeps_expand_and_their_first_run_runs(path):
+    from kvsim.experiments.sweep import load_sweep, run_one
+
+    sweep = load_sweep(path)
+    assert sweep.runs and sweep.columns
+    row = run_one(sweep.runs[0])
+    assert row["status"] == "ok", row["error"]

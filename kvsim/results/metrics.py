@@ -1,17 +1,9 @@
-"""Metric definitions in one place: pure functions from per-request columns to numbers.
+"""Metric names and definitions in one place, and the pure functions behind them.
 
-Definitions (measured requests = finished and not in the warm-up):
-- TTFT = prefill end - arrival; percentiles are linear-interpolated (numpy's default).
-- hit_ratio = prompt tokens served from any cache tier / all prompt tokens.
-- token_source_frac[t] = prompt tokens from tier t (or computed) / all prompt tokens.
-- gpu_busy_frac = compute time inside the measurement window / (engines x window), where
-  the window runs from max(warm-up, first arrival) to the last request's first token
-  (background puts may go on after it). duration_s spans first arrival to that point.
-- engine_blocked_frac: the same for time an engine sat in a synchronous restore.
-- mean_queue_length = time-average number of requests waiting in engine queues (summed over
-  engines, from time 0 to the last first token, warm-up included), integrated by the engines.
-- remote_get_bw = remote bytes read / time spent in remote GETs (after T0), per request
-  summed: the GET bandwidth requests achieved under the run's load.
+Measured requests are the finished ones that did not arrive during the warm-up. The
+measurement window runs from max(warm-up, first arrival) to the last request's first token
+(background puts may go on after it). Percentiles are linear-interpolated (numpy's
+default).
 """
 
 from __future__ import annotations
@@ -22,6 +14,59 @@ import numpy as np
 
 SOURCES = ("gpu", "host", "nvme", "remote", "compute")
 QUANTILES = (50, 90, 99)
+
+# every key of Results.summary; the numeric scalars among them can be SLO metrics
+METRICS: dict[str, str] = {
+    "scenario": "scenario name",
+    "seed": "seed of the run",
+    "kvsim_version": "kvsim version that produced the run",
+    "profile": "hardware/model profile",
+    "load_policy": "sync | async | recompute | auto",
+    "engines": "prefill engines",
+    "requests": "measured requests",
+    "requests_warmup": "requests that arrived during the warm-up (simulated, not measured)",
+    "requests_unfinished": "requests still in the system at run.max_time",
+    "duration_s": "first arrival to the last request's first token",
+    "ttft_mean_s": "mean time to first token (prefill end - arrival)",
+    **{f"ttft_p{q}_s": f"{q}th percentile of TTFT" for q in QUANTILES},
+    "ttft_max_s": "largest TTFT",
+    "queue_wait_mean_s": "mean time in engine queues",
+    "queue_wait_p99_s": "99th percentile of the time in engine queues",
+    "load_mean_s": "mean restore phase (T0s and transfers)",
+    "compute_mean_s": "mean prefill compute time",
+    "store_mean_s": "mean GPU-to-host staging time before puts",
+    "mean_queue_length": "time-average requests waiting in engine queues (summed over engines, "
+    "from time 0, warm-up included), integrated by the engines",
+    "gpu_busy_frac": "compute time in the window / (engines x window)",
+    "engine_blocked_frac": "time engines sat in a synchronous restore / (engines x window)",
+    "prompt_tokens_per_s": "measured prompt tokens / window",
+    "requests_per_s": "measured requests / window",
+    "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
+    "token_source_frac": "per source (gpu, host, nvme, remote, compute): its prompt tokens / all",
+    "tier_read_bytes": "bytes read per tier (GPU hits move none)",
+    "remote_get_bw": "remote bytes read / time in remote GETs after T0, over the requests "
+    "that read any: the GET bandwidth achieved under the run's load",
+    "remote_stalled_requests": "measured requests with a stalled remote GET",
+    "remote_timeouts": "measured requests whose remote GETs the client timeout abandoned",
+    "decisions": "requests per decision (cold, gpu, restore, skipped, fallback)",
+    "timing_extrapolations": "prefill times read beyond the timing table",
+    "tiers": "per-tier counters: capacity, use, evictions, demotions, puts",
+}
+NUMERIC = tuple(
+    k
+    for k in METRICS
+    if k
+    not in {
+        "scenario",
+        "kvsim_version",
+        "profile",
+        "load_policy",
+        "token_source_frac",
+        "tier_read_bytes",
+        "decisions",
+        "tiers",
+    }
+)
 
 
 def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:

@@ -1,0 +1,1 @@
+"""Tools that run many simulations: sweeps over scenario fields, SLO capacity search."""

@@ -1,0 +1,271 @@
+"""SLO capacity search: the highest arrival rate whose runs still meet an SLO.
+
+The load is scaled by a factor m on the scenario's own arrivals: a synthetic workload's
+``arrivals.rate`` is multiplied by m, a trace's ``time_scale`` divided by it. For each
+replication (seed) the largest m that meets the SLO is bracketed (doubling or halving from
+m = 1) and then bisected (geometric midpoints) until the bracket is narrower than
+``tol``; the SLO is assumed to get harder as load grows. The capacity is reported as the
+offered request rate at that m (requests / arrival span of the workload itself), with
+the mean over replications and a 95% Student-t interval.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.config.schema import Scenario, SyntheticWorkload
+from kvsim.errors import InputError
+from kvsim.results.metrics import NUMERIC
+from kvsim.units import parse_duration
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+}
+_SLO = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*(.+?)\s*$")
+# two-sided 95% Student-t quantiles for 1..30 degrees of freedom
+_T95 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
+
+
+@dataclass(frozen=True)
+class SLO:
+    """``metric op threshold`` on a summary value, e.g. ttft_p99_s <= 2.0."""
+
+    metric: str
+    op: str
+    threshold: float
+
+    def met(self, summary: Mapping[str, Any]) -> bool:
+        value = summary[self.metric]
+        return value is not None and not math.isnan(value) and _OPS[self.op](value, self.threshold)
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.threshold:g}"
+
+
+def parse_slo(text: str) -> SLO:
+    """Parse 'ttft_p99<=2s': a numeric summary metric (the ``_s`` of times may be left
+    out), an operator, a value (durations take units)."""
+    m = _SLO.match(text)
+    if not m:
+        raise InputError("expected METRIC<=VALUE, e.g. 'ttft_p99<=2s'", where=f"--slo {text}")
+    name, op, raw = m.groups()
+    metric = name if name in NUMERIC else f"{name}_s" if f"{name}_s" in NUMERIC else None
+    if metric is None:
+        raise InputError(
+            f"unknown metric {name!r}; choose one of {', '.join(NUMERIC)}", where=f"--slo {text}"
+        )
+    try:
+        value = parse_duration(raw) if metric.endswith("_s") else float(raw)
+    except ValueError as e:
+        raise InputError(str(e), where=f"--slo {text}") from None
+    return SLO(metric, op, value)
+
+
+def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
+    """Overrides that multiply the scenario's offered load by ``factor``."""
+    w = sc.workload
+    if isinstance(w, SyntheticWorkload):
+        return {"workload.arrivals.rate": f"{w.arrivals.rate * factor!r}/s"}
+    return {"workload.time_scale": w.time_scale / factor}
+
+
+def offered_rate(sc: Scenario) -> float:
+    """Requests per second the scenario's workload offers (count / arrival span)."""
+    from kvsim.workload import open_workload
+
+    first = last = None
+    n = 0
+    for r in open_workload(sc.workload, sc.seed):
+        first = r.arrival if first is None else first
+        last = r.arrival
+        n += 1
+    if n < 2 or last == first:
+        raise InputError("workload: a capacity search needs at least two arrivals over time")
+    return (n - 1) / (last - first)
+
+
+@dataclass
+class Capacity:
+    """The result of a search: per-replication capacities and their summary."""
+
+    slo: SLO
+    rates: list[float]  # requests/s per replication
+    factors: list[float]
+    evaluations: int
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.rates) / len(self.rates)
+
+    @property
+    def ci95(self) -> float:
+        """Half-width of the 95% interval of the mean (0 with one replication)."""
+        n = len(self.rates)
+        if n < 2:
+            return 0.0
+        mean = self.mean
+        sd = math.sqrt(sum((r - mean) ** 2 for r in self.rates) / (n - 1))
+        return _T95[min(n - 1, len(_T95)) - 1] * sd / math.sqrt(n)
+
+
+def search(
+    sc: Scenario,
+    slo: SLO,
+    *,
+    reps: int = 3,
+    tol: float = 0.02,
+    log: Callable[[str], None] = lambda _m: None,
+) -> Capacity:
+    """Bracket and bisect the load factor per replication (see the module docstring)."""
+    from kvsim import api
+
+    if not 0 < tol < 1:
+        raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
+    evaluations = 0
+
+    def meets(factor: float, seed: int) -> bool:
+        nonlocal evaluations
+        evaluations += 1
+        summary = api.run(sc, load_overrides(sc, factor), seed).summary
+        return slo.met(summary)
+
+    rates, factors = [], []
+    for rep in range(reps):
+        seed = sc.seed + rep
+        lo, hi = 1.0, 1.0
+        if meets(1.0, seed):
+            hi = 2.0
+            while meets(hi, seed):
+                lo, hi = hi, hi * 2
+                if hi > 2.0**20:
+                    raise InputError(
+                        f"the SLO ({slo}) still holds at {lo:g}x the load; is it "
+                        "one that load can break?"
+                    )
+        else:
+            lo = 0.5
+            while not meets(lo, seed):
+                hi, lo = lo, lo / 2
+                if lo < 2.0**-20:
+                    raise InputError(f"the SLO ({slo}) fails even at {hi:g}x the load")
+        while hi / lo - 1 > tol:
+            mid = math.sqrt(lo * hi)
+            if meets(mid, seed):
+                lo = mid
+            else:
+                hi = mid
+        scaled = api.load(sc, load_overrides(sc, lo), seed)
+        rate = offered_rate(scaled)
+        log(
+            f"replication {rep + 1}/{reps} (seed {seed}): {rate:.4g} requests/s "
+            f"({lo:.4g}x the scenario's load)"
+        )
+        rates.append(rate)
+        factors.append(lo)
+    return Capacity(slo, rates, factors, evaluations)
+
+
+def capacity_table(caps: list[Capacity]) -> Any:
+    """One row per configuration: capacity (mean, 95% half-width), factor, per-rep rates."""
+    import pandas as pd
+
+    rows = []
+    for c in caps:
+        label = ", ".join(f"{k}={v}" for k, v in c.config.items()) or "scenario"
+        rows.append(
+            {
+                "configuration": label,
+                "slo": str(c.slo),
+                "capacity_rps": c.mean,
+                "ci95_rps": c.ci95,
+                "factor": sum(c.factors) / len(c.factors),
+                "replications": len(c.rates),
+                "evaluations": c.evaluations,
+                "rates_rps": " ".join(f"{r:.6g}" for r in c.rates),
+                **c.config,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _search_config(args: tuple[str, dict[str, Any], str, int, float]) -> Capacity:
+    base, overrides, slo_text, reps, tol = args
+    from kvsim import api
+
+    cap = search(api.load(base, overrides), parse_slo(slo_text), reps=reps, tol=tol)
+    cap.config = overrides
+    return cap
+
+
+def sweep_capacity(
+    sweep_path: str,
+    slo_text: str,
+    *,
+    reps: int,
+    tol: float,
+    workers: int,
+    log: Callable[[str], None] = lambda _m: None,
+) -> list[Capacity]:
+    """One capacity per configuration of a sweep file (its seeds are ignored: ``reps``
+    replications each), searched in parallel on local processes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kvsim.experiments.sweep import load_sweep
+
+    parse_slo(slo_text)  # refuse a bad SLO before starting anything
+    sweep = load_sweep(sweep_path)
+    fixed = dict(sweep.runs[0].fixed) if sweep.runs else {}
+    jobs = [
+        (sweep.runs[0].base, {**fixed, **cfg}, slo_text, reps, tol)
+        for cfg in sweep.configurations()
+    ]
+    log(f"{len(jobs)} configurations, {reps} replications each")
+    if workers <= 1 or len(jobs) == 1:
+        caps = [_search_config(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            caps = list(pool.map(_search_config, jobs))
+    for cap, cfg in zip(caps, sweep.configurations(), strict=True):
+        cap.config = cfg
+        log(f"{cfg}: {cap.mean:.4g} ± {cap.ci95:.2g} requests/s")
+    return caps

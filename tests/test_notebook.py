@@ -1,0 +1,21 @@
+"""The researcher's walkthrough executes from top to bottom without a cell error."""
+
+import pytest
+
+from conftest import ROOT
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+
+@pytest.mark.slow
+def test_walkthrough_notebook_runs():
+    path = ROOT / "notebooks" / "walkthrough.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute()  # raises CellExecutionError on any cell error
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("ttft_p99_s" in str(o.get("data", {})) for o in outputs)

@@ -1,0 +1,173 @@
+"""Sweeps: expansion, parallel runs, resume, failures, and a Dask cluster."""
+
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+
+from kvsim.cli import main
+from kvsim.experiments.sweep import JOURNAL, load_sweep, run_sweep
+
+from conftest import SCENARIOS
+
+SWEEP = f"""
+name: demo
+base: {SCENARIOS / "quickstart.yaml"}
+grid:
+  cluster.load_policy: [sync, async]
+  remote.sharding: [none, per_rank]
+  workload.arrivals.rate: [1/s, 2/s]
+set: {{workload.requests: 300, run.warmup: 0 s, remote.servers: 8}}
+replications: 2
+"""
+
+
+@pytest.fixture
+def sweep_file(tmp_path):
+    p = tmp_path / "sweep.yaml"
+    p.write_text(SWEEP)
+    return p
+
+
+def journal_lines(out):
+    return (out / JOURNAL).read_text().count("\n")
+
+
+def test_2x2x2_with_2_replications_gives_16_rows_and_resumes(sweep_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--workers", "2", "--quiet"]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 16 and (df["status"] == "ok").all()
+    assert df["run"].tolist() == list(range(16))
+    for col in (
+        "cluster.load_policy",
+        "remote.sharding",
+        "workload.arrivals.rate",
+        "seed",
+        "ttft_p99_s",
+        "gpu_busy_frac",
+        "token_source_frac.remote",
+    ):
+        assert col in df.columns
+    assert (
+        df.groupby(["cluster.load_policy", "remote.sharding", "workload.arrivals.rate"])
+        .size()
+        .eq(2)
+        .all()
+    )
+    assert journal_lines(out) == 16
+    # the same command again runs nothing and gives the same table
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--workers", "2", "--quiet"]) == 0
+    assert journal_lines(out) == 16
+    pd.testing.assert_frame_equal(df, pd.read_parquet(out / "results.parquet"))
+
+
+def test_results_do_not_depend_on_the_number_of_workers(sweep_file, tmp_path):
+    sweep = load_sweep(sweep_file)
+    a = run_sweep(sweep, tmp_path / "a", workers=1)
+    b = run_sweep(sweep, tmp_path / "b", workers=2)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_a_failing_run_is_recorded_and_the_others_finish(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        textwrap.dedent(f"""
+        base: {SCENARIOS / "azure-sample.yaml"}
+        grid:
+          cluster.engines: [1, 0, 2]
+        set: {{workload.limit: 50}}
+    """)
+    )
+    df = run_sweep(load_sweep(p), tmp_path / "out", workers=1)
+    assert df["status"].tolist() == ["ok", "error", "ok"]
+    assert "cluster.engines" in df.loc[1, "error"] and "greater than 0" in df.loc[1, "error"]
+    assert df.loc[0, "requests"] == 50
+
+
+def test_an_interrupted_sweep_resumes_without_duplicates(sweep_file, tmp_path):
+    sweep = load_sweep(sweep_file)
+    out = tmp_path / "out"
+    calls = []
+
+    def stop_after_three(done, total):
+        calls.append(done)
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, out, workers=1, progress=stop_after_three)
+    partial = pd.read_parquet(out / "results.parquet")
+    assert len(partial) == 3
+    full = run_sweep(sweep, out, workers=1)
+    assert len(full) == 16 and full["run_id"].is_unique
+    assert journal_lines(out) == 16
+
+
+def test_sweep_file_mistakes(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    for body, fragment in [
+        ("base: nowhere.yaml\n", "not found"),
+        (f"base: {SCENARIOS / 'quickstart.yaml'}\ngird: {{}}\n", "gird"),
+        (f"base: {SCENARIOS / 'quickstart.yaml'}\nzip: {{a.b: [1, 2], c.d: [1]}}\n", "same length"),
+        (f"base: {SCENARIOS / 'quickstart.yaml'}\nseeds: [1]\nreplications: 2\n", "not both"),
+    ]:
+        bad.write_text(body)
+        assert main(["sweep", str(bad), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        assert fragment in capsys.readouterr().err
+
+
+def test_dask_local_cluster_gives_the_same_rows(tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        textwrap.dedent(f"""
+        base: {SCENARIOS / "azure-sample.yaml"}
+        grid:
+          cluster.engines: [1, 2]
+          workload.time_scale: [0.25, 0.5]
+        set: {{workload.limit: 80}}
+    """)
+    )
+    sweep = load_sweep(p)
+    local = run_sweep(sweep, tmp_path / "local", workers=1)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        assert (
+            main(
+                [
+                    "sweep",
+                    str(p),
+                    "--out",
+                    str(tmp_path / "dask"),
+                    "--quiet",
+                    "--scheduler",
+                    cluster.scheduler_address,
+                ]
+            )
+            == 0
+        )
+    remote = pd.read_parquet(tmp_path / "dask" / "results.parquet")
+    pd.testing.assert_frame_equal(local, remote)
+    assert json.loads((tmp_path / "dask" / JOURNAL).read_text().splitlines()[0])["status"] == "ok"
+
+
+def test_unreachable_scheduler_is_a_clear_error(sweep_file, tmp_path, capsys):
+    pytest.importorskip("dask.distributed")
+    assert (
+        main(
+            [
+                "sweep",
+                str(sweep_file),
+                "--out",
+                str(tmp_path / "o"),
+                "--quiet",
+                "--scheduler",
+                "tcp://127.0.0.1:1",
+            ]
+        )
+        == 2
+    )
+    assert "Dask scheduler" in capsys.readouterr().err
