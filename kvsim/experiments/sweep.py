@@ -251,6 +251,22 @@ def _executor_map(
                 fut.cancel()
 
 
+def _check_reachable(address: str) -> None:
+    """Fail fast (and clearly) when a tcp:// scheduler address refuses connections."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.scheme != "tcp" or not parts.hostname or not parts.port:
+        return  # other protocols: let Dask judge
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=5).close()
+    except OSError as e:
+        raise InputError(
+            f"cannot reach the Dask scheduler: {e.strerror or e}", where=f"--scheduler {address}"
+        ) from None
+
+
 def run_sweep(
     sweep: Sweep,
     out_dir: str | os.PathLike[str],
