@@ -136,6 +136,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("--json", action="store_true")
 
+    bl = sub.add_parser("baseline", help="record a suite's TTFT curves as a baseline")
+    bl.add_argument("suite", help="suite YAML (entries, load points, seeds, tolerances)")
+    bl.add_argument("--out", required=True, help="baseline folder (baseline.json)")
+    bl.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+
+    ck = sub.add_parser(
+        "check", help="re-run a suite and compare with a baseline (exit 1 on a regression)"
+    )
+    ck.add_argument("suite")
+    ck.add_argument("--baseline", required=True, help="folder made by `kvsim baseline`")
+    _add_overrides(ck)
+    ck.add_argument("--report", help="write kvsim-check.md and kvsim-check.xml (JUnit) here")
+    ck.add_argument(
+        "--strict",
+        action="store_true",
+        help="a scenario that changed since the baseline is an error (exit 2)",
+    )
+    ck.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+
     pl = sub.add_parser("plot", help="draw the figures of a run's or a sweep's --out folder")
     pl.add_argument("folder", help="a `kvsim run --out` or `kvsim sweep --out` folder")
     pl.add_argument("--format", choices=("png", "svg"), default="png")
@@ -560,6 +579,60 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_baseline(args: argparse.Namespace) -> int:
+    from kvsim.experiments.regression import load_suite, measure, write_baseline
+    from kvsim.results.writers import check_writable
+
+    check_writable(args.out, folder=True, flag="--out")
+    suite = load_suite(args.suite)
+    doc = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
+    path = write_baseline(doc, args.out)
+    points = sum(len(e["points"]) for e in doc["entries"])
+    print(
+        f"baseline of {len(doc['entries'])} entries, {points} load points, seeds "
+        f"{doc['seeds']}: {path}"
+    )
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from kvsim.config.loader import parse_override
+    from kvsim.experiments.regression import (
+        compare,
+        load_suite,
+        measure,
+        read_baseline,
+        terminal_table,
+        write_reports,
+    )
+
+    baseline = read_baseline(args.baseline)
+    extra = {}
+    for expr in args.overrides:
+        parts, value = parse_override(expr)
+        extra[".".join(parts)] = value
+    suite = load_suite(args.suite, extra)
+    if args.report:
+        from kvsim.results.writers import check_writable
+
+        check_writable(args.report, folder=True, flag="--report")
+    new = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
+    result = compare(suite, baseline, new, strict=args.strict)
+    print(terminal_table(result, list(suite.metrics)))
+    for note in result.notes:
+        print(f"note: {note}")
+    for c in result.failures:
+        print(f"REGRESSION {c.line()}")
+    print(
+        f"{'FAILED' if result.failures else 'passed'}: {len(result.failures)} of "
+        f"{len(result.comparisons)} comparisons moved beyond tolerance"
+    )
+    if args.report:
+        for p in write_reports(result, suite, args.report):
+            print(f"wrote {p}", file=sys.stderr)
+    return 1 if result.failures else 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from kvsim.plots import run_plots, sweep_plots
 
@@ -641,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sweep": _cmd_sweep,
         "capacity": _cmd_capacity,
         "plot": _cmd_plot,
+        "baseline": _cmd_baseline,
+        "check": _cmd_check,
     }
     try:
         return handlers[args.command](args)

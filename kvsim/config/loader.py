@@ -20,7 +20,7 @@ import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -30,6 +30,7 @@ from kvsim.errors import InputError
 from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
 Path_ = tuple[Any, ...]
+RecordT = TypeVar("RecordT", bound=BaseModel)
 Origins = dict[Path_, str]  # field path -> "file:line" (or "--set expr")
 
 _TAGS = ("kind", "dist", "process")
@@ -341,9 +342,16 @@ def _model_at(model: Any, path: Path_, data: Any) -> type[BaseModel] | None:
     """The record class that validates the mapping at ``path`` (for 'did you mean')."""
     node = data
     for key in path:
+        if isinstance(key, int):  # an item of a list field
+            args = get_args(model)
+            if get_origin(model) not in (list, tuple) or not args:
+                return None
+            node = node[key] if isinstance(node, list) and key < len(node) else None
+            model = _pick(args[0], node)
+            continue
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
-        field = model.model_fields.get(key) if isinstance(key, str) else None
+        field = model.model_fields.get(key)
         if field is None:
             return None
         node = node.get(key) if isinstance(node, dict) else None
@@ -370,18 +378,18 @@ def _pick(annotation: Any, node: Any) -> Any:
                 ):
                     return m
         return models[0] if len(models) == 1 else None
-    if origin in (list, tuple):
-        return None
     return annotation
 
 
-def _describe(err: Mapping[str, Any], data: Any, path: Path_) -> str:
+def _describe(
+    err: Mapping[str, Any], data: Any, path: Path_, root: type[BaseModel] = Scenario
+) -> str:
     kind = err["type"]
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if kind == "extra_forbidden":
-        model = _model_at(Scenario, path[:-1], data)
+        model = _model_at(root, path[:-1], data)
         valid = sorted(model.model_fields) if model else []
         near = difflib.get_close_matches(str(path[-1]), valid, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
@@ -396,6 +404,23 @@ def _describe(err: Mapping[str, Any], data: Any, path: Path_) -> str:
     if kind not in ("value_error",) and not isinstance(got, (dict, list)):
         return f"{msg}, got {got!r}"
     return msg
+
+
+def load_record(model: type[RecordT], path: str | os.PathLike[str]) -> RecordT:
+    """Load a YAML file into any config record (sweep and suite files), with the same
+    one-line errors as scenarios: file, line, field path, reason."""
+    p = Path(path)
+    data, origins = load_yaml(p)
+    data = _require_mapping(data, str(p))
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = _data_path(data, err["loc"])
+        raise InputError(
+            f"{_dotted(loc)}: {_describe(err, data, loc, model)}",
+            where=_where(origins, loc, str(p)),
+        ) from None
 
 
 def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scenario:

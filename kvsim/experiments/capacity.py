@@ -20,7 +20,7 @@ from typing import Any
 
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
-from kvsim.results.metrics import NUMERIC
+from kvsim.results.metrics import NUMERIC, mean_ci95
 from kvsim.units import parse_duration
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -30,39 +30,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
 }
 _SLO = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*(.+?)\s*$")
-# two-sided 95% Student-t quantiles for 1..30 degrees of freedom
-_T95 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-]
 
 
 @dataclass(frozen=True)
@@ -140,12 +107,7 @@ class Capacity:
     @property
     def ci95(self) -> float:
         """Half-width of the 95% interval of the mean (0 with one replication)."""
-        n = len(self.rates)
-        if n < 2:
-            return 0.0
-        mean = self.mean
-        sd = math.sqrt(sum((r - mean) ** 2 for r in self.rates) / (n - 1))
-        return _T95[min(n - 1, len(_T95)) - 1] * sd / math.sqrt(n)
+        return mean_ci95(self.rates)[1]
 
 
 def search(

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from kvsim.config.dump import scenario_to_dict
-from kvsim.config.loader import load_yaml
+from kvsim.config.loader import load_record
 from kvsim.config.schema import PosInt, Record
 from kvsim.errors import InputError
 
@@ -96,27 +96,18 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     from kvsim.api import load
 
     p = Path(path)
-    data, origins = load_yaml(p)
-    if not isinstance(data, dict):
-        raise InputError("expected a YAML mapping", where=str(p))
-    try:
-        spec = SweepSpec.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        where = origins.get(tuple(err["loc"][:1]), str(p))
-        raise InputError(f"{loc}: {err['msg']}", where=where) from None
+    spec = load_record(SweepSpec, p)
     lengths = {len(v) for v in spec.zip.values()}
     if len(lengths) > 1:
         raise InputError(
             f"zip: every list needs the same length, got {sorted(lengths)}",
-            where=origins.get(("zip",), str(p)),
+            where=str(p),
         )
     for key, values in {**spec.grid, **spec.zip}.items():
         if not values:
             raise InputError(
                 f"{key}: needs at least one value",
-                where=origins.get(("grid" if key in spec.grid else "zip", key), str(p)),
+                where=str(p),
             )
     overlap = (set(spec.grid) & set(spec.zip)) | ((set(spec.grid) | set(spec.zip)) & set(spec.set))
     if overlap:
@@ -128,7 +119,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     if not base.is_file():
         raise InputError(
             f"base: scenario {spec.base!r} not found (looked for {base})",
-            where=origins.get(("base",), str(p)),
+            where=str(p),
         )
     sc = load(base)  # the base itself must be valid; a bad swept value fails only its run
     base_hash = _digest(scenario_to_dict(sc))
@@ -207,9 +198,7 @@ def read_journal(out_dir: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
-def _executor_map(
-    todo: list[RunSpec], workers: int, scheduler: str | None
-) -> Iterator[dict[str, Any]]:
+def execute(todo: list[RunSpec], workers: int, scheduler: str | None) -> Iterator[dict[str, Any]]:
     """Rows as runs complete, on local processes or a Dask cluster."""
     if scheduler:
         try:
@@ -295,7 +284,7 @@ def run_sweep(
         progress(finished, len(sweep.runs))
     try:
         with (out / JOURNAL).open("a", encoding="utf-8") as journal:
-            for row in _executor_map(todo, workers, scheduler):
+            for row in execute(todo, workers, scheduler):
                 journal.write(json.dumps(row, default=str) + "\n")
                 journal.flush()
                 done[row["run_id"]] = row

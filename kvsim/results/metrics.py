@@ -87,3 +87,49 @@ def window_overlap(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -
 def ratio(num: float, den: float) -> float:
     """num / den, or 0.0 when den is 0."""
     return float(num) / float(den) if den else 0.0
+
+
+# two-sided 95% Student-t quantiles for 1..30 degrees of freedom (1.96 beyond)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of its 95% Student-t interval over independent replications
+    (half-width 0 for a single value)."""
+    a = np.asarray(values, dtype=float)
+    mean = float(a.mean())
+    if a.size < 2:
+        return mean, 0.0
+    t = _T95[a.size - 2] if a.size - 1 <= len(_T95) else 1.96
+    return mean, float(t * a.std(ddof=1) / np.sqrt(a.size))
