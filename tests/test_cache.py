@@ -60,6 +60,7 @@ def test_capacity_is_never_exceeded(cap, ops, policy):
 def make_remote(shards_present, ranks=2):
     links = [Link(f"r{k}", 1e9) for k in range(ranks)]
     remote = RemoteStore([LRU(1e12) for _ in range(ranks)], links, per_rank=True, ranks=ranks)
+    remote.unmirror()  # the ranks are to disagree
     for shard, blocks in enumerate(shards_present):
         for b in blocks:
             server, key = remote.place(b, shard)
@@ -82,9 +83,39 @@ def test_per_rank_places_each_rank_on_its_own_server():
 def test_unsharded_store_keys_blocks_whole():
     links = [Link("r0", 1e9), Link("r1", 1e9)]
     remote = RemoteStore([LRU(100), LRU(100)], links, per_rank=False, ranks=8)
-    groups = remote.missing([4, 5, 6], [10.0, 10.0, 3.0])
-    assert groups == {0: ([4, 6], [10.0, 3.0]), 1: ([5], [10.0])}
-    remote.pending[0].update([4, 6])
-    assert remote.missing([4, 6], [10.0, 3.0]) == {}
-    remote.land(0, [4, 6], [10.0, 3.0])
-    assert remote.has(4) and remote.has(6) and not remote.has(5)
+    batch = remote.missing([4, 5, 6], [10.0, 10.0, 3.0])
+    assert batch.keys == {0: [4, 6], 1: [5]} and batch.sizes == {0: [10.0, 3.0], 1: [10.0]}
+    assert batch.bytes_by_server() == {0: 13.0, 1: 10.0} and batch.count() == 3
+    remote.reserve(batch)
+    assert not remote.missing([4, 5, 6], [10.0, 10.0, 3.0])
+    remote.land(batch)
+    assert remote.has(4) and remote.has(6) and remote.has(5)
+
+
+def test_a_mirrored_per_rank_store_behaves_like_one_index_per_server():
+    def store(mirror):
+        links = [Link(f"r{k}", 1e9) for k in range(4)]
+        r = RemoteStore([LRU(45) for _ in range(4)], links, per_rank=True, ranks=4)
+        if not mirror:
+            r.unmirror()
+        return r
+
+    a, b = store(True), store(False)
+    assert a.mirrored and not b.mirrored
+    for blocks in ([1, 2], [3], [1, 4], [5, 6, 7]):
+        ba = a.missing(blocks, [40.0] * len(blocks))  # 10 bytes a shard
+        bb = b.missing(blocks, [40.0] * len(blocks))
+        assert ba.bytes_by_server() == bb.bytes_by_server() and ba.count() == bb.count()
+        for r, batch in ((a, ba), (b, bb)):
+            r.reserve(batch)
+            r.land(batch)
+        assert [a.has(x) for x in range(9)] == [b.has(x) for x in range(9)]
+        assert a.stats() == b.stats()
+    before = a.shard_prefixes([5, 6, 7])
+    assert before == b.shard_prefixes([5, 6, 7]) == [3, 3, 3, 3]
+    a.lose(2)  # a fault on one server ends the mirroring
+    b.lose(2)
+    assert not a.mirrored
+    assert a.shard_prefixes([5, 6, 7]) == b.shard_prefixes([5, 6, 7]) == [3, 3, 0, 3]
+    assert [a.has(x) for x in range(9)] == [b.has(x) for x in range(9)] == [False] * 9
+    assert a.stats() == b.stats()

@@ -139,6 +139,7 @@ def test_per_rank_usable_hit_is_the_minimum_over_ranks():
     sc = toy(node={"pcp": 2}, remote={"enabled": True, "servers": 2, "sharding": "per_rank"})
     sim = Simulation(sc, requests=[req(1, 10.0, 301, [1, 2, 3, 4])])
     remote = sim.remote
+    remote.unmirror()  # the ranks are to disagree
     for shard, blocks in ((0, [1, 2, 3]), (1, [1, 2])):
         for b in blocks:
             server, key = remote.place(b, shard)

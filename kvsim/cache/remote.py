@@ -9,23 +9,69 @@ ranks of each rank's own longest prefix.
 
 Puts are asynchronous: keys are "pending" while their transfer runs and enter the index
 (evicting by the server's policy) when it lands.
+
+Mirroring. With one server per rank, and ranks that read and write in lockstep, every
+server sees the same keys (shifted by its rank) in the same order, so all the indexes are
+the same. While that holds the store keeps server 0's index only and applies each
+operation once (8x less work at PCP8); the first event that treats one server differently
+(a fault) copies that index to every server and the store carries on per server. The
+fabric does the same with bandwidth: while mirrored, transfers go over one ``group`` link
+with the servers' combined bandwidth, which is exact because every lockstep transfer puts
+the same bytes on every server.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kvsim.cache.eviction import BlockStore
 from kvsim.kernel.fabric import Link
 
-Groups = dict[int, tuple[list[int], list[float]]]  # server -> (keys, bytes of each)
+
+@dataclass
+class Batch:
+    """Shards to put: keys and bytes per server. A mirrored batch lists server 0's keys,
+    which stand for every server's (key + rank on server rank)."""
+
+    keys: dict[int, list[int]]
+    sizes: dict[int, list[float]]
+    mirrored: bool
+    servers: int
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+    def bytes_by_server(self) -> dict[int, float]:
+        if not self.keys:
+            return {}
+        if self.mirrored:
+            return dict.fromkeys(range(self.servers), sum(self.sizes[0]))
+        return {s: sum(v) for s, v in self.sizes.items()}
+
+    def total_bytes(self) -> float:
+        """Bytes of the whole batch, all servers."""
+        n = sum(sum(v) for v in self.sizes.values())
+        return n * self.servers if self.mirrored else n
+
+    def count(self) -> int:
+        """Shards in the batch."""
+        n = sum(len(v) for v in self.keys.values())
+        return n * self.servers if self.mirrored else n
 
 
 class RemoteStore:
     """Index and links of the remote servers."""
 
     def __init__(
-        self, stores: Sequence[BlockStore], links: Sequence[Link], *, per_rank: bool, ranks: int
+        self,
+        stores: Sequence[BlockStore],
+        links: Sequence[Link],
+        *,
+        per_rank: bool,
+        ranks: int,
+        group: Link | None = None,
     ) -> None:
         if len(stores) != len(links) or not stores:
             raise ValueError("one store and one link per server are required")
@@ -33,11 +79,14 @@ class RemoteStore:
         self.links = list(links)
         self.servers = len(stores)
         self.shards = ranks if per_rank else 1
-        self._index = [s.blocks for s in self.stores]
-        self.pending: list[set[int]] = [set() for _ in self.stores]  # keys being put, per server
+        self.mirrored = per_rank and ranks == self.servers and ranks > 1
+        self.group = group if self.mirrored else None  # all servers as one link, mirrored
+        self.pending: list[set[int]] = [set() for _ in self.stores]  # keys being put
         self.puts = 0  # put transfers started
         self.put_bytes = 0.0
         self.puts_dropped = 0  # block shards not stored because a put queue was full
+
+    # ---- placement and lookup -------------------------------------------------------
 
     def place(self, block: int, shard: int) -> tuple[int, int]:
         """(server, key) of one shard of a block."""
@@ -46,11 +95,13 @@ class RemoteStore:
 
     def has(self, block: int) -> bool:
         """True when every shard of the block is in its server's index."""
-        index, n, shards = self._index, self.servers, self.shards
+        stores, n, shards = self.stores, self.servers, self.shards
         if shards == 1:
-            return block in index[block % n]
+            return block in stores[block % n].blocks
         base = block * shards
-        return all(key in index[key % n] for key in range(base, base + shards))
+        if self.mirrored:
+            return base in stores[0].blocks
+        return all(key in stores[key % n].blocks for key in range(base, base + shards))
 
     def shard_prefixes(self, blocks: Sequence[int]) -> list[int]:
         """Each shard's own longest prefix (in blocks) of ``blocks`` in the remote index."""
@@ -59,7 +110,9 @@ class RemoteStore:
             k = 0
             for b in blocks:
                 server, key = self.place(b, shard)
-                if key not in self._index[server]:
+                if self.mirrored:
+                    server, key = 0, key - shard
+                if key not in self.stores[server].blocks:
                     break
                 k += 1
             out.append(k)
@@ -67,41 +120,138 @@ class RemoteStore:
 
     def touch(self, block: int) -> None:
         """Record a read of every shard of a block."""
-        stores, n, base = self.stores, self.servers, block * self.shards
-        for key in range(base, base + self.shards):
+        stores, n, shards = self.stores, self.servers, self.shards
+        base = block * shards
+        if self.mirrored:
+            stores[0].touch(base)
+            return
+        for key in range(base, base + shards):
             stores[key % n].touch(key)
 
     def tokens_by_server(self, blocks: Sequence[int], tokens: Sequence[int]) -> dict[int, int]:
         """Tokens each server serves when every shard of ``blocks`` is read (a shard of a
         block counts the block's tokens: its bytes are tokens x KV bytes / shards)."""
         n, S = self.servers, self.shards
-        out: dict[int, int] = {}
         if n == S:  # one server per rank: every server holds one shard of every block
             total = sum(tokens)
             return dict.fromkeys(range(n), total) if total else {}
+        out: dict[int, int] = {}
         for b, tok in zip(blocks, tokens, strict=True):
             for key in range(b * S, b * S + S):
                 out[key % n] = out.get(key % n, 0) + tok
         return out
 
-    def missing(self, blocks: Sequence[int], sizes: Sequence[float]) -> Groups:
-        """Shards of ``blocks`` (of ``sizes`` bytes whole) neither stored nor being put,
-        grouped by server as (keys, shard sizes)."""
-        index, pending, n, S = self._index, self.pending, self.servers, self.shards
-        groups: Groups = {}
+    def parts(self, bytes_by_server: dict[int, float]) -> list[tuple[Link, float, int]]:
+        """(link, bytes, servers behind the link) of a lockstep transfer: the group link
+        while mirrored, else each server's own link."""
+        if self.mirrored and self.group is not None and bytes_by_server:
+            b = bytes_by_server[0]
+            return [(self.group, b * self.servers, self.servers)]
+        return [(self.links[s], b, 1) for s, b in sorted(bytes_by_server.items())]
+
+    def put_parts(self, batch: Batch) -> list[tuple[Link, float, int]]:
+        """``parts`` of a batch's put."""
+        if batch.mirrored and self.mirrored and self.group is not None:
+            return [(self.group, batch.total_bytes(), self.servers)]
+        return self.parts(batch.bytes_by_server())
+
+    # ---- writes -----------------------------------------------------------------------
+
+    def missing(self, blocks: Sequence[int], sizes: Sequence[float]) -> Batch:
+        """Shards of ``blocks`` (of ``sizes`` bytes whole) neither stored nor being put."""
+        stores, pending, n, S = self.stores, self.pending, self.servers, self.shards
+        keys: dict[int, list[int]] = {}
+        out: dict[int, list[float]] = {}
+        if self.mirrored:
+            index, pend = stores[0].blocks, pending[0]
+            ks = [b * S for b in blocks]
+            sel = [i for i, k in enumerate(ks) if k not in index and k not in pend]
+            if sel:
+                keys[0] = [ks[i] for i in sel]
+                out[0] = [sizes[i] / S for i in sel]
+            return Batch(keys, out, True, n)
         for b, size in zip(blocks, sizes, strict=True):
             part = size / S
             for key in range(b * S, b * S + S):
                 server = key % n
-                if key not in index[server] and key not in pending[server]:
-                    group = groups.get(server)
-                    if group is None:
-                        group = groups[server] = ([], [])
-                    group[0].append(key)
-                    group[1].append(part)
-        return groups
+                if key not in stores[server].blocks and key not in pending[server]:
+                    keys.setdefault(server, []).append(key)
+                    out.setdefault(server, []).append(part)
+        return Batch(keys, out, False, n)
 
-    def land(self, server: int, keys: list[int], sizes: list[float]) -> None:
-        """A put to ``server`` finished: index its keys (evicting as the policy says)."""
-        self.pending[server].difference_update(keys)
-        self.stores[server].insert_many(keys, sizes)
+    def reserve(self, batch: Batch) -> None:
+        """Mark a batch's shards as being put (no one else stages them meanwhile)."""
+        for server, ks in self._expand(batch).items():
+            self.pending[server].update(ks)
+
+    def release(self, batch: Batch) -> None:
+        """A batch that will not be put (dropped): its shards are no longer pending."""
+        self.puts_dropped += batch.count()
+        for server, ks in self._expand(batch).items():
+            self.pending[server].difference_update(ks)
+
+    def land(self, batch: Batch) -> None:
+        """A put finished: index its shards (evicting as each server's policy says)."""
+        sizes = batch.sizes
+        for server, ks in self._expand(batch).items():
+            self.pending[server].difference_update(ks)
+            self.stores[server].insert_many(ks, sizes[0 if batch.mirrored else server])
+
+    def prestore(self, blocks: Sequence[int], size: float) -> None:
+        """Put blocks of ``size`` bytes into the store at once (a warm start)."""
+        batch = self.missing(blocks, [size] * len(blocks))
+        for server, ks in self._expand(batch).items():
+            self.stores[server].insert_many(ks, batch.sizes[0 if batch.mirrored else server])
+
+    def _expand(self, batch: Batch) -> dict[int, list[int]]:
+        """Per-server keys of a batch in the store's current representation."""
+        if not batch.mirrored:
+            return batch.keys
+        if self.mirrored:
+            return {0: batch.keys[0]} if batch.keys else {}
+        base = batch.keys.get(0, [])
+        return {r: [k + r for k in base] for r in range(self.servers)}
+
+    # ---- faults -----------------------------------------------------------------------
+
+    def lose(self, server: int) -> None:
+        """A server loses everything it held (it restarts empty)."""
+        self.unmirror()
+        self.stores[server].clear()
+
+    def unmirror(self) -> None:
+        """Give every server its own copy of the mirrored index (keys shifted by rank), so
+        that servers can diverge from here on."""
+        if not self.mirrored:
+            return
+        first = self.stores[0]
+        for r, store in enumerate(self.stores):
+            if r:
+                store.blocks = OrderedDict((k + r, v) for k, v in first.blocks.items())
+                store.used, store.peak, store.evictions = first.used, first.peak, first.evictions
+                self.pending[r] = {k + r for k in self.pending[0]}
+        self.mirrored = False
+
+    # ---- counters ---------------------------------------------------------------------
+
+    def server_bytes(self) -> list[float]:
+        """Payload each server moved (the group link's share included)."""
+        extra = self.group.bytes / self.servers if self.group is not None else 0.0
+        return [link.bytes + extra for link in self.links]
+
+    def server_busy(self) -> list[float]:
+        """Seconds each server spent with at least one transfer (group link time included:
+        an upper bound once the servers stopped mirroring)."""
+        extra = self.group.busy_time if self.group is not None else 0.0
+        return [link.busy_time + extra for link in self.links]
+
+    def stats(self) -> dict[str, float]:
+        """Totals over all servers (a mirrored index counts once per server)."""
+        copies = self.servers if self.mirrored else 1
+        stores = self.stores[:1] if self.mirrored else self.stores
+        return {
+            "capacity_bytes": sum(s.capacity for s in self.stores),
+            "used_bytes": copies * sum(s.used for s in stores),
+            "blocks": copies * sum(len(s) for s in stores),
+            "evictions": copies * sum(s.evictions for s in stores),
+        }

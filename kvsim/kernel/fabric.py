@@ -23,7 +23,7 @@ Invariant: a link never carries more than its bandwidth (sum of rate x cost <= b
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import simpy
 
@@ -36,6 +36,7 @@ class Link:
     __slots__ = (
         "_busy_since",
         "bandwidth",
+        "binding",
         "busy_time",
         "bytes",
         "capsum",
@@ -56,6 +57,7 @@ class Link:
         self.members: dict[Flow, float] = {}  # flows transferring now -> their cost here
         self.load = 0.0  # sum of their costs
         self.capsum = 0.0  # sum of cost x cap: the most they could ever ask of this link
+        self.binding = False  # could they, each at its cap, overfill it? (capsum > bandwidth)
         self.bytes = 0.0  # payload carried (finished flows, and the moved part of cancelled ones)
         self.busy_time = 0.0  # time with at least one flow
         self._busy_since = 0.0
@@ -65,17 +67,13 @@ class Link:
         """Flows transferring now."""
         return len(self.members)
 
-    @property
-    def binding(self) -> bool:
-        """Could this link's flows, each at its cap, overfill it?"""
-        return self.capsum > self.bandwidth * (1 + _EPS)
-
     def __repr__(self) -> str:
         return f"Link({self.name!r}, {self.bandwidth:.4g} B/s, {self.flows} flows)"
 
 
 class Flow:
-    """One transfer; ``done`` succeeds (value: the flow) when its last byte arrives."""
+    """One transfer; ``done`` succeeds (value: the flow) when its last byte arrives, or is
+    a callback the fabric calls then."""
 
     __slots__ = (
         "cap",
@@ -85,6 +83,7 @@ class Flow:
         "links",
         "rate",
         "remaining",
+        "shares",
         "since",
         "size",
         "start",
@@ -98,11 +97,13 @@ class Flow:
         links: tuple[Link, ...],
         costs: tuple[float, ...],
         size: float,
-        done: simpy.Event,
+        done: simpy.Event | Callable[[Flow], None],
         tag: object,
+        shares: tuple[float, ...] | None = None,
     ) -> None:
         self.links = links
         self.costs = costs
+        self.shares = shares  # payload moved on each link per unit of progress (None: 1)
         self.size = size
         self.remaining = size  # as of time `since`
         self.since = 0.0
@@ -129,6 +130,7 @@ class Fabric:
         self.env = env
         self.links: dict[str, Link] = {}
         self._heap: list[tuple[float, int, int, Flow]] = []  # (finish, seq, version, flow)
+        self._starts: list[tuple[float, int, Flow]] = []  # (start, seq, flow) after latency
         self._seq = 0
         self._timer_at = float("inf")
 
@@ -147,24 +149,41 @@ class Fabric:
         size: float,
         *,
         costs: Sequence[float] | None = None,
+        shares: Sequence[float] | None = None,
         delay: float = 0.0,
+        latency: bool = True,
+        on_done: Callable[[Flow], None] | None = None,
         tag: object = None,
     ) -> Flow:
-        """Start moving ``size`` bytes over ``links``; wait on the returned flow's ``done``."""
+        """Start moving ``size`` bytes over ``links``; wait on the returned flow's ``done``.
+
+        ``shares`` lets one flow stand for parts that move in lockstep over different
+        links (the ranks of a request, each on its own server): on link i it carries
+        ``shares[i]`` bytes per byte of progress, and ``costs[i]`` is its work there.
+        ``latency=False`` skips the links' latency (a background write, whose start nobody
+        waits for). With ``on_done`` the flow calls it when it finishes instead of
+        triggering a SimPy event (``done`` is then None): cheaper for fire-and-forget flows.
+        """
         if size < 0 or delay < 0:
             raise ValueError("transfer size and delay must be >= 0")
         path = tuple(links)
         if not path:
             raise ValueError("a transfer needs at least one link")
         cost = tuple(costs) if costs is not None else (1.0,) * len(path)
-        if len(cost) != len(path) or any(not k > 0 for k in cost):
+        if len(cost) != len(path) or not min(cost) > 0:
             raise ValueError("one cost > 0 per link is required")
-        flow = Flow(path, cost, float(size), self.env.event(), tag)
-        wait = delay + sum(link.latency for link in path)
+        share = tuple(shares) if shares is not None else None
+        if share is not None and (len(share) != len(path) or min(share) < 0):
+            raise ValueError("one share >= 0 per link is required")
+        done = self.env.event() if on_done is None else on_done
+        flow = Flow(path, cost, float(size), done, tag, share)
+        wait = delay + (sum(link.latency for link in path) if latency else 0.0)
         if wait > 0:
-            self.env.timeout(wait).callbacks.append(lambda _ev: self._start(flow))
+            self._seq += 1
+            heapq.heappush(self._starts, (self.env.now + wait, self._seq, flow))
+            self._arm()
         else:
-            self._start(flow)
+            self._activate([flow])
         return flow
 
     def cancel(self, flow: Flow) -> None:
@@ -172,9 +191,7 @@ class Fabric:
         if flow.state == "active":
             now = self.env.now
             flow.settle(now)
-            moved = flow.size - max(flow.remaining, 0.0)
-            for link in flow.links:
-                link.bytes += moved
+            self._credit(flow, flow.size - max(flow.remaining, 0.0))
             touched = self._detach(flow)
             self._rebalance(touched)
             self._arm()
@@ -188,25 +205,31 @@ class Fabric:
 
     # ---- internals ------------------------------------------------------------------
 
-    def _start(self, flow: Flow) -> None:
-        if flow.state != "waiting":
-            return  # cancelled while waiting for its latency
+    def _activate(self, flows: list[Flow]) -> None:
+        """Put flows whose latency has passed onto their links, and re-solve once."""
         now = self.env.now
-        flow.state = "active"
-        flow.start = now
-        if flow.size <= 0:
-            self._complete(flow)
-            return
-        flow.since = now
-        touched = []
-        for link, k in zip(flow.links, flow.costs, strict=True):
-            if not link.members:
-                link._busy_since = now
-            touched.append((link, link.binding))
-            link.members[flow] = k
-            link.load += k
-            link.capsum += k * flow.cap
-        self._rebalance(touched, new=flow)
+        touched: dict[Link, bool] = {}
+        new = []
+        for flow in flows:
+            if flow.state != "waiting":
+                continue  # cancelled while waiting for its latency
+            flow.state = "active"
+            flow.start = now
+            if flow.size <= 0:
+                self._complete(flow)
+                continue
+            flow.since = now
+            new.append(flow)
+            for link, k in zip(flow.links, flow.costs, strict=True):
+                if not link.members:
+                    link._busy_since = now
+                touched.setdefault(link, link.binding)
+                link.members[flow] = k
+                link.load += k
+                link.capsum += k * flow.cap
+                link.binding = link.capsum > link.bandwidth * (1 + _EPS)
+        if new:
+            self._rebalance(touched.items(), new)
         self._arm()
 
     def _detach(self, flow: Flow) -> list[tuple[Link, bool]]:
@@ -219,8 +242,10 @@ class Fabric:
             if link.members:
                 link.load -= k
                 link.capsum -= k * flow.cap
+                link.binding = link.capsum > link.bandwidth * (1 + _EPS)
             else:
                 link.load = link.capsum = 0.0
+                link.binding = False
                 link.busy_time += now - link._busy_since
         flow.version += 1  # its heap entries are stale now
         return touched
@@ -229,13 +254,29 @@ class Fabric:
         flow.state = "finished"
         flow.end = self.env.now
         flow.remaining = 0.0
-        for link in flow.links:
-            link.bytes += flow.size
-        flow.done.succeed(flow)
+        self._credit(flow, flow.size)
+        if isinstance(flow.done, simpy.Event):
+            flow.done.succeed(flow)
+        else:
+            flow.done(flow)
 
-    def _rebalance(self, touched: Iterable[tuple[Link, bool]], new: Flow | None = None) -> None:
+    @staticmethod
+    def _credit(flow: Flow, moved: float) -> None:
+        """Count the payload a flow moved on each of its links."""
+        if flow.shares is None:
+            for link in flow.links:
+                link.bytes += moved
+        else:
+            for link, share in zip(flow.links, flow.shares, strict=True):
+                link.bytes += moved * share
+
+    def _rebalance(self, touched: Iterable[tuple[Link, bool]], new: Sequence[Flow] = ()) -> None:
         """Re-solve the component(s) around links whose flows changed."""
         seeds = [link for link, was in touched if was or link.binding]
+        if not seeds:  # nothing can bind: every new flow runs at its cap
+            for f in new:
+                self._set_rate(f, f.cap)
+            return
         flows: dict[Flow, None] = {}
         links: dict[Link, None] = {}
         stack = seeds
@@ -247,8 +288,9 @@ class Fabric:
                         if other not in links and other.binding:
                             links[other] = None
                             stack.append(other)
-        if new is not None and new not in flows:
-            self._set_rate(new, new.cap)  # nothing it shares can bind: it runs at its cap
+        for f in new:
+            if f not in flows:
+                self._set_rate(f, f.cap)  # nothing it shares can bind: it runs at its cap
         if flows:
             self._fill(list(flows), [link for link in links])
 
@@ -308,26 +350,31 @@ class Fabric:
         if rate == flow.rate and flow.version:
             return
         now = self.env.now
-        flow.settle(now)
+        if now > flow.since:
+            flow.remaining -= flow.rate * (now - flow.since)
+            flow.since = now
         flow.rate = rate
         flow.version += 1
-        finish = now + max(flow.remaining, 0.0) / rate
+        remaining = flow.remaining if flow.remaining > 0.0 else 0.0
         self._seq += 1
-        heapq.heappush(self._heap, (finish, self._seq, flow.version, flow))
+        heapq.heappush(self._heap, (now + remaining / rate, self._seq, flow.version, flow))
 
     def _arm(self) -> None:
-        """Make sure a timer fires at the earliest finish."""
+        """Make sure a timer fires at the earliest finish or start."""
         heap = self._heap
         while heap and heap[0][2] != heap[0][3].version:
             heapq.heappop(heap)  # stale
-        if not heap:
-            return
-        at = heap[0][0]
+        at = heap[0][0] if heap else float("inf")
+        if self._starts and self._starts[0][0] < at:
+            at = self._starts[0][0]
         if at < self._timer_at:
             self._timer_at = at
-            self.env.timeout(max(at - self.env.now, 0.0)).callbacks.append(
-                lambda _ev: self._on_timer(at)
-            )
+            delay = at - self.env.now
+            timer = self.env.timeout(delay if delay > 0.0 else 0.0, at)
+            timer.callbacks.append(self._on_timer_event)
+
+    def _on_timer_event(self, event: simpy.Event) -> None:
+        self._on_timer(event.value)
 
     def _on_timer(self, at: float) -> None:
         if at != self._timer_at:
@@ -348,4 +395,11 @@ class Fabric:
             self._complete(flow)
         if touched:
             self._rebalance(touched.items())
-        self._arm()
+        starts = self._starts
+        due = []
+        while starts and starts[0][0] <= now:
+            due.append(heapq.heappop(starts)[2])
+        if due:
+            self._activate(due)  # arms the timer
+        else:
+            self._arm()

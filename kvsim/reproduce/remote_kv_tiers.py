@@ -21,6 +21,7 @@ from kvsim.results import Results
 from kvsim.workload.request import Request
 
 STUDY = "arXiv 2610.21500: remote KV tiers for context-parallel prefill"
+UNSTABLE_SEEDS = 3  # replications behind the p99 of the unstable (high-hit, sync) queue
 
 # the configurations of the study, each a scenario file in scenarios/paper/
 CONFIGS = {
@@ -59,7 +60,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("p99_remote_sync_s", 17.3, "s", "p99 TTFT with the remote tier enabled"),
     Figure("p99_ratio_remote", 17.3 / 3.96, "x", "p99 with / without the remote tier"),
     Figure("p50_ratio_remote", 1.0, "x", "median with / without the remote tier ('unchanged')"),
-    Figure("p99_high_hit_sync_s", 83.32, "s", "p99 TTFT, high-hit stream, sync loading"),
+    Figure(
+        "p99_high_hit_sync_s",
+        83.32,
+        "s",
+        "p99 TTFT, high-hit stream, sync loading (mean of 3 seeds)",
+    ),
     Figure(
         "p99_growth_2x",
         None,
@@ -204,9 +210,16 @@ def reproduce(
     for name, what in CONFIGS.items():
         log(f"running {name}: {what}")
         runs[name] = api.run(d / f"{name}.yaml")
-    log("running high-hit-sync for twice as long")
+    # an unstable queue's p99 hangs on a few long stalls: average it over seeds
     hh = runs["high-hit-sync"].scenario
-    double = api.run(hh, {"workload.requests": 2 * hh.workload.requests})
+    log(f"running high-hit-sync with {UNSTABLE_SEEDS} seeds, as it is and twice as long")
+    seeds = [hh.seed + i for i in range(UNSTABLE_SEEDS)]
+    p99 = [runs["high-hit-sync"].summary["ttft_p99_s"]] + [
+        api.run(hh, seed=s).summary["ttft_p99_s"] for s in seeds[1:]
+    ]
+    double = [
+        api.run(hh, {"workload.requests": 2 * hh.workload.requests}, s).summary for s in seeds
+    ]
 
     log("running the micro measurements (single requests, one isolated engine)")
     micro = d / "micro.yaml"
@@ -230,8 +243,8 @@ def reproduce(
         "p99_remote_sync_s": s["remote-sync"]["ttft_p99_s"],
         "p99_ratio_remote": s["remote-sync"]["ttft_p99_s"] / s["no-remote"]["ttft_p99_s"],
         "p50_ratio_remote": s["remote-sync"]["ttft_p50_s"] / s["no-remote"]["ttft_p50_s"],
-        "p99_high_hit_sync_s": s["high-hit-sync"]["ttft_p99_s"],
-        "p99_growth_2x": double.summary["ttft_p99_s"] / s["high-hit-sync"]["ttft_p99_s"],
+        "p99_high_hit_sync_s": sum(p99) / len(p99),
+        "p99_growth_2x": sum(d["ttft_p99_s"] for d in double) / sum(p99),
         "gpu_busy_high_hit_sync": s["high-hit-sync"]["gpu_busy_frac"],
         "p99_sharded_async_s": s["sharded-async"]["ttft_p99_s"],
         "remote_token_frac": s["sharded-async"]["token_source_frac"]["remote"],

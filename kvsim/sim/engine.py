@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
+from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.workload.request import Request
 
@@ -105,7 +106,7 @@ class Engine:
         self.blocked = 0.0  # seconds held by a synchronous restore (GPU idle)
         self.served = 0
         self.pending_puts = 0  # puts queued or in flight
-        self._put_queues: dict[int, deque[tuple[list[int], list[float]]]] = {}
+        self._put_queue: deque[Batch] = deque()
         self._heap: list[tuple[float, int, Job]] = []
         self._seq = 0
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
@@ -170,14 +171,14 @@ class Engine:
             req = job.req
             t = table(req.input_tokens - job.cached, job.cached)
             job.compute_s = t
-            yield env.timeout(t)
-            self.busy += t
             puts = None
             if sim.remote is not None and sim.max_pending_puts:
+                # what the store lacks is staged to host after the prefill; the engine
+                # waits for that copy too (one timeout stands for both)
                 puts, nbytes = self._stage(job)
-                if nbytes:
-                    job.store_s = nbytes / sim.stage_bandwidth
-                    yield env.timeout(job.store_s)
+                job.store_s = nbytes / sim.stage_bandwidth
+            yield env.timeout(t + job.store_s)
+            self.busy += t
             self._finish(job, puts)
 
     def _restore_then_requeue(self, job: Job) -> Generator[simpy.Event, Any, None]:
@@ -265,15 +266,15 @@ class Engine:
             rate = sim.fabric.estimate_rate((self.nvme, self.h2d))
             worst = max(worst, sim.t0[NVME] + probe.tokens[NVME] * s / rate)
         if probe.tokens[REMOTE]:
-            for link, nbytes, cost in self._remote_groups(probe):
-                rate = sim.fabric.estimate_rate((link, self.nic_in, self.h2d), (cost, 1.0, 1.0))
-                worst = max(worst, sim.t0[REMOTE] + nbytes / rate)
+            links, size, costs, _ = self._remote_get(probe)
+            worst = max(worst, sim.t0[REMOTE] + size / sim.fabric.estimate_rate(links, costs))
         return worst + sim.table(job.req.input_tokens - probe.cached, probe.cached)
 
     # ---- restore -------------------------------------------------------------------------
 
-    def _remote_groups(self, job: Job) -> list[tuple[Link, float, float]]:
-        """(server link, bytes, server cost) of each GET flow the restore needs."""
+    def _remote_get(self, job: Job) -> tuple[tuple[Link, ...], float, tuple, tuple]:
+        """The request's remote GET as one lockstep flow over the servers it reads (its
+        ranks' parts move together): (links, size, costs, shares)."""
         sim = self.sim
         remote = sim.remote
         assert remote is not None
@@ -288,11 +289,8 @@ class Engine:
                     ids.append(blocks[i])
                     tokens.append(tok)
         s = sim.kv_bytes / remote.shards
-        out = []
-        for server, tok in sorted(remote.tokens_by_server(ids, tokens).items()):
-            nbytes = tok * s
-            out.append((remote.links[server], nbytes, sim.server_cost(nbytes)))
-        return out
+        per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
+        return sim.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
 
     def _restore(self, job: Job) -> Generator[simpy.Event, Any, None]:
         """Read the planned blocks from their tiers (T0, then a transfer per tier/server)."""
@@ -313,18 +311,12 @@ class Engine:
             )
         remote: list[Flow] = []
         if tokens[REMOTE]:
-            for link, nbytes, cost in self._remote_groups(job):
-                stall = sim.draw_stall()
-                if stall > 0:
-                    job.stalled = True
-                remote.append(
-                    fabric.transfer(
-                        (link, self.nic_in, self.h2d),
-                        nbytes,
-                        costs=(cost, 1.0, 1.0),
-                        delay=t0[REMOTE] + stall,
-                    )
-                )
+            links, size, costs, shares = self._remote_get(job)
+            stall = sim.draw_stall()
+            job.stalled = stall > 0
+            remote.append(
+                fabric.transfer(links, size, costs=costs, shares=shares, delay=t0[REMOTE] + stall)
+            )
         flows = [f for _, f in local] + remote
         done = env.all_of([f.done for f in flows])
         if remote and sim.timeout is not None:
@@ -343,7 +335,9 @@ class Engine:
             end = max(ends) if len(ends) == len(remote) else now
             job.tier_s[REMOTE] = end - start
             job.remote_get_s = end - start - t0[REMOTE]
-            job.bytes[REMOTE] = sum(f.size - max(f.remaining, 0.0) for f in remote)
+            job.bytes[REMOTE] = sum(
+                (f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote
+            )
         job.load_s = now - start
 
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
@@ -360,21 +354,17 @@ class Engine:
 
     # ---- finish ----------------------------------------------------------------------------
 
-    def _stage(self, job: Job) -> tuple[dict[int, tuple[list[int], list[float]]], float]:
-        """The shards the remote store lacks, grouped by server, and their bytes. They are
-        reserved as pending at once, so no other engine stages them too."""
+    def _stage(self, job: Job) -> tuple[Batch, float]:
+        """The shards the remote store lacks and their bytes, reserved at once as pending
+        so that no other engine stages them too."""
         sim = self.sim
         remote = sim.remote
         assert remote is not None
-        blocks = job.req.hash_ids
-        groups = remote.missing(blocks, sim.block_sizes(job.req))
-        nbytes = 0.0
-        for server, (keys, sizes) in groups.items():
-            remote.pending[server].update(keys)
-            nbytes += sum(sizes)
-        return groups, nbytes
+        batch = remote.missing(job.req.hash_ids, sim.block_sizes(job.req))
+        remote.reserve(batch)
+        return batch, batch.total_bytes()
 
-    def _finish(self, job: Job, puts: dict[int, tuple[list[int], list[float]]] | None) -> None:
+    def _finish(self, job: Job, puts: Batch | None) -> None:
         sim = self.sim
         self.local.admit(job.req.hash_ids, sim.block_sizes(job.req))
         if puts:
@@ -383,44 +373,41 @@ class Engine:
         self.served += 1
         sim.record(self, job)
 
-    def _put(self, groups: dict[int, tuple[list[int], list[float]]]) -> None:
-        """Queue one put per server; each server connection sends one put at a time (an
-        LMCache-style background store). A full queue drops the put."""
+    def _put(self, batch: Batch) -> None:
+        """Queue the put of what the remote store lacks: one lockstep flow over the servers
+        involved (each rank's part to its own server). Puts leave one at a time, in order
+        (an LMCache-style background store); a full queue drops the put."""
         sim = self.sim
         remote = sim.remote
         assert remote is not None
-        for server in sorted(groups):
-            keys, shard_sizes = groups[server]
-            if self.pending_puts >= sim.max_pending_puts:
-                remote.puts_dropped += len(keys)
-                remote.pending[server].difference_update(keys)
-                continue
-            self.pending_puts += 1
-            queue = self._put_queues.setdefault(server, deque())
-            queue.append((keys, shard_sizes))
-            if len(queue) == 1:  # the connection to this server is idle
-                self._start_put(server)
+        if self.pending_puts >= sim.max_pending_puts:
+            remote.release(batch)
+            return
+        self.pending_puts += 1
+        self._put_queue.append(batch)
+        if len(self._put_queue) == 1:  # the connection is idle
+            self._start_put()
 
-    def _start_put(self, server: int) -> None:
-        """Send the oldest queued put to ``server`` (one put in flight per connection)."""
+    def _start_put(self) -> None:
+        """Send the oldest queued put."""
         sim = self.sim
         remote = sim.remote
         assert remote is not None
-        nbytes = sum(self._put_queues[server][0][1])
+        batch = self._put_queue[0]
+        links, size, costs, shares = sim.lockstep(remote.put_parts(batch), (self.nic_out,))
         remote.puts += 1
-        remote.put_bytes += nbytes
-        flow = sim.fabric.transfer(
-            (self.nic_out, remote.links[server]), nbytes, costs=(1.0, sim.server_cost(nbytes))
+        remote.put_bytes += batch.total_bytes()
+        # a background write: no one waits for it to start, so no latency is charged
+        sim.fabric.transfer(
+            links, size, costs=costs, shares=shares, latency=False, on_done=self._landed
         )
-        flow.done.callbacks.append(lambda _ev: self._landed(server))
 
-    def _landed(self, server: int) -> None:
-        queue = self._put_queues[server]
-        keys, sizes = queue.popleft()
+    def _landed(self, _flow: Flow) -> None:
+        batch = self._put_queue.popleft()
         self.pending_puts -= 1
-        self.sim.remote.land(server, keys, sizes)  # type: ignore[union-attr]
-        if queue:
-            self._start_put(server)
+        self.sim.remote.land(batch)  # type: ignore[union-attr]
+        if self._put_queue:
+            self._start_put()
 
     # ---- record ---------------------------------------------------------------------------
 

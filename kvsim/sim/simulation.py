@@ -22,7 +22,7 @@ from kvsim.cache.local import HOST, NVME, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
-from kvsim.kernel.fabric import Fabric
+from kvsim.kernel.fabric import Fabric, Link
 from kvsim.physics.timing import TimingTable
 from kvsim.rng import stream
 from kvsim.sim.engine import Engine, Job
@@ -81,8 +81,11 @@ class Simulation:
         if rc.enabled:
             links = [self.fabric.link(f"remote{k}", rc.bandwidth) for k in range(rc.servers)]
             stores = [make_store(rc.eviction, rc.capacity) for _ in range(rc.servers)]
+            group = None
+            if rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
+                group = self.fabric.link("remote*", rc.bandwidth * rc.servers)
             self.remote = RemoteStore(
-                stores, links, per_rank=rc.sharding == "per_rank", ranks=node.pcp
+                stores, links, per_rank=rc.sharding == "per_rank", ranks=node.pcp, group=group
             )
             op_bytes = rc.chunk_tokens * self.kv_bytes / self.remote.shards
             self._op_factor = rc.op_overhead * rc.bandwidth
@@ -131,17 +134,30 @@ class Simulation:
         if not isinstance(w, SyntheticWorkload) or not w.prestored:
             return
         assert self.remote is not None
-        blocks = prestored_blocks(w)
-        groups = self.remote.missing(blocks, [self.block_tokens * self.kv_bytes] * len(blocks))
-        for server, (keys, sizes) in groups.items():
-            self.remote.stores[server].insert_many(keys, sizes)
+        self.remote.prestore(prestored_blocks(w), self.block_tokens * self.kv_bytes)
 
     def server_cost(self, nbytes: float) -> float:
-        """Server work per payload byte of one GET/PUT flow: 1 + ops x overhead x bw / bytes."""
+        """Server work per payload byte of one GET/PUT part: 1 + ops x overhead x bw / bytes
+        (one operation per chunk, each costing ``op_overhead`` of server time)."""
         if nbytes <= 0:
             return 1.0
         ops = max(1, math.ceil(nbytes / self._op_bytes - 1e-9))
         return 1.0 + ops * self._op_factor / nbytes
+
+    def lockstep(
+        self, parts: list[tuple[Link, float, int]], shared: tuple[Link, ...]
+    ) -> tuple[tuple[Link, ...], float, tuple[float, ...], tuple[float, ...]]:
+        """One flow for parts that move together, each over its own server link, and all
+        over the ``shared`` links (NIC, PCIe): (links, size, costs, shares). ``parts`` are
+        (link, bytes, servers behind it); progress is counted in bytes of the largest part,
+        and a server's cost includes its per-op time for the part it holds."""
+        size = max(b for _, b, _ in parts)
+        total = sum(b for _, b, _ in parts)
+        links = tuple(link for link, _, _ in parts) + shared
+        costs = tuple(b * self.server_cost(b / n) / size for _, b, n in parts)
+        shares = tuple(b / size for _, b, _ in parts)
+        rest = (total / size,) * len(shared)
+        return links, size, costs + rest, shares + rest
 
     def draw_stall(self) -> float:
         """Seconds a remote GET hangs before it starts (0 for most GETs)."""
@@ -220,15 +236,12 @@ class Simulation:
             tiers["remote"] = {
                 "servers": r.servers,
                 "shards": r.shards,
-                "capacity_bytes": sum(s.capacity for s in r.stores),
-                "used_bytes": sum(s.used for s in r.stores),
-                "blocks": sum(len(s) for s in r.stores),
-                "evictions": sum(s.evictions for s in r.stores),
+                **r.stats(),
                 "puts": r.puts,
                 "put_bytes": r.put_bytes,
-                "puts_dropped_blocks": r.puts_dropped,
-                "server_bytes": [link.bytes for link in r.links],
-                "server_busy_s": [link.busy_time for link in r.links],
+                "puts_dropped_shards": r.puts_dropped,
+                "server_bytes": r.server_bytes(),
+                "server_busy_s": r.server_busy(),
             }
         links = {
             name: {"bytes": link.bytes, "busy_s": link.busy_time}

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvsim.errors import InputError
 
 
-@dataclass(slots=True, frozen=True)
-class Request:
-    """One prefill request.
+class Request(NamedTuple):
+    """One prefill request (an immutable tuple: cheap to make a million of).
 
     ``hash_ids`` has one id per ``block_tokens`` tokens of the prompt (the last block may be
     partial); equal ids at position i mean an equal prompt prefix up to the end of block i.
@@ -21,6 +20,9 @@ class Request:
     output_tokens: int
     hash_ids: tuple[int, ...]
     session: int = -1  # -1: not part of a multi-turn session
+    tenant: int = 0  # whose request it is (cache keys are namespaced by tenant)
+    shared_blocks: int = 0  # leading blocks that are a public prefix (e.g. a system prompt)
+    last_turn: bool = True  # the last request of its session
 
 
 def check_request(req: Request, block_tokens: int) -> None:

@@ -17,7 +17,6 @@ emitted in arrival order, so a million requests need not sit in memory at once.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -194,35 +193,39 @@ def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
     order = np.lexsort((turn_of, session_of, times))[:n]
     doc_fraction = cfg.documents.fraction if cfg.documents else 0.0
     shared = SharedIds(cfg)
-    fresh = itertools.count(shared.first_fresh)
+    fresh = shared.first_fresh
+    prefixes: dict[tuple[int, int, int], list[int]] = {}
     history: dict[int, tuple[int, int, list[int]]] = {}  # session -> (prompt, answer, ids)
-    remaining = np.bincount(session_of[order], minlength=n_sessions)
+    remaining = np.bincount(session_of[order], minlength=n_sessions).tolist()
+    # plain lists: indexing numpy arrays one element at a time is slow
+    session_l, time_l = session_of.tolist(), times.tolist()
+    new_l, out_l = new_tokens.tolist(), out_tokens.tolist()
+    sys_l, doc_l = sys_of.tolist(), doc_of.tolist()
+    multi = cfg.sessions is not None
 
     for rid, idx in enumerate(order.tolist()):
-        s = int(session_of[idx])
-        new = int(new_tokens[idx])
+        s = session_l[idx]
+        new = new_l[idx]
         if s in history:
             prompt, answer, ids = history[s]
-            keep = prompt // B
             length = prompt + answer + new
-            block_ids = ids[:keep]
+            block_ids = ids[: prompt // B]
         else:
-            sys_id, doc_id = int(sys_of[s]), int(doc_of[s])
+            sys_id, doc_id = sys_l[s], doc_l[s]
             doc = min(int(doc_fraction * new), shared.max_doc_tokens) if doc_id >= 0 else 0
             length = (shared.sys_tokens if sys_id >= 0 else 0) + new
-            block_ids = shared.prefix(sys_id, doc_id, doc)
-        block_ids.extend(next(fresh) for _ in range(-(-length // B) - len(block_ids)))
-        answer_tokens = int(out_tokens[idx])
+            key = (sys_id, doc_id, doc)
+            head = prefixes.get(key)
+            if head is None:
+                head = prefixes[key] = shared.prefix(sys_id, doc_id, doc)
+            block_ids = list(head)
+        need = -(-length // B) - len(block_ids)
+        block_ids.extend(range(fresh, fresh + need))
+        fresh += need
+        answer_tokens = out_l[idx]
         remaining[s] -= 1
         if remaining[s] > 0:
             history[s] = (length, answer_tokens, block_ids)
         else:
             history.pop(s, None)
-        yield Request(
-            rid,
-            float(times[idx]),
-            length,
-            answer_tokens,
-            tuple(block_ids),
-            s if cfg.sessions is not None else -1,
-        )
+        yield Request(rid, time_l[idx], length, answer_tokens, tuple(block_ids), s if multi else -1)
