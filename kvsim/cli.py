@@ -11,13 +11,21 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from kvsim import __version__
 from kvsim.errors import InputError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (like every other kvsim error), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"kvsim: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="kvsim",
         description="Discrete-event simulator of tiered KV-cache prefill serving.",
     )

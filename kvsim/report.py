@@ -57,6 +57,36 @@ def summary_table(s: dict[str, Any]) -> str:
                 f"timed out {s['remote_timeouts']}",
             )
         )
+    if s.get("requests_dropped") or s.get("requests_rerouted"):
+        rows.append(
+            (
+                "engine failures",
+                f"rerouted {s.get('requests_rerouted', 0)}   "
+                f"dropped {s.get('requests_dropped', 0)}",
+            )
+        )
+    if s.get("faults"):
+        rows.append(
+            (
+                "faults",
+                "   ".join(f"{f['kind']} {f['event']} {_t(f['at'])}" for f in s["faults"]),
+            )
+        )
+    for t, v in (s.get("tenants") or {}).items():
+        held = ", ".join(f"{k} {fmt_bytes(b)}" for k, b in v["stored_bytes"].items()) or "nothing"
+        gone = v.get("deletion_gone_after_max_s")
+        rows.append(
+            (
+                f"tenant {t}",
+                f"{v['requests']} requests   TTFT p50 {_t(v['ttft_p50_s'])}   "
+                f"p99 {_t(v['ttft_p99_s'])}   hit {_pct(v['hit_ratio'])}   holds {held}"
+                + (
+                    f"   deletions {v['deletions']} (gone within {_t(gone)})"
+                    if gone is not None
+                    else ""
+                ),
+            )
+        )
     if s.get("timing_extrapolations"):
         rows.append(
             (

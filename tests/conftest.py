@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,15 @@ from kvsim.workload.request import Request
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# property and fuzz tests run this many times their usual examples (KVSIM_FUZZ_SCALE=20
+# for a thorough run before a release; CI runs the default)
+FUZZ_SCALE = int(os.environ.get("KVSIM_FUZZ_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a test that runs ``n`` by default."""
+    return n * FUZZ_SCALE
+
 
 # Round numbers for hand computation: 1,000 B per token, 100-token blocks, prefill time
 # t(new, cached) = 0.1 s + (new - 1) ms whatever is cached, no latencies, 1 MB/s remote,

@@ -137,15 +137,17 @@ def test_per_rank_usable_hit_is_the_minimum_over_ranks():
     from kvsim.sim.simulation import Simulation
 
     sc = toy(node={"pcp": 2}, remote={"enabled": True, "servers": 2, "sharding": "per_rank"})
-    sim = Simulation(sc, requests=[req(1, 10.0, 301, [1, 2, 3, 4])])
+    r = req(1, 10.0, 301, [1, 2, 3, 4])
+    sim = Simulation(sc, requests=[r])
+    keys = sim.tenancy.keys(r)  # cache keys: hash ids namespaced by tenant
     remote = sim.remote
     remote.unmirror()  # the ranks are to disagree
-    for shard, blocks in ((0, [1, 2, 3]), (1, [1, 2])):
+    for shard, blocks in ((0, keys[:3]), (1, keys[:2])):
         for b in blocks:
             server, key = remote.place(b, shard)
             assert server == shard
             remote.stores[server].insert(key, 50_000)
-    assert remote.shard_prefixes([1, 2, 3, 4]) == [3, 2]
+    assert remote.shard_prefixes(keys) == [3, 2]
     out = sim.run()
     a = dict(zip(COLUMN_NAMES, out.rows[0], strict=True))
     assert a["tokens_remote"] == 200  # min(3, 2) blocks of 100 tokens

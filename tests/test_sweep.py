@@ -1,7 +1,12 @@
 """Sweeps: expansion, parallel runs, resume, failures, and a Dask cluster."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import pandas as pd
 import pytest
@@ -103,6 +108,41 @@ def test_an_interrupted_sweep_resumes_without_duplicates(sweep_file, tmp_path):
     full = run_sweep(sweep, out, workers=1)
     assert len(full) == 16 and full["run_id"].is_unique
     assert journal_lines(out) == 16
+
+
+def test_ctrl_c_on_a_real_sweep_then_rerun_resumes_without_duplicates(tmp_path):
+    """SIGINT to the whole process group (what Ctrl-C does) while worker processes run;
+    the re-run finishes the rest and every run appears once."""
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(
+        f"base: {SCENARIOS / 'quickstart.yaml'}\ngrid:\n  cluster.engines: [1, 2, 3, 4]\n"
+        "set: {workload.requests: 1500}\nreplications: 3\n"
+    )
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "kvsim.cli", "sweep", str(spec), "--out", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--workers", "2"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    journal = out / JOURNAL
+    while proc.poll() is None and not (journal.exists() and journal_lines(out) >= 2):
+        time.sleep(0.02)  # poll until two runs are journaled (no time limit asserted)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate()
+    interrupted = journal_lines(out)
+    if proc.returncode == 130:  # it was interrupted part-way (not already finished)
+        assert "interrupted" in err and "Traceback" not in err
+        assert 2 <= interrupted < 12
+        assert len(pd.read_parquet(out / "results.parquet")) == interrupted
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 0
+    ids = [json.loads(line)["run_id"] for line in journal.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 12
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 12 and df["run_id"].is_unique and (df["status"] == "ok").all()
 
 
 def test_sweep_file_mistakes(tmp_path, capsys):

@@ -10,10 +10,42 @@ scenario names to classes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 Key = Hashable
 Evicted = list[tuple[Key, float]]
+
+
+class Rules:
+    """Per-tenant bookkeeping a store keeps only when a scenario asks for it: a quota of
+    bytes per tenant (a tenant over it evicts its own oldest blocks first), and the time
+    of each block's last use (for TTL deletion). ``tenant_of(key)`` is -1 for blocks that
+    belong to no tenant (a public prefix), which no quota counts."""
+
+    __slots__ = ("clock", "order", "peak", "quota", "stamps", "tenant_of", "used")
+
+    def __init__(
+        self,
+        tenant_of: Callable[[Key], int],
+        quota: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.tenant_of = tenant_of
+        self.quota = quota
+        self.clock = clock
+        self.used: dict[int, float] = {}  # tenant -> bytes held
+        self.peak: dict[int, float] = {}  # tenant -> most bytes ever held
+        self.order: dict[int, OrderedDict[Key, None]] = {}  # tenant -> its keys, oldest first
+        self.stamps: dict[Key, float] = {}  # key -> last use (with a clock)
+
+    def shifted(self, offset: int) -> Rules:
+        """A copy for a store whose keys are these keys + ``offset`` (a mirrored server)."""
+        out = Rules(self.tenant_of, self.quota, self.clock)
+        out.used = dict(self.used)
+        out.peak = dict(self.peak)
+        out.order = {t: OrderedDict((k + offset, None) for k in o) for t, o in self.order.items()}
+        out.stamps = {k + offset: v for k, v in self.stamps.items()}
+        return out
 
 
 class BlockStore:
@@ -23,7 +55,7 @@ class BlockStore:
     not (FIFO). Invariant: ``used`` (the sum of held sizes) never exceeds ``capacity``.
     """
 
-    __slots__ = ("blocks", "capacity", "evictions", "peak", "used")
+    __slots__ = ("blocks", "capacity", "evictions", "peak", "rules", "used")
     refresh_on_hit = True
 
     def __init__(self, capacity: float) -> None:
@@ -35,6 +67,7 @@ class BlockStore:
         self.evictions = 0
         # key -> bytes, oldest first; read-only outside this class
         self.blocks: OrderedDict[Key, float] = OrderedDict()
+        self.rules: Rules | None = None
 
     def __contains__(self, key: Key) -> bool:
         return key in self.blocks
@@ -49,6 +82,14 @@ class BlockStore:
         """Record a use of a block that is present (a hit)."""
         if self.refresh_on_hit:
             self.blocks.move_to_end(key)
+        rules = self.rules
+        if rules is not None:
+            if self.refresh_on_hit:
+                t = rules.tenant_of(key)
+                if t in rules.order:
+                    rules.order[t].move_to_end(key)
+            if rules.clock is not None:
+                rules.stamps[key] = rules.clock()
 
     def insert(self, key: Key, nbytes: float) -> Evicted:
         """Store a block (or refresh it) and return the blocks evicted to make room."""
@@ -58,6 +99,8 @@ class BlockStore:
         """Insert blocks in order (refreshing present ones); return everything evicted on
         the way, including a block that can never fit. A block inserted early in the call
         may be evicted by a later one when the store is small."""
+        if self.rules is not None:
+            return self._insert_ruled(keys, sizes)
         blocks = self.blocks
         refresh = self.refresh_on_hit
         cap = self.capacity
@@ -83,17 +126,75 @@ class BlockStore:
         self.used = used
         return evicted
 
+    def _insert_ruled(self, keys: Sequence[Key], sizes: Sequence[float]) -> Evicted:
+        """insert_many with per-tenant quotas and use stamps."""
+        rules = self.rules
+        assert rules is not None
+        blocks, cap, quota = self.blocks, self.capacity, rules.quota
+        now = rules.clock() if rules.clock is not None else None
+        evicted: Evicted = []
+        for key, nbytes in zip(keys, sizes, strict=True):
+            if key in blocks:
+                self.touch(key)
+                continue
+            t = rules.tenant_of(key)
+            limited = quota is not None and t >= 0
+            if nbytes > cap or (limited and nbytes > quota):
+                evicted.append((key, nbytes))
+                continue
+            if limited:  # the tenant makes room among its own blocks first
+                mine = rules.order.get(t)
+                while rules.used.get(t, 0.0) + nbytes > quota and mine:
+                    victim = next(iter(mine))
+                    evicted.append((victim, blocks[victim]))
+                    self._drop(victim)
+                    self.evictions += 1
+            while self.used + nbytes > cap:
+                victim = next(iter(blocks))
+                evicted.append((victim, blocks[victim]))
+                self._drop(victim)
+                self.evictions += 1
+            blocks[key] = nbytes
+            self.used += nbytes
+            held = rules.used[t] = rules.used.get(t, 0.0) + nbytes
+            if held > rules.peak.get(t, 0.0):
+                rules.peak[t] = held
+            rules.order.setdefault(t, OrderedDict())[key] = None
+            if now is not None:
+                rules.stamps[key] = now
+            if self.used > self.peak:
+                self.peak = self.used
+        return evicted
+
+    def _drop(self, key: Key) -> float:
+        size = self.blocks.pop(key)
+        self.used -= size
+        rules = self.rules
+        if rules is not None:
+            t = rules.tenant_of(key)
+            rules.used[t] -= size
+            del rules.order[t][key]
+            rules.stamps.pop(key, None)
+        return size
+
     def remove(self, key: Key) -> bool:
         """Drop a block if present; True when it was there."""
-        size = self.blocks.pop(key, None)
-        if size is None:
+        if key not in self.blocks:
             return False
-        self.used -= size
+        self._drop(key)
         return True
+
+    def tenant_bytes(self, tenant: int) -> float:
+        """Bytes a tenant holds here (needs rules, else 0)."""
+        return self.rules.used.get(tenant, 0.0) if self.rules is not None else 0.0
 
     def clear(self) -> None:
         self.blocks.clear()
         self.used = 0.0
+        if self.rules is not None:
+            self.rules.used.clear()
+            self.rules.order.clear()
+            self.rules.stamps.clear()
 
 
 class LRU(BlockStore):

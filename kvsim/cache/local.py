@@ -19,7 +19,7 @@ GPU, HOST, NVME, REMOTE = 0, 1, 2, 3  # tier codes, fastest first
 class LocalCache:
     """GPU, host and NVMe block stores of one engine (host/NVMe may be absent)."""
 
-    __slots__ = ("demotions", "gpu", "host", "nvme", "tiers")
+    __slots__ = ("demotions", "gpu", "host", "nvme", "read_bytes", "tiers")
 
     def __init__(self, gpu: BlockStore, host: BlockStore | None, nvme: BlockStore | None) -> None:
         self.gpu = gpu
@@ -27,6 +27,7 @@ class LocalCache:
         self.nvme = nvme
         self.tiers: tuple[BlockStore | None, ...] = (gpu, host, nvme)
         self.demotions = [0, 0, 0]  # blocks written into each tier by demotion
+        self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
 
     def prefix_blocks(self, blocks: Sequence[int]) -> int:
         """Blocks of the longest prefix held in some local tier (for cache-aware routing)."""

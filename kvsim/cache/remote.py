@@ -23,8 +23,9 @@ the same bytes on every server.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from kvsim.cache.eviction import BlockStore
 from kvsim.kernel.fabric import Link
@@ -39,6 +40,9 @@ class Batch:
     sizes: dict[int, list[float]]
     mirrored: bool
     servers: int
+    flow: Any = None  # the transfer carrying it, once sent
+    skip: Callable[[int], bool] | None = None  # keys not to index when it lands (deleted)
+    on_land: list[Callable[[], None]] = field(default_factory=list)  # called when settled
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -82,6 +86,8 @@ class RemoteStore:
         self.mirrored = per_rank and ranks == self.servers and ranks > 1
         self.group = group if self.mirrored else None  # all servers as one link, mirrored
         self.pending: list[set[int]] = [set() for _ in self.stores]  # keys being put
+        self.down: set[int] = set()  # servers that are lost now
+        self.read_bytes = 0.0  # bytes GETs moved
         self.puts = 0  # put transfers started
         self.put_bytes = 0.0
         self.puts_dropped = 0  # block shards not stored because a put queue was full
@@ -96,6 +102,10 @@ class RemoteStore:
     def has(self, block: int) -> bool:
         """True when every shard of the block is in its server's index."""
         stores, n, shards = self.stores, self.servers, self.shards
+        if self.down:
+            base = block * shards
+            if any(key % n in self.down for key in range(base, base + shards)):
+                return False
         if shards == 1:
             return block in stores[block % n].blocks
         base = block * shards
@@ -162,6 +172,7 @@ class RemoteStore:
         stores, pending, n, S = self.stores, self.pending, self.servers, self.shards
         keys: dict[int, list[int]] = {}
         out: dict[int, list[float]] = {}
+        down = self.down
         if self.mirrored:
             index, pend = stores[0].blocks, pending[0]
             ks = [b * S for b in blocks]
@@ -174,6 +185,8 @@ class RemoteStore:
             part = size / S
             for key in range(b * S, b * S + S):
                 server = key % n
+                if server in down:
+                    continue  # a lost server takes no writes
                 if key not in stores[server].blocks and key not in pending[server]:
                     keys.setdefault(server, []).append(key)
                     out.setdefault(server, []).append(part)
@@ -189,13 +202,24 @@ class RemoteStore:
         self.puts_dropped += batch.count()
         for server, ks in self._expand(batch).items():
             self.pending[server].difference_update(ks)
+        for callback in batch.on_land:
+            callback()
 
     def land(self, batch: Batch) -> None:
         """A put finished: index its shards (evicting as each server's policy says)."""
         sizes = batch.sizes
+        skip = batch.skip
         for server, ks in self._expand(batch).items():
             self.pending[server].difference_update(ks)
-            self.stores[server].insert_many(ks, sizes[0 if batch.mirrored else server])
+            if server in self.down:
+                continue
+            sz = sizes[0 if batch.mirrored else server]
+            if skip is not None:
+                kept = [(k, z) for k, z in zip(ks, sz, strict=True) if not skip(k)]
+                ks, sz = [k for k, _ in kept], [z for _, z in kept]
+            self.stores[server].insert_many(ks, sz)
+        for callback in batch.on_land:
+            callback()
 
     def prestore(self, blocks: Sequence[int], size: float) -> None:
         """Put blocks of ``size`` bytes into the store at once (a warm start)."""
@@ -218,6 +242,17 @@ class RemoteStore:
         """A server loses everything it held (it restarts empty)."""
         self.unmirror()
         self.stores[server].clear()
+        self.pending[server].clear()
+
+    def all_stores(self) -> list[tuple[int, BlockStore]]:
+        """(server, store) of every index kept (one while mirrored)."""
+        if self.mirrored:
+            return [(0, self.stores[0])]
+        return list(enumerate(self.stores))
+
+    def block_of(self, key: int) -> int:
+        """The block a shard key belongs to."""
+        return key // self.shards
 
     def unmirror(self) -> None:
         """Give every server its own copy of the mirrored index (keys shifted by rank), so
@@ -229,6 +264,8 @@ class RemoteStore:
             if r:
                 store.blocks = OrderedDict((k + r, v) for k, v in first.blocks.items())
                 store.used, store.peak, store.evictions = first.used, first.peak, first.evictions
+                if first.rules is not None:
+                    store.rules = first.rules.shifted(r)
                 self.pending[r] = {k + r for k in self.pending[0]}
         self.mirrored = False
 

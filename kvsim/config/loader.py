@@ -53,7 +53,13 @@ def load_yaml(path: str | os.PathLike[str]) -> tuple[Any, Origins]:
         raise InputError(f"not UTF-8 text ({e.reason})", where=str(p)) from None
     except OSError as e:
         raise InputError(e.strerror or str(e), where=str(p)) from None
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as e:  # a control character such as NUL
+        line = text.count("\n", 0, max(e.position, 0)) + 1
+        raise InputError(
+            f"YAML cannot contain the control character #x{e.character:04x}", where=f"{p}:{line}"
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -65,7 +71,8 @@ def load_yaml(path: str | os.PathLike[str]) -> tuple[Any, Origins]:
         problem = (e.problem or e.context or "YAML syntax error").strip()
         raise InputError(f"YAML syntax error: {problem}", where=f"{p}{line}") from None
     except yaml.YAMLError as e:
-        raise InputError(f"YAML error: {e}", where=str(p)) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"YAML error: {first}", where=str(p)) from None
     finally:
         loader.dispose()
     origins: Origins = {}
@@ -73,8 +80,10 @@ def load_yaml(path: str | os.PathLike[str]) -> tuple[Any, Origins]:
     return data, origins
 
 
-def _walk_lines(node: yaml.Node, path: Path_, file: str, out: Origins) -> None:
-    out[path] = f"{file}:{node.start_mark.line + 1}"
+def _walk_lines(node: yaml.Node, path: Path_, file: str, out: Origins, line: int = -1) -> None:
+    """Record where each path is written: the line of its key (of the node for the root
+    and list items)."""
+    out[path] = f"{file}:{(line if line >= 0 else node.start_mark.line) + 1}"
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
@@ -85,7 +94,7 @@ def _walk_lines(node: yaml.Node, path: Path_, file: str, out: Origins) -> None:
                     f"{dotted}: duplicate key", where=f"{file}:{key_node.start_mark.line + 1}"
                 )
             seen.add(key)
-            _walk_lines(value_node, (*path, key), file, out)
+            _walk_lines(value_node, (*path, key), file, out, key_node.start_mark.line)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _walk_lines(item, (*path, i), file, out)
@@ -457,7 +466,7 @@ def load_scenario(
     if overrides:
         apply_overrides(data, origins, overrides)
     if seed is not None:
-        apply_overrides(data, origins, {"seed": seed}, label="--seed ")
+        apply_overrides(data, origins, {"seed": seed}, label="--seed=")
     data.setdefault("profile", DEFAULT_PROFILE)
     profile_layer, profile_origins = _load_profile(
         data["profile"], _where(origins, ("profile",), str(p)), p.parent

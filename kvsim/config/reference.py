@@ -52,6 +52,8 @@ def _type_name(ann: Any, metadata: list[Any] | None = None) -> str:
         return " \\| ".join(parts) + opt
     if origin is list:
         return f"list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(args[0])} to {_type_name(args[1])}"
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return f"mapping ({ann.__name__})"
     base = {int: "integer", float: "number", str: "text", bool: "true/false"}.get(ann, str(ann))

@@ -59,6 +59,16 @@ Duration = Annotated[float, _unit(parse_duration, "duration"), Field(ge=0)]
 PositiveDuration = Annotated[float, _unit(parse_duration, "duration"), Field(gt=0)]
 Rate = Annotated[float, _unit(parse_rate, "rate"), Field(gt=0)]
 PosInt = Annotated[int, Field(gt=0, strict=True)]
+
+
+def Bounded(high: int) -> Any:
+    """A positive integer with a sanity ceiling (a value past it is a typo, not a plan,
+    and would otherwise run for days or exhaust memory)."""
+    return Annotated[int, Field(gt=0, le=high, strict=True)]
+
+
+Tokens = Bounded(2**24)  # 16.7M tokens in one prompt or block
+MAX_TENANTS = 65535  # cache keys reserve 16 bits for the tenant
 NonNegInt = Annotated[int, Field(ge=0, strict=True)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
@@ -76,12 +86,16 @@ class Node(Record):
     """One prefill engine: a node of GPUs running one context-parallel prefill instance."""
 
     gpu: str = Field(description="GPU model name, for reports")
-    gpus: PosInt = Field(description="GPUs in the node")
-    pcp: PosInt = Field(description="prefill context-parallel degree (ranks sharing a request)")
+    gpus: Bounded(4096) = Field(description="GPUs in the node")
+    pcp: Bounded(4096) = Field(
+        description="prefill context-parallel degree (ranks sharing a request)"
+    )
     hbm_per_gpu: PositiveSize = Field(description="HBM per GPU")
     kv_per_gpu: PositiveSize = Field(description="HBM per GPU free for KV cache after weights")
     host_dram: PositiveSize = Field(description="host DRAM per node")
-    nvme_drives: NonNegInt = Field(description="local NVMe drives per node")
+    nvme_drives: Annotated[int, Field(ge=0, le=4096, strict=True)] = Field(
+        description="local NVMe drives per node"
+    )
     nvme_drive_capacity: Size = Field(description="capacity of one NVMe drive")
     nvme_read_per_drive: Bandwidth = Field(description="sequential read bandwidth per drive")
     nvme_latency: Duration = Field("80 us", description="NVMe read latency")
@@ -100,7 +114,7 @@ class MlaLayout(Record):
     """Multi-head latent attention: one compressed latent (+ rope key) per token per layer."""
 
     kind: Literal["mla"]
-    layers: PosInt = Field(description="layers with a KV cache")
+    layers: Bounded(100_000) = Field(description="layers with a KV cache")
     latent_dim: PosInt = Field(description="compressed KV latent width (kv_lora_rank)")
     rope_dim: NonNegInt = Field(description="decoupled rope key width")
     latent_dtype_bytes: Annotated[float, Field(gt=0)] = Field(description="bytes per latent value")
@@ -122,7 +136,7 @@ class HeadsLayout(Record):
     """MHA or GQA: a key and a value vector per KV head per token per layer."""
 
     kind: Literal["mha", "gqa"]
-    layers: PosInt = Field(description="layers with a KV cache")
+    layers: Bounded(100_000) = Field(description="layers with a KV cache")
     kv_heads: PosInt = Field(description="key/value heads (= attention heads for MHA)")
     head_dim: PosInt = Field(description="width of one head")
     dtype_bytes: Annotated[float, Field(gt=0)] = Field(description="bytes per cached value")
@@ -224,13 +238,13 @@ class Remote(Record):
     """Remote KV store shared by all engines (e.g. LMCache over Valkey)."""
 
     enabled: bool = Field(True, description="false: no remote tier")
-    servers: PosInt = Field(1, description="server instances")
+    servers: Bounded(4096) = Field(1, description="server instances")
     sharding: Literal["none", "per_rank"] = Field(
         "none", description="none: whole blocks per key; per_rank: each PCP rank its own shard"
     )
     bandwidth: Bandwidth = Field(description="payload bandwidth of one server")
     op_overhead: Duration = Field("0 s", description="server time per GET/PUT operation")
-    chunk_tokens: PosInt = Field(256, description="tokens per stored chunk (one op each)")
+    chunk_tokens: Tokens = Field(256, description="tokens per stored chunk (one op each)")
     capacity: Size = Field(description="KV capacity per server")
     t0: Duration = Field(description="fixed engine cost per request that hits the remote tier")
     eviction: EvictionName = Field("lru", description="eviction policy of each server")
@@ -250,7 +264,7 @@ LoadPolicy = Literal["sync", "async", "recompute", "auto"]
 
 
 class Cluster(Record):
-    engines: PosInt = Field(1, description="prefill engines (nodes)")
+    engines: Bounded(4096) = Field(1, description="prefill engines (nodes)")
     router: str = Field("round_robin", description="round_robin | least_loaded | cache_affinity")
     load_policy: LoadPolicy = Field("sync", description="sync | async | recompute | auto")
     affinity_slack: NonNegInt = Field(
@@ -272,13 +286,13 @@ class Cluster(Record):
 
 class FixedDist(Record):
     dist: Literal["fixed"]
-    value: PosInt = Field(description="every draw")
+    value: Tokens = Field(description="every draw")
 
 
 class UniformDist(Record):
     dist: Literal["uniform"]
-    low: PosInt = Field(description="smallest draw")
-    high: PosInt = Field(description="largest draw")
+    low: Tokens = Field(description="smallest draw")
+    high: Tokens = Field(description="largest draw")
 
 
 class LogNormalDist(Record):
@@ -288,19 +302,19 @@ class LogNormalDist(Record):
         description="standard deviation of the log"
     )
     min: PosInt = Field(1, description="draws are clipped to [min, max]")
-    max: PosInt = Field(1_000_000, description="draws are clipped to [min, max]")
+    max: Tokens = Field(1_000_000, description="draws are clipped to [min, max]")
 
 
 class GeometricDist(Record):
     dist: Literal["geometric"]
-    mean: Annotated[float, Field(ge=1, allow_inf_nan=False)] = Field(
+    mean: Annotated[float, Field(ge=1, le=1e6, allow_inf_nan=False)] = Field(
         description="mean of a geometric draw on 1, 2, ..."
     )
 
 
 class ChoiceDist(Record):
     dist: Literal["choice"]
-    values: list[PosInt] = Field(min_length=1, description="the possible draws")
+    values: list[Tokens] = Field(min_length=1, description="the possible draws")
     weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         None, description="relative weights (default: equal)"
     )
@@ -340,20 +354,31 @@ Arrivals = Annotated[
 class SystemPrompts(Record):
     """Shared system prompts: a fraction of sessions starts with one of ``count`` prompts."""
 
-    count: PosInt = Field(description="distinct system prompts (equally popular)")
-    tokens: PosInt = Field(description="length of each")
+    count: Bounded(1_000_000) = Field(description="distinct system prompts (equally popular)")
+    tokens: Tokens = Field(description="length of each")
     share: Fraction = Field(1.0, description="fraction of sessions that use one")
 
 
 class Documents(Record):
     """Shared documents: each first turn starts with ``fraction`` of its prompt from one."""
 
-    count: PosInt = Field(description="distinct documents")
+    count: Bounded(1_000_000) = Field(description="distinct documents")
     fraction: Fraction = Field(description="share of a first turn's new tokens from the document")
     share: Fraction = Field(1.0, description="fraction of sessions that start with a document")
     popularity: Literal["uniform", "zipf"] = Field("uniform", description="document popularity")
     zipf_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="Zipf exponent when popularity is zipf"
+    )
+
+
+class Tenants(Record):
+    """Each session belongs to one of ``count`` tenants (drawn by ``weights``)."""
+
+    count: Annotated[int, Field(gt=0, le=MAX_TENANTS, strict=True)] = Field(
+        description="number of tenants"
+    )
+    weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
+        None, description="relative share of sessions per tenant (default: equal)"
     )
 
 
@@ -380,7 +405,7 @@ class _Common(Record):
 class MooncakeWorkload(_Common):
     kind: Literal["mooncake"]
     path: str = Field(description="Mooncake JSONL trace (relative to the scenario file)")
-    block_tokens: PosInt = Field(512, description="tokens per hash_ids block")
+    block_tokens: Tokens = Field(512, description="tokens per hash_ids block")
     bucket_spread: PositiveDuration | None = Field(
         None, description="spread requests sharing a timestamp evenly over this interval"
     )
@@ -389,13 +414,13 @@ class MooncakeWorkload(_Common):
 class AzureWorkload(_Common):
     kind: Literal["azure"]
     path: str = Field(description="Azure LLM inference CSV (relative to the scenario file)")
-    block_tokens: PosInt = Field(512, description="tokens per (generated, unique) block")
+    block_tokens: Tokens = Field(512, description="tokens per (generated, unique) block")
 
 
 class SyntheticWorkload(_Common):
     kind: Literal["synthetic"]
-    requests: PosInt = Field(description="requests to generate")
-    block_tokens: PosInt = Field(512, description="tokens per hash block (cache granularity)")
+    requests: Bounded(100_000_000) = Field(description="requests to generate")
+    block_tokens: Tokens = Field(512, description="tokens per hash block (cache granularity)")
     arrivals: Arrivals = Field(description="arrival process of sessions")
     prompt_tokens: IntDist = Field(description="new prompt tokens per turn")
     output_tokens: IntDist = Field(
@@ -410,11 +435,96 @@ class SyntheticWorkload(_Common):
         description="the remote store holds every system prompt and document prefix at t = 0 "
         "(a long-running system); needs the remote tier",
     )
+    tenants: Tenants | None = Field(None, description="sessions belong to tenants")
 
 
 Workload = Annotated[
     MooncakeWorkload | AzureWorkload | SyntheticWorkload, Field(discriminator="kind")
 ]
+
+
+# ---- faults ------------------------------------------------------------------------
+
+
+class _Fault(Record):
+    at: Duration = Field(description="when the fault starts")
+    until: Duration | None = Field(None, description="when it ends (null: never)")
+
+
+class ServerDown(_Fault):
+    """A remote server is lost: its index is gone, transfers to it fail; it comes back
+    empty at ``until``."""
+
+    kind: Literal["server_down"]
+    server: NonNegInt = Field(description="server index")
+
+
+class SlowLink(_Fault):
+    """Links run at ``factor`` times their bandwidth for a while (congestion)."""
+
+    kind: Literal["slow_link"]
+    target: Literal["host", "nvme", "network", "remote"] = Field(
+        description="host: PCIe host-to-GPU; nvme: drives; network: NICs; remote: servers"
+    )
+    factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="bandwidth multiplier, e.g. 0.25"
+    )
+    engine: NonNegInt | None = Field(None, description="host/nvme/network: one engine (null: all)")
+    server: NonNegInt | None = Field(None, description="remote: one server (null: all)")
+
+
+class EngineDown(_Fault):
+    """An engine fails: its work in progress is lost; its queued and running requests are
+    re-routed to the other engines (or dropped). It comes back empty at ``until``."""
+
+    kind: Literal["engine_down"]
+    engine: NonNegInt = Field(description="engine index")
+    requests: Literal["reroute", "drop"] = Field(
+        "reroute", description="what happens to the requests it held"
+    )
+
+
+class StallBurst(_Fault):
+    """A window in which remote GETs stall more (overrides remote.stall meanwhile)."""
+
+    kind: Literal["stall_burst"]
+    probability: Fraction = Field(description="chance that a GET stalls")
+    duration: Duration = Field(description="stall length (the mean if exponential)")
+    distribution: Literal["fixed", "exponential"] = "exponential"
+
+
+Fault = Annotated[ServerDown | SlowLink | EngineDown | StallBurst, Field(discriminator="kind")]
+
+
+# ---- tenancy ------------------------------------------------------------------------
+
+
+class Deletion(Record):
+    tenant: NonNegInt = Field(description="tenant whose blocks are deleted")
+    at: Duration = Field(description="when")
+
+
+class Tenancy(Record):
+    """Whose prompt state is where, who can hit it, and when it is deleted."""
+
+    isolation: Literal["tenant", "none"] = Field(
+        "tenant", description="tenant: cache keys are namespaced by tenant; none: one cache"
+    )
+    shared_prefixes: bool = Field(
+        False,
+        description="opt in: a request's public prefix (a shared system prompt) is shared "
+        "across tenants; anyone who sends the same prefix learns that it is cached",
+    )
+    quota: dict[Literal["gpu", "host", "nvme", "remote"], Size] = Field(
+        {}, description="per tenant and tier: bytes a tenant may hold (per engine / server)"
+    )
+    ttl: PositiveDuration | None = Field(
+        None, description="delete blocks not used for this long (>= 1 s), from every tier"
+    )
+    delete_on_session_end: bool = Field(
+        False, description="delete a session's own blocks when its last turn finishes"
+    )
+    deletions: list[Deletion] = Field([], description="delete all of a tenant's blocks at a time")
 
 
 # ---- run and scenario -------------------------------------------------------------
@@ -448,6 +558,8 @@ class Scenario(Record):
         description="where requests come from (kind: mooncake | azure | synthetic)"
     )
     run: Run = Field(Run(), description="warm-up and time limit")
+    faults: list[Fault] = Field([], description="scheduled faults (times and targets)")
+    tenancy: Tenancy = Field(Tenancy(), description="tenant isolation, quotas, deletion")
     source: str | None = Field(None, description="file the scenario was loaded from")
 
 
@@ -506,6 +618,40 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("remote", "sharding"), "per_rank needs ranks: node.pcp is 1"))
     if isinstance(w, SyntheticWorkload) and w.prestored and not sc.remote.enabled:
         out.append((("workload", "prestored"), "needs the remote tier (remote.enabled: true)"))
+    for i, f in enumerate(sc.faults):
+        where = ("faults", i)
+        if f.until is not None and f.until <= f.at:
+            out.append(((*where, "until"), "must be after at"))
+        if isinstance(f, ServerDown | StallBurst) and not sc.remote.enabled:
+            out.append(((*where, "kind"), f"{f.kind} needs the remote tier"))
+        if isinstance(f, ServerDown) and f.server >= sc.remote.servers:
+            out.append(((*where, "server"), f"no server {f.server} (servers: {sc.remote.servers})"))
+        if isinstance(f, SlowLink):
+            if f.target == "remote" and not sc.remote.enabled:
+                out.append(((*where, "target"), "remote: the remote tier is disabled"))
+            if f.target in ("host", "nvme") and not getattr(sc.tiers, f.target).enabled:
+                out.append(((*where, "target"), f"{f.target}: that tier is disabled"))
+            if f.server is not None and (f.target != "remote" or f.server >= sc.remote.servers):
+                out.append(((*where, "server"), "names no remote server of this scenario"))
+        engine = getattr(f, "engine", None)
+        if engine is not None and engine >= sc.cluster.engines:
+            out.append(((*where, "engine"), f"no engine {engine} (engines: {sc.cluster.engines})"))
+        if isinstance(f, StallBurst) and f.until is None:
+            out.append(((*where, "until"), "a stall burst needs an end"))
+    ten = sc.tenancy
+    if ten.ttl is not None and ten.ttl < 1.0:
+        out.append((("tenancy", "ttl"), "must be at least 1 s (expiry is checked every ttl/4)"))
+    if ten.isolation == "none":
+        if ten.quota:
+            out.append((("tenancy", "quota"), "per-tenant quotas need isolation: tenant"))
+        if ten.deletions:
+            out.append((("tenancy", "deletions"), "deleting a tenant needs isolation: tenant"))
+    if isinstance(w, SyntheticWorkload) and w.tenants is not None and w.tenants.weights is not None:
+        tw = w.tenants.weights
+        if len(tw) != w.tenants.count or sum(tw) <= 0:
+            out.append((("workload", "tenants", "weights"), "need one weight per tenant, sum > 0"))
+    if "remote" in sc.tenancy.quota and not sc.remote.enabled:
+        out.append((("tenancy", "quota", "remote"), "the remote tier is disabled"))
     if w.window.end is not None and w.window.end <= w.window.start:
         out.append((("workload", "window", "end"), "must be after window.start"))
     return out

@@ -30,6 +30,10 @@ import simpy
 _EPS = 1e-9
 
 
+class FlowAborted(Exception):
+    """A transfer was abandoned because something it needed failed (a server went down)."""
+
+
 class Link:
     """A shared resource with a bandwidth (bytes/s) and a latency (s)."""
 
@@ -197,6 +201,47 @@ class Fabric:
             self._arm()
         flow.state = "cancelled"
         flow.end = self.env.now
+
+    def abort(self, flow: Flow, error: Exception) -> None:
+        """Cancel a flow and tell its owner: its ``done`` event fails with ``error`` (or its
+        callback is called with the flow, whose state is then "cancelled")."""
+        if flow.state not in ("waiting", "active"):
+            return
+        self.cancel(flow)
+        if isinstance(flow.done, simpy.Event):
+            flow.done.fail(error)
+        else:
+            flow.done(flow)
+
+    def flows_on(self, link: Link) -> list[Flow]:
+        """Flows using a link now, or waiting to start on it."""
+        waiting = [f for _, _, f in self._starts if f.state == "waiting" and link in f.links]
+        return list(link.members) + waiting
+
+    def set_bandwidth(self, link: Link, bandwidth: float) -> None:
+        """Change a link's bandwidth now (a slowdown, or its end); flows re-share at once."""
+        if not bandwidth > 0:
+            raise ValueError(f"link {link.name}: bandwidth must be > 0, got {bandwidth}")
+        now = self.env.now
+        flows = list(link.members)
+        for f in flows:  # progress so far at the old rates
+            f.settle(now)
+        touched: dict[Link, bool] = {}
+        for f in flows:
+            for other, k in zip(f.links, f.costs, strict=True):
+                touched.setdefault(other, other.binding)
+                other.capsum -= k * f.cap
+        link.bandwidth = float(bandwidth)
+        for f in flows:
+            f.cap = min(ln.bandwidth / k for ln, k in zip(f.links, f.costs, strict=True))
+            for other, k in zip(f.links, f.costs, strict=True):
+                other.capsum += k * f.cap
+        for other in touched:
+            other.binding = other.capsum > other.bandwidth * (1 + _EPS)
+        for f in flows:
+            f.rate = -1.0  # force a new finish time for every flow on the link
+        self._rebalance(touched.items(), flows)
+        self._arm()
 
     def estimate_rate(self, links: Sequence[Link], costs: Sequence[float] | None = None) -> float:
         """Payload rate a new flow would get now (each link's share, slowest link wins)."""

@@ -22,15 +22,17 @@ from kvsim.sim.simulation import SimOutput
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "request id: position in the source trace, or generation order"),
     ("session", "multi-turn session id, -1 when none"),
-    ("engine", "engine (node) index the router chose"),
+    ("tenant", "tenant the request belongs to"),
+    ("engine", "engine (node) that served it; -1 when dropped"),
     ("arrival_s", "arrival time"),
     ("start_s", "first time the engine took the request from its queue"),
     ("finish_s", "prefill end (first token)"),
-    ("ttft_s", "time to first token = finish_s - arrival_s"),
+    ("ttft_s", "time to first token = finish_s - arrival_s (NaN when dropped)"),
     ("queue_wait_s", "time in the engine queue (both waits under async loading)"),
     ("load_s", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
     ("compute_s", "prefill compute time, t(new_tokens, cached_tokens)"),
     ("store_s", "GPU-to-host staging of the blocks to put, which the engine waits for"),
+    ("lost_s", "time spent on engines that failed under the request"),
     ("load_host_s", "restore from host DRAM, T0 included"),
     ("load_nvme_s", "restore from NVMe, T0 included"),
     ("load_remote_s", "restore from the remote store, T0 included"),
@@ -42,12 +44,18 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("tokens_nvme", "prompt tokens restored from NVMe"),
     ("tokens_remote", "prompt tokens restored from the remote store"),
     ("tokens_compute", "prompt tokens computed"),
-    ("bytes_host", "bytes read from host DRAM"),
-    ("bytes_nvme", "bytes read from NVMe"),
-    ("bytes_remote", "bytes read from the remote store (also when abandoned)"),
-    ("decision", "cold | gpu | restore | skipped (auto chose recompute) | fallback (timeout)"),
+    ("bytes_host", "bytes read from host DRAM (over all attempts, if re-routed)"),
+    ("bytes_nvme", "bytes read from NVMe (over all attempts, if re-routed)"),
+    ("bytes_remote", "bytes read from the remote store (also when abandoned; all attempts)"),
+    (
+        "decision",
+        "cold | gpu | restore | skipped (auto chose recompute) | fallback (the "
+        "remote GET was abandoned: client timeout or a server lost mid-GET) | dropped",
+    ),
     ("stalled", "a remote GET of this request stalled"),
-    ("timed_out", "the client timeout abandoned the remote GETs"),
+    ("timed_out", "the remote GET hit the client timeout (decision fallback)"),
+    ("retries", "times re-routed after an engine failure"),
+    ("drop_reason", "why it was dropped (empty when it finished)"),
     ("warmup", "arrived during the warm-up; left out of the summary"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
@@ -76,16 +84,20 @@ def frame(rows: list[tuple]) -> pd.DataFrame:
     df["decision"] = df["decision"].astype("category")
     for col in ("stalled", "timed_out", "warmup"):
         df[col] = df[col].astype(bool)
+    df["drop_reason"] = df["drop_reason"].astype(str)
     return df.sort_values("id", kind="stable").reset_index(drop=True)
 
 
 def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
     """The summary dict (the contract keys, plus diagnostics)."""
-    m = df[~df["warmup"]]
+    measured = df[~df["warmup"]]
+    m = measured[measured["decision"] != "dropped"]
+    df = df[df["decision"] != "dropped"]  # the clock and the engines only saw these
     ttft = m["ttft_s"].to_numpy()
     first = float(df["arrival_s"].min()) if len(df) else 0.0
     lo = max(sc.run.warmup, first)
-    hi = float(df["finish_s"].max())  # the last first token (background puts may run on)
+    # the last first token (background puts may run on after it)
+    hi = float(df["finish_s"].max()) if len(df) else first
     span = max(hi - lo, 0.0)
     engines = sc.cluster.engines
     fin = df["finish_s"].to_numpy()
@@ -95,7 +107,7 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
     blocked = window_overlap(df["start_s"].to_numpy(), load_end, lo, hi) if sync else 0.0
     prompt = float(m["input_tokens"].sum())
     src = {s: float(m[f"tokens_{s}"].sum()) for s in SOURCES}
-    got = m[m["remote_get_s"] > 0]
+    got = m[(m["remote_get_s"] > 0) & (m["retries"] == 0)]  # one GET per row
     summary: dict[str, Any] = {
         "scenario": sc.name,
         "seed": sc.seed,
@@ -106,6 +118,8 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
         "requests": len(m),
         "requests_warmup": int(df["warmup"].sum()),
         "requests_unfinished": out.unfinished,
+        "requests_dropped": int((measured["decision"] == "dropped").sum()),
+        "requests_rerouted": int((measured["retries"] > 0).sum()),
         "duration_s": hi - first,
         "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"),
         **{f"ttft_p{q}_s": percentile(ttft, q) for q in QUANTILES},
@@ -135,7 +149,35 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
         "timing_extrapolations": out.timing_extrapolations,
         "tiers": out.tiers,
     }
+    if out.faults:
+        summary["faults"] = out.faults
+    tenants = sorted(measured["tenant"].unique())
+    if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
+        summary["tenants"] = tenant_summary(m, out, tenants)
     return summary
+
+
+def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[str, Any]:
+    """Per tenant: requests, TTFT percentiles, hit ratio, bytes held per tier at the end,
+    and how long its deleted blocks took to be gone (explicit/session deletions, TTL)."""
+    stored = out.tenancy.get("stored_bytes", {})
+    retention = out.tenancy.get("ttl_retention_max_s", {})
+    out_t: dict[str, Any] = {}
+    for t in tenants:
+        g = m[m["tenant"] == t]
+        prompt = float(g["input_tokens"].sum())
+        gone = [d["gone_after_s"] for d in out.tenancy.get("deletions", []) if d["tenant"] == t]
+        out_t[str(int(t))] = {
+            "requests": len(g),
+            "ttft_p50_s": percentile(g["ttft_s"].to_numpy(), 50),
+            "ttft_p99_s": percentile(g["ttft_s"].to_numpy(), 99),
+            "hit_ratio": ratio(prompt - float(g["tokens_compute"].sum()), prompt),
+            "stored_bytes": stored.get(int(t), {}),
+            "deletions": len(gone),
+            "deletion_gone_after_max_s": max(gone) if gone else None,
+            "ttl_idle_max_s": retention.get(int(t)),
+        }
+    return out_t
 
 
 def collect(out: SimOutput, scenario: Scenario) -> Results:
@@ -143,11 +185,9 @@ def collect(out: SimOutput, scenario: Scenario) -> Results:
     if out.arrived == 0:
         raise InputError("workload: no requests to simulate (check workload.window and limit)")
     df = frame(out.rows)
-    if not (~df["warmup"]).any():
-        if out.unfinished and len(df) == 0:
-            raise InputError(
-                f"run.max_time: no request finished within {scenario.run.max_time:g} s"
-            )
+    if len(df) == 0:
+        raise InputError(f"run.max_time: no request finished within {scenario.run.max_time:g} s")
+    if df["warmup"].all():
         raise InputError(
             f"run.warmup: all {out.arrived} requests arrived during the "
             f"{scenario.run.warmup:g} s warm-up; nothing is left to measure"

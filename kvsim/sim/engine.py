@@ -4,15 +4,19 @@ One request's path through an engine::
 
     submit -> queue (ordered by arrival) -> lookup (longest prefix over GPU, host, NVMe,
     remote; each block from the fastest tier holding it) -> policy picks what to restore
-    -> restore: per tier, T0 then a transfer on the fabric (remote: one GET flow per server,
-    each may stall; a client timeout abandons them and recomputes) -> compute the suffix,
-    t(new, cached) from the timing table -> blocks the remote store lacks are staged to host
-    memory (the engine waits for this copy) -> blocks admitted to GPU HBM (evictions
-    demote), staged blocks put to the remote store in the background -> one record.
+    -> restore: per tier, T0 then a transfer on the fabric (remote: one lockstep GET over
+    the servers holding the ranks' shards; it may stall; a client timeout, or the loss of
+    a server, abandons it and the rest is recomputed) -> compute the suffix, t(new, cached)
+    from the timing table -> blocks the remote store lacks are staged to host memory (the
+    engine waits for this copy) -> blocks admitted to GPU HBM (evictions demote), staged
+    blocks put to the remote store in the background -> one record.
 
 Under ``sync`` the engine waits through the restore (GPU idle); under ``async`` it serves
-others and the request re-joins the queue once its KV is in. Invariants: a request's
-tokens by source sum to its prompt, and TTFT = queue wait + restore + compute + store.
+others and the request re-joins the queue once its KV is in. An engine can fail: the
+request it was working on and its queue go back to the simulation (re-routed or
+dropped). Blocks are addressed by ``job.keys``: the request's hash ids, namespaced by
+tenant. Invariants: a request's tokens by source sum to its prompt, and TTFT = lost time
+(on a failed engine) + queue wait + restore + compute + store.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import simpy
 
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
-from kvsim.kernel.fabric import Flow, Link
+from kvsim.kernel.fabric import Flow, FlowAborted, Link
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -44,26 +48,39 @@ class Job:
         "compute_s",
         "decision",
         "enqueued",
+        "flows",
+        "keys",
         "load_s",
+        "lost_s",
         "queue_wait",
         "remote_get_s",
         "req",
+        "retries",
         "src",
         "stalled",
         "start",
         "state",
         "store_s",
+        "submitted",
         "tier_s",
         "timed_out",
         "tokens",
         "warmup",
     )
 
-    def __init__(self, req: Request, warmup: bool) -> None:
+    def __init__(self, req: Request, warmup: bool, keys: tuple[int, ...]) -> None:
         self.req = req
+        self.keys = keys  # cache keys of its blocks (hash ids, namespaced by tenant)
         self.warmup = warmup
+        self.retries = 0  # times re-routed after an engine failure
+        self.lost_s = 0.0  # time spent on engines that failed under it
+        self.bytes = [0.0, 0.0, 0.0, 0.0]  # read per tier, over all attempts
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh attempt (on arrival, or after its engine failed)."""
         self.state = NEW
-        self.enqueued = req.arrival
+        self.submitted = self.enqueued = self.req.arrival
         self.queue_wait = 0.0
         self.start = float("nan")
         self.load_s = 0.0
@@ -72,12 +89,12 @@ class Job:
         self.remote_get_s = 0.0
         self.tier_s = [0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
         self.tokens = [0, 0, 0, 0, 0]  # gpu, host, nvme, remote, computed
-        self.bytes = [0.0, 0.0, 0.0, 0.0]  # read per tier
         self.src: list[int] = []  # tier of each restored block
         self.cached = 0
         self.decision = "cold"
         self.stalled = False
         self.timed_out = False
+        self.flows: list[Flow] = []  # transfers of the restore in progress
 
 
 class Engine:
@@ -101,6 +118,8 @@ class Engine:
         self.nvme = nvme
         self.nic_in = nic_in
         self.nic_out = nic_out
+        self.up = True
+        self.failure_mode = "reroute"  # what happens to its requests if it fails
         self.outstanding = 0  # routed here and not finished
         self.busy = 0.0  # seconds computing (GPU busy)
         self.blocked = 0.0  # seconds held by a synchronous restore (GPU idle)
@@ -112,6 +131,7 @@ class Engine:
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
         self._queue_t = 0.0
         self._wake: simpy.Event | None = None
+        self._current: Job | None = None  # the job the process is working on
         self.process = self.env.process(self._loop())
 
     # ---- queue -----------------------------------------------------------------------
@@ -120,11 +140,16 @@ class Engine:
         return self.local.prefix_blocks(blocks)
 
     def submit(self, job: Job) -> None:
-        """A new request routed here."""
+        """A request routed here (new, or re-routed from a failed engine)."""
         self.outstanding += 1
+        job.submitted = self.env.now
         self._push(job)
 
     def _push(self, job: Job) -> None:
+        if not self.up:  # an async restore finished after its engine failed
+            self.outstanding -= 1
+            self.sim.displace(job, self)
+            return
         now = self.env.now
         self.queue_area += len(self._heap) * (now - self._queue_t)
         self._queue_t = now
@@ -140,6 +165,39 @@ class Engine:
     def queued(self) -> int:
         return len(self._heap)
 
+    # ---- failure -------------------------------------------------------------------------
+
+    def fail(self) -> list[Job]:
+        """The node goes down: local tiers are lost; return the jobs it held (the one in
+        progress first, then its queue) for the simulation to re-route or drop."""
+        self.up = False
+        for store in self.local.tiers:
+            if store is not None:
+                store.clear()
+        held = []
+        if self._current is not None:
+            held.append(self._current)
+            for f in self._current.flows:
+                self.sim.fabric.cancel(f)
+            self._current = None
+        now = self.env.now
+        self.queue_area += len(self._heap) * (now - self._queue_t)
+        self._queue_t = now
+        held += [job for _, _, job in sorted(self._heap)]
+        self._heap.clear()
+        self.outstanding -= len(held)
+        if self.process.is_alive and self.process.target is not None:
+            self.process.interrupt("engine failed")
+        return held
+
+    def recover(self) -> None:
+        """The node is back, with empty local tiers."""
+        self.up = True
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.succeed()
+
     # ---- the process ---------------------------------------------------------------------
 
     def _loop(self) -> Generator[simpy.Event, Any, None]:
@@ -149,37 +207,43 @@ class Engine:
         policy = sim.policy
         table = sim.table
         while True:
-            if not heap:
-                self._wake = env.event()
-                yield self._wake
-                continue
-            now = env.now
-            self.queue_area += len(heap) * (now - self._queue_t)
-            self._queue_t = now
-            job = heapq.heappop(heap)[2]
-            job.queue_wait += now - job.enqueued
-            if job.state == NEW:
-                job.start = env.now
-                self._plan(job)
-                if job.src and (job.tokens[HOST] or job.tokens[NVME] or job.tokens[REMOTE]):
-                    if not policy.blocking:
-                        job.state = LOADING
-                        env.process(self._restore_then_requeue(job))
-                        continue
-                    yield from self._restore(job)
-                    self.blocked += job.load_s
-            req = job.req
-            t = table(req.input_tokens - job.cached, job.cached)
-            job.compute_s = t
-            puts = None
-            if sim.remote is not None and sim.max_pending_puts:
-                # what the store lacks is staged to host after the prefill; the engine
-                # waits for that copy too (one timeout stands for both)
-                puts, nbytes = self._stage(job)
-                job.store_s = nbytes / sim.stage_bandwidth
-            yield env.timeout(t + job.store_s)
-            self.busy += t
-            self._finish(job, puts)
+            try:
+                if not heap or not self.up:
+                    self._wake = env.event()
+                    yield self._wake
+                    continue
+                now = env.now
+                self.queue_area += len(heap) * (now - self._queue_t)
+                self._queue_t = now
+                job = heapq.heappop(heap)[2]
+                self._current = job
+                job.queue_wait += now - job.enqueued
+                if job.state == NEW:
+                    job.start = now
+                    self._plan(job)
+                    if job.src and (job.tokens[HOST] or job.tokens[NVME] or job.tokens[REMOTE]):
+                        if not policy.blocking:
+                            job.state = LOADING
+                            self._current = None
+                            env.process(self._restore_then_requeue(job))
+                            continue
+                        yield from self._restore(job)
+                        self.blocked += job.load_s
+                req = job.req
+                t = table(req.input_tokens - job.cached, job.cached)
+                job.compute_s = t
+                puts = None
+                if sim.remote is not None and sim.max_pending_puts:
+                    # what the store lacks is staged to host after the prefill; the engine
+                    # waits for that copy too (one timeout stands for both)
+                    puts, nbytes = self._stage(job)
+                    job.store_s = nbytes / sim.stage_bandwidth
+                yield env.timeout(t + job.store_s)
+                self.busy += t
+                self._current = None
+                self._finish(job, puts)
+            except simpy.Interrupt:
+                self._wake = None  # fail() took the jobs; wait to be recovered
 
     def _restore_then_requeue(self, job: Job) -> Generator[simpy.Event, Any, None]:
         yield from self._restore(job)
@@ -191,8 +255,7 @@ class Engine:
     def _plan(self, job: Job) -> None:
         """Longest usable prefix, each block from its fastest tier; the policy may cut it."""
         sim = self.sim
-        req = job.req
-        blocks = req.hash_ids
+        blocks = job.keys
         gpu, host, nvme = self.local.tiers
         remote = sim.remote
         if not sim.policy.lower_tiers:
@@ -255,7 +318,7 @@ class Engine:
     def _estimate(self, job: Job, src: list[int], k: int) -> float:
         """Live estimate of restore + compute time when restoring the first ``k`` blocks."""
         sim = self.sim
-        probe = Job(job.req, job.warmup)
+        probe = Job(job.req, job.warmup, job.keys)
         self._account(probe, src[:k])
         s = sim.kv_bytes
         worst = 0.0
@@ -279,7 +342,7 @@ class Engine:
         remote = sim.remote
         assert remote is not None
         B = sim.block_tokens
-        blocks = job.req.hash_ids
+        blocks = job.keys
         last = job.req.input_tokens - 1  # the always-computed last token is not read
         ids, tokens = [], []
         for i, t in enumerate(job.src):
@@ -293,7 +356,7 @@ class Engine:
         return sim.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
 
     def _restore(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        """Read the planned blocks from their tiers (T0, then a transfer per tier/server)."""
+        """Read the planned blocks from their tiers (T0, then a transfer per tier)."""
         env = self.env
         sim = self.sim
         fabric = sim.fabric
@@ -317,36 +380,44 @@ class Engine:
             remote.append(
                 fabric.transfer(links, size, costs=costs, shares=shares, delay=t0[REMOTE] + stall)
             )
-        flows = [f for _, f in local] + remote
-        done = env.all_of([f.done for f in flows])
-        if remote and sim.timeout is not None:
-            yield done | env.timeout(t0[REMOTE] + sim.timeout)
-            if not done.triggered:
-                self._fall_back(job, remote)
-                yield env.all_of([f.done for _, f in local])
-        else:
-            yield done
+        job.flows = [f for _, f in local] + remote
+        done = env.all_of([f.done for f in job.flows])
+        try:
+            if remote and sim.timeout is not None:
+                yield done | env.timeout(t0[REMOTE] + sim.timeout)
+                if not done.triggered:
+                    job.timed_out = True
+                    self._fall_back(job, remote)
+                    yield env.all_of([f.done for _, f in local])
+            else:
+                yield done
+        except FlowAborted:  # a server holding the shards went down mid-transfer
+            self._fall_back(job, remote)
+            yield env.all_of([f.done for _, f in local])
+        job.flows = []
         now = env.now
+        got = [0.0, 0.0, 0.0, 0.0]
         for tier, f in local:
             job.tier_s[tier] = f.end - start
-            job.bytes[tier] = f.size
+            got[tier] = f.size
         if remote:
             ends = [f.end for f in remote if f.state == "finished"]
             end = max(ends) if len(ends) == len(remote) else now
             job.tier_s[REMOTE] = end - start
-            job.remote_get_s = end - start - t0[REMOTE]
-            job.bytes[REMOTE] = sum(
-                (f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote
-            )
+            job.remote_get_s = max(end - start - t0[REMOTE], 0.0)  # 0: abandoned within T0
+            got[REMOTE] = sum((f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote)
         job.load_s = now - start
+        for tier in (HOST, NVME, REMOTE):
+            job.bytes[tier] += got[tier]
+        sim.count_reads(self, got)
 
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
-        """Client timeout: abandon the GETs and recompute from the first remote block on."""
+        """Client timeout (or a lost server): give up the GET, recompute from the first
+        remote block on."""
         fabric = self.sim.fabric
         for f in remote:
             if f.state != "finished":
                 fabric.cancel(f)
-        job.timed_out = True
         src = job.src
         cut = src.index(REMOTE)
         self._account(job, src[:cut])
@@ -360,18 +431,21 @@ class Engine:
         sim = self.sim
         remote = sim.remote
         assert remote is not None
-        batch = remote.missing(job.req.hash_ids, sim.block_sizes(job.req))
+        batch = remote.missing(job.keys, sim.block_sizes(job.req))
         remote.reserve(batch)
         return batch, batch.total_bytes()
 
     def _finish(self, job: Job, puts: Batch | None) -> None:
         sim = self.sim
-        self.local.admit(job.req.hash_ids, sim.block_sizes(job.req))
-        if puts:
-            self._put(puts)
+        if sim.keeps(job):
+            self.local.admit(job.keys, sim.block_sizes(job.req))
+            if puts:
+                self._put(puts)
+        elif puts:  # its tenant was deleted while it ran: nothing of it is kept
+            sim.remote.release(puts)  # type: ignore[union-attr]
         self.outstanding -= 1
         self.served += 1
-        sim.record(self, job)
+        sim.finished(self, job)
 
     def _put(self, batch: Batch) -> None:
         """Queue the put of what the remote store lacks: one lockstep flow over the servers
@@ -398,16 +472,26 @@ class Engine:
         remote.puts += 1
         remote.put_bytes += batch.total_bytes()
         # a background write: no one waits for it to start, so no latency is charged
-        sim.fabric.transfer(
+        batch.flow = sim.fabric.transfer(
             links, size, costs=costs, shares=shares, latency=False, on_done=self._landed
         )
 
-    def _landed(self, _flow: Flow) -> None:
+    def _landed(self, flow: Flow) -> None:
         batch = self._put_queue.popleft()
         self.pending_puts -= 1
-        self.sim.remote.land(batch)  # type: ignore[union-attr]
+        remote = self.sim.remote
+        assert remote is not None
+        if flow.state == "finished":
+            remote.land(batch)
+        else:  # aborted: a server it wrote to went down
+            remote.release(batch)
         if self._put_queue:
             self._start_put()
+
+    @property
+    def put_queue(self) -> tuple[Batch, ...]:
+        """Puts queued or in flight, oldest first."""
+        return tuple(self._put_queue)
 
     # ---- record ---------------------------------------------------------------------------
 
@@ -420,6 +504,7 @@ class Engine:
         return (
             req.id,
             req.session,
+            req.tenant,
             self.index,
             req.arrival,
             job.start,
@@ -429,6 +514,7 @@ class Engine:
             job.load_s,
             job.compute_s,
             job.store_s,
+            job.lost_s,
             ts[HOST],
             ts[NVME],
             ts[REMOTE],
@@ -446,5 +532,7 @@ class Engine:
             job.decision,
             job.stalled,
             job.timed_out,
+            job.retries,
+            "",
             job.warmup,
         )

@@ -1,6 +1,7 @@
 """Routers: which engine a new request joins. ``ROUTERS`` maps scenario names to classes.
 
-All routers are deterministic: ties go to the lowest engine index.
+All routers are deterministic: ties go to the lowest engine index. ``engines`` holds the
+engines that are up (the simulation updates it when one fails or comes back).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ class RoundRobin(Router):
         self._next = 0
 
     def pick(self, blocks: Sequence[int]) -> RoutedEngine:
-        e = self.engines[self._next]
-        self._next = (self._next + 1) % len(self.engines)
+        n = len(self.engines)  # the engines that are up
+        e = self.engines[self._next % n]
+        self._next = (self._next + 1) % n
         return e
 
 

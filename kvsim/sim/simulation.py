@@ -3,31 +3,34 @@
 Construction wires the physical pieces: per engine a GPU->host->NVMe cache and its links
 (host-to-GPU over PCIe, NVMe reads, NIC in and out, each the node's aggregate over its
 GPUs/drives), the remote servers (one link each, shared by GETs and PUTs of all engines),
-the router and the load policy. ``run`` feeds arrivals from the workload iterator and
-returns :class:`SimOutput`: one tuple per finished request plus counters. Nothing here
-reads files (the workload iterator does) or writes any.
+the router, the load policy, the tenants' rules and the scheduled faults. ``run`` feeds
+arrivals from the workload iterator and returns :class:`SimOutput`: one tuple per request
+(finished, or dropped with a reason) plus counters. Nothing here reads files (the workload
+iterator does) or writes any.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
 from kvsim.cache.eviction import make_store
-from kvsim.cache.local import HOST, NVME, LocalCache
+from kvsim.cache.local import HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric, Link
 from kvsim.physics.timing import TimingTable
 from kvsim.rng import stream
+from kvsim.sim import faults
 from kvsim.sim.engine import Engine, Job
 from kvsim.sim.policy import LOAD_POLICIES
 from kvsim.sim.router import make_router
+from kvsim.sim.tenancy import Tenancy
 from kvsim.workload import open_workload
 from kvsim.workload.request import Request, check_request
 from kvsim.workload.synthetic import prestored_blocks
@@ -47,6 +50,9 @@ class SimOutput:
     unfinished: int
     timing_extrapolations: int
     links: dict[str, dict[str, float]] = field(default_factory=dict)
+    dropped: int = 0
+    tenancy: dict[str, Any] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Simulation:
@@ -57,7 +63,10 @@ class Simulation:
         scenario: Scenario,
         requests: Iterable[Request] | None = None,
         progress: Progress | None = None,
+        engine_order: Sequence[int] | None = None,
     ) -> None:
+        """``engine_order`` builds the engines in another order (the results must not
+        depend on it; the tests check that)."""
         sc = scenario
         self.scenario = sc
         self.env = simpy.Environment()
@@ -72,7 +81,10 @@ class Simulation:
         self.progress = progress
         self.rows: list[tuple] = []
         self.arrived = 0
+        self.dropped = 0
         self._stall_rng = stream(sc.seed, "stalls")
+        self.stall_override: tuple[float, float, str] | None = None  # a stall burst
+        self.fault_log: list[dict[str, Any]] = []
         node = sc.node
         rc = sc.remote
         self.timeout = rc.timeout if rc.enabled else None
@@ -93,10 +105,12 @@ class Simulation:
             # unsharded: one rank saves everything through its own link (LMCache's MLA
             # default); per rank: every rank copies its shard in parallel
             self.stage_bandwidth = node.d2h_per_gpu * self.remote.shards
-            self._prestore(sc)
         self.engines: list[Engine] = []
         tiers = sc.tiers
-        for i in range(sc.cluster.engines):
+        order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
+        if sorted(order) != list(range(sc.cluster.engines)):
+            raise ValueError("engine_order must list every engine once")
+        for i in order:
             local = LocalCache(
                 make_store(tiers.gpu.eviction, tiers.gpu.capacity),
                 make_store(tiers.host.eviction, tiers.host.capacity)
@@ -116,8 +130,13 @@ class Simulation:
             nic_in = link(f"e{i}.nic_in", node.nic_per_gpu * node.gpus, node.network_latency)
             nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
             self.engines.append(Engine(self, i, local, h2d, nvme, nic_in, nic_out))
+        self.engines.sort(key=lambda e: e.index)
         self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
         self.warmup = sc.run.warmup
+        self.tenancy = Tenancy(self, sc.tenancy)
+        self.tenancy.install()
+        if self.remote is not None:
+            self._prestore(sc)
 
     # ---- physics helpers used by engines ----------------------------------------------
 
@@ -134,7 +153,14 @@ class Simulation:
         if not isinstance(w, SyntheticWorkload) or not w.prestored:
             return
         assert self.remote is not None
-        self.remote.prestore(prestored_blocks(w), self.block_tokens * self.kv_bytes)
+        tenants = w.tenants.count if w.tenants is not None else 1
+        blocks = prestored_blocks(w)
+        keys: list[int] = []
+        for tenant in range(tenants):  # every tenant's copy: keys are namespaced
+            keys += self.tenancy.keys(
+                Request(-1, 0.0, len(blocks) * self.block_tokens, 0, tuple(blocks), tenant=tenant)
+            )
+        self.remote.prestore(list(dict.fromkeys(keys)), self.block_tokens * self.kv_bytes)
 
     def server_cost(self, nbytes: float) -> float:
         """Server work per payload byte of one GET/PUT part: 1 + ops x overhead x bw / bytes
@@ -162,14 +188,98 @@ class Simulation:
     def draw_stall(self) -> float:
         """Seconds a remote GET hangs before it starts (0 for most GETs)."""
         st = self.scenario.remote.stall
-        if st.probability <= 0 or self._stall_rng.random() >= st.probability:
+        p, duration, dist = self.stall_override or (st.probability, st.duration, st.distribution)
+        if p <= 0 or self._stall_rng.random() >= p:
             return 0.0
-        if st.distribution == "fixed":
-            return st.duration
-        return float(self._stall_rng.exponential(st.duration))
+        if dist == "fixed":
+            return duration
+        return float(self._stall_rng.exponential(duration))
 
-    def record(self, engine: Engine, job: Job) -> None:
-        self.rows.append(engine.row(job, self.env.now))
+    # ---- what engines report ------------------------------------------------------------
+
+    def keeps(self, job: Job) -> bool:
+        """May a finishing request store its blocks? (Not if its tenant was deleted.)"""
+        return self.tenancy.keeps(job)
+
+    def finished(self, engine: Engine, job: Job) -> None:
+        """A request's first token is out: record it; a session may end here."""
+        self._record(engine.row(job, self.env.now))
+        self.tenancy.session_ended(job)
+
+    def count_reads(self, engine: Engine, got: list[float]) -> None:
+        """A restore finished: count the bytes each tier served (indexed by tier)."""
+        reads = engine.local.read_bytes
+        reads[HOST] += got[HOST]
+        reads[NVME] += got[NVME]
+        if self.remote is not None:
+            self.remote.read_bytes += got[REMOTE]
+
+    def displace(self, job: Job, engine: Engine) -> None:
+        """A request whose engine failed: re-route it (a fresh attempt, the time lost
+        kept), or drop it, as the fault says."""
+        job.lost_s += self.env.now - job.submitted
+        if engine.failure_mode == "drop":
+            self.drop(job, f"engine {engine.index} failed")
+            return
+        job.retries += 1
+        job.reset()
+        self._route(job)
+
+    def engines_changed(self) -> None:
+        """An engine went down or came back."""
+        self.router.engines = [e for e in self.engines if e.up]
+
+    def _route(self, job: Job) -> None:
+        if not self.router.engines:
+            self.drop(job, "no engine is up")
+            return
+        self.router.pick(job.keys).submit(job)
+
+    def drop(self, job: Job, reason: str) -> None:
+        """A request that will never get its first token, with the reason."""
+        self.dropped += 1
+        nan = float("nan")
+        req = job.req
+        self._record(
+            (
+                req.id,
+                req.session,
+                req.tenant,
+                -1,
+                req.arrival,
+                nan,
+                nan,
+                nan,
+                nan,
+                nan,
+                nan,
+                nan,
+                job.lost_s,
+                nan,
+                nan,
+                nan,
+                nan,
+                req.input_tokens,
+                req.output_tokens,
+                0,
+                0,
+                0,
+                0,
+                0,
+                job.bytes[HOST],  # what earlier attempts read before their engine failed
+                job.bytes[NVME],
+                job.bytes[REMOTE],
+                "dropped",
+                False,
+                False,
+                job.retries,
+                reason,
+                job.warmup,
+            )
+        )
+
+    def _record(self, row: tuple) -> None:
+        self.rows.append(row)
         if self.progress is not None and len(self.rows) % 1000 == 0:
             self.progress(1000)
 
@@ -180,6 +290,8 @@ class Simulation:
         router = self.router
         warmup = self.warmup
         block = self.block_tokens
+        keys = self.tenancy.keys
+        all_up = not any(f.kind == "engine_down" for f in self.scenario.faults)
         last = 0.0
         for req in requests:
             if req.arrival < last:
@@ -193,16 +305,46 @@ class Simulation:
             if dt > 0:
                 yield env.timeout(dt)
             self.arrived += 1
-            router.pick(req.hash_ids).submit(Job(req, req.arrival < warmup))
+            job = Job(req, req.arrival < warmup, keys(req))
+            if all_up or router.engines:
+                router.pick(job.keys).submit(job)
+            else:
+                self.drop(job, "no engine is up")
 
     def run(self) -> SimOutput:
         """Run until every request has finished (or ``run.max_time``)."""
         env = self.env
-        env.process(self._arrivals(iter(self.requests)))
-        env.run(until=self.scenario.run.max_time)
+        self._arrivals_proc = env.process(self._arrivals(iter(self.requests)))
+        faults.schedule(self)
+        if self.scenario.tenancy.ttl is not None:
+            env.process(self.tenancy.sweep())
+        for d in self.scenario.tenancy.deletions:
+            env.process(self._delete_later(d.tenant, d.at))
+        if self.scenario.tenancy.ttl is None:
+            env.run(until=self.scenario.run.max_time)
+        else:  # the sweeper never stops: run until the last request is out
+            self._run_until_done()
         if self.progress is not None:
             self.progress(len(self.rows) % 1000)
         return self._output()
+
+    def _delete_later(self, tenant: int, at: float) -> Any:
+        yield self.env.timeout(at)
+        self.tenancy.delete_tenant(tenant)
+
+    def _run_until_done(self) -> None:
+        """Step the clock until every arrived request is recorded (or max_time)."""
+        env = self.env
+        limit = self.scenario.run.max_time
+        arrivals = self._arrivals_proc
+        while env.peek() != float("inf"):
+            if limit is not None and env.peek() > limit:
+                if env.now < limit:
+                    env.run(until=limit)
+                return
+            env.step()
+            if arrivals.triggered and len(self.rows) >= self.arrived:
+                return
 
     def _output(self) -> SimOutput:
         end = self.env.now
@@ -230,6 +372,7 @@ class Simulation:
                 "blocks": sum(len(s) for s in stores),
                 "evictions": sum(s.evictions for s in stores),
                 "demotions_in": sum(e.local.demotions[level] for e in self.engines),
+                "read_bytes": sum(e.local.read_bytes[level] for e in self.engines),
             }
         if self.remote is not None:
             r = self.remote
@@ -237,6 +380,7 @@ class Simulation:
                 "servers": r.servers,
                 "shards": r.shards,
                 **r.stats(),
+                "read_bytes": r.read_bytes,
                 "puts": r.puts,
                 "put_bytes": r.put_bytes,
                 "puts_dropped_shards": r.puts_dropped,
@@ -248,6 +392,13 @@ class Simulation:
             for name, link in self.fabric.links.items()
         }
         unfinished = self.arrived - len(self.rows)
+        t = self.tenancy
+        tenancy = {
+            "deletions": t.deletions,
+            "ttl_retention_max_s": t.retention,
+            # a scan of every store: only when there are tenants to report on
+            "stored_bytes": t.stored_bytes() if t.reporting(self.rows) else {},
+        }
         return SimOutput(
             self.rows,
             engines,
@@ -257,4 +408,7 @@ class Simulation:
             unfinished,
             self.table.extrapolations,
             links,
+            self.dropped,
+            tenancy,
+            self.fault_log,
         )

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kvsim.errors import InputError
-from kvsim.workload.request import Request
+from kvsim.workload.request import MAX_TOKENS, Request
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -29,6 +29,8 @@ def _int(value: str | None, name: str, where: str, minimum: int) -> int:
         raise InputError(f"{name}: expected an integer, got {value!r}", where=where) from None
     if v < minimum:
         raise InputError(f"{name}: must be >= {minimum}, got {v}", where=where)
+    if v > MAX_TOKENS:
+        raise InputError(f"{name}: must be <= {MAX_TOKENS}, got {v}", where=where)
     return v
 
 

@@ -1,4 +1,5 @@
-"""Mooncake JSONL traces: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
+"""Mooncake JSONL traces: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``,
+and optionally ``tenant`` (an integer; 0 when absent) for multi-tenant replays.
 
 Streams one line at a time. Each line is checked (JSON, field types, ``len(hash_ids) ==
 ceil(input_length / block_tokens)``, sorted timestamps) and a bad one raises InputError naming
@@ -13,11 +14,12 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+from kvsim.config.schema import MAX_TENANTS
 from kvsim.errors import InputError
-from kvsim.workload.request import Request
+from kvsim.workload.request import MAX_HASH, MAX_TOKENS, Request
 
 
-def _int_field(obj: dict, name: str, where: str, minimum: int) -> int:
+def _int_field(obj: dict, name: str, where: str, minimum: int, maximum: int = MAX_TOKENS) -> int:
     if name not in obj:
         raise InputError(f"{name}: missing field", where=where)
     v = obj[name]
@@ -28,11 +30,16 @@ def _int_field(obj: dict, name: str, where: str, minimum: int) -> int:
             raise InputError(f"{name}: expected an integer, got {v!r}", where=where)
     if v < minimum:
         raise InputError(f"{name}: must be >= {minimum}, got {v}", where=where)
+    if v > maximum:
+        raise InputError(f"{name}: must be <= {maximum}, got {v}", where=where)
     return v
 
 
-def parse_line(text: str, where: str, block_tokens: int) -> tuple[float, int, int, tuple[int, ...]]:
-    """(timestamp_s, input, output, hash_ids) from one JSONL line, or InputError."""
+Line = tuple[float, int, int, tuple[int, ...], int]
+
+
+def parse_line(text: str, where: str, block_tokens: int) -> Line:
+    """(timestamp_s, input, output, hash_ids, tenant) from one JSONL line, or InputError."""
     try:
         obj = json.loads(text.strip())
     except json.JSONDecodeError as e:
@@ -52,8 +59,10 @@ def parse_line(text: str, where: str, block_tokens: int) -> tuple[float, int, in
     if not isinstance(ids, list):
         raise InputError(f"hash_ids: expected a list of integers, got {ids!r:.40}", where=where)
     for h in ids:
-        if isinstance(h, bool) or not isinstance(h, int) or h < 0:
-            raise InputError(f"hash_ids: expected non-negative integers, got {h!r}", where=where)
+        if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < MAX_HASH:
+            raise InputError(
+                f"hash_ids: expected integers in [0, 2**63), got {h!r:.40}", where=where
+            )
     need = -(-n_in // block_tokens)
     if len(ids) != need:
         raise InputError(
@@ -61,7 +70,8 @@ def parse_line(text: str, where: str, block_tokens: int) -> tuple[float, int, in
             f"blocks of {block_tokens} tokens",
             where=where,
         )
-    return ts / 1000.0, n_in, n_out, tuple(ids)
+    tenant = _int_field(obj, "tenant", where, 0, MAX_TENANTS - 1) if "tenant" in obj else 0
+    return ts / 1000.0, n_in, n_out, tuple(ids), tenant
 
 
 def read_mooncake(
@@ -75,7 +85,7 @@ def read_mooncake(
         raise InputError("trace file not found", where=str(p)) from None
     except OSError as e:
         raise InputError(e.strerror or str(e), where=str(p)) from None
-    bucket: list[tuple[int, float, int, int, tuple[int, ...]]] = []
+    bucket: list[tuple[int, Line]] = []
     last = -math.inf
     count = 0
     with fh:
@@ -85,7 +95,8 @@ def read_mooncake(
                 if not line.strip():
                     continue
                 where = f"{p}:{lineno}"
-                ts, n_in, n_out, ids = parse_line(line, where, block_tokens)
+                rec = parse_line(line, where, block_tokens)
+                ts = rec[0]
                 if ts < last:
                     raise InputError(
                         f"timestamp: {ts * 1000:g} ms is before the previous line's "
@@ -97,9 +108,9 @@ def read_mooncake(
                     bucket = []
                 last = ts
                 if bucket_spread is None:
-                    yield Request(lineno - 1, ts, n_in, n_out, ids)
+                    yield Request(lineno - 1, ts, rec[1], rec[2], rec[3], -1, rec[4])
                 else:
-                    bucket.append((lineno - 1, ts, n_in, n_out, ids))
+                    bucket.append((lineno - 1, rec))
                 count += 1
         except UnicodeDecodeError as e:
             raise InputError(f"not UTF-8 text ({e.reason})", where=f"{p}:{lineno + 1}") from None
@@ -111,5 +122,5 @@ def read_mooncake(
 
 def _spread(bucket: list, spread: float) -> Iterator[Request]:
     k = len(bucket)
-    for i, (rid, ts, n_in, n_out, ids) in enumerate(bucket):
-        yield Request(rid, ts + spread * i / k, n_in, n_out, ids)
+    for i, (rid, (ts, n_in, n_out, ids, tenant)) in enumerate(bucket):
+        yield Request(rid, ts + spread * i / k, n_in, n_out, ids, -1, tenant)

@@ -25,11 +25,24 @@ class Request(NamedTuple):
     last_turn: bool = True  # the last request of its session
 
 
+MAX_BLOCKS = 1 << 20  # blocks in one prompt: 512M tokens at 512-token blocks
+MAX_TOKENS = 1 << 30  # sanity ceiling on a trace's token counts (fits every table column)
+MAX_HASH = 1 << 63  # hash ids fit in 63 bits (tenant namespacing adds tenant * 2**64)
+
+
 def check_request(req: Request, block_tokens: int) -> None:
     """Refuse a request whose shape the simulator cannot serve (InputError)."""
     if req.input_tokens < 1:
         raise InputError(f"request {req.id}: input_tokens must be >= 1, got {req.input_tokens}")
     need = -(-req.input_tokens // block_tokens)
+    if need > MAX_BLOCKS:
+        raise InputError(
+            f"request {req.id}: {req.input_tokens} tokens make {need} blocks of {block_tokens}; "
+            f"kvsim handles up to {MAX_BLOCKS} blocks per prompt (raise block_tokens)"
+        )
+    ids = req.hash_ids
+    if ids and (min(ids) < 0 or max(ids) >= MAX_HASH):
+        raise InputError(f"request {req.id}: hash_ids must be integers in [0, 2**63)")
     if len(req.hash_ids) != need:
         raise InputError(
             f"request {req.id}: {len(req.hash_ids)} hash_ids, but {req.input_tokens} tokens "

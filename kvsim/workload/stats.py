@@ -13,7 +13,9 @@ def trace_stats(requests: Iterable[Request], block_tokens: int) -> dict[str, Any
 
     Reuse ratio: for each request, the tokens covered by the longest prefix of its
     ``hash_ids`` already seen in an earlier request (an unlimited cache that keeps
-    everything), summed over requests and divided by all prompt tokens.
+    everything), less the prompt's last token, which a prefill always computes (it
+    yields the first output token); summed over requests and divided by all prompt
+    tokens. It is the hit ratio a single engine with an unlimited GPU tier reaches.
     """
     seen: set[int] = set()
     n = 0
@@ -30,7 +32,7 @@ def trace_stats(requests: Iterable[Request], block_tokens: int) -> dict[str, Any
         ids = r.hash_ids
         while k < len(ids) and ids[k] in seen:
             k += 1
-        reused += min(k * block_tokens, r.input_tokens)
+        reused += min(k * block_tokens, r.input_tokens - 1)
         seen.update(ids)
         blocks += len(ids)
     duration = last - first

@@ -10,7 +10,8 @@ prompt); any block holding fresh text gets a new id.
 
 "Fixed-length streams with a chosen reuse fraction" are ``prompt_tokens: fixed`` with
 ``documents: {count, fraction}``. Randomness comes from named streams (arrivals, sessions,
-prompt and output lengths, system prompts, documents), drawn before the clock starts;
+prompt and output lengths, system prompts, documents, tenants), drawn before the clock
+starts;
 ids are assigned as requests are
 emitted in arrival order, so a million requests need not sit in memory at once.
 """
@@ -44,7 +45,8 @@ def sample(dist: IntDist, rng: np.random.Generator, n: int) -> np.ndarray:
     if isinstance(dist, UniformDist):
         return rng.integers(dist.low, dist.high + 1, size=n)
     if isinstance(dist, LogNormalDist):
-        x = np.rint(dist.median * np.exp(dist.sigma * rng.standard_normal(n)))
+        with np.errstate(over="ignore"):  # a huge sigma overflows to inf: clipped to max
+            x = np.rint(dist.median * np.exp(dist.sigma * rng.standard_normal(n)))
         return np.clip(x, dist.min, dist.max).astype(np.int64)
     if isinstance(dist, GeometricDist):
         return rng.geometric(1.0 / dist.mean, size=n).astype(np.int64)
@@ -145,11 +147,14 @@ def _schedule(cfg: SyntheticWorkload, seed: int) -> tuple[np.ndarray, np.ndarray
     if cfg.sessions is None:
         return np.ones(n, dtype=np.int64), np.cumsum(interarrivals(cfg.arrivals, r_arrivals, n))
     chunk = max(1024, n // 4)
+    room = 4 * n + 1_000_000  # turns drawn per chunk at most (long sessions: fewer of them)
     turns_parts, time_parts = [], []
     clock, total = 0.0, 0
     while True:
-        turns = sample(cfg.sessions.turns, r_sessions, chunk)
-        starts = clock + np.cumsum(interarrivals(cfg.arrivals, r_arrivals, chunk))
+        turns = np.minimum(sample(cfg.sessions.turns, r_sessions, chunk), n)
+        if turns.sum() > room:
+            turns = turns[: max(1, int(np.searchsorted(np.cumsum(turns), room)))]
+        starts = clock + np.cumsum(interarrivals(cfg.arrivals, r_arrivals, len(turns)))
         clock = float(starts[-1])
         first = np.repeat(np.cumsum(turns) - turns, turns)  # index of each session's turn 0
         gaps = r_sessions.exponential(cfg.sessions.think_time, size=int(turns.sum()))
@@ -190,6 +195,11 @@ def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
         cdf = np.cumsum(_popularity(d.count, d.popularity, d.zipf_s))
         picked = np.minimum(np.searchsorted(cdf, u[:, 1], side="right"), d.count - 1)
         doc_of = np.where(u[:, 0] < d.share, picked, -1)
+    tenant_of = np.zeros(n_sessions, dtype=np.int64)
+    if cfg.tenants is not None and cfg.tenants.count > 1:
+        t = cfg.tenants
+        w = np.ones(t.count) if t.weights is None else np.asarray(t.weights, dtype=float)
+        tenant_of = stream(seed, "tenants").choice(t.count, size=n_sessions, p=w / w.sum())
     order = np.lexsort((turn_of, session_of, times))[:n]
     doc_fraction = cfg.documents.fraction if cfg.documents else 0.0
     shared = SharedIds(cfg)
@@ -200,7 +210,8 @@ def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
     # plain lists: indexing numpy arrays one element at a time is slow
     session_l, time_l = session_of.tolist(), times.tolist()
     new_l, out_l = new_tokens.tolist(), out_tokens.tolist()
-    sys_l, doc_l = sys_of.tolist(), doc_of.tolist()
+    sys_l, doc_l, tenant_l = sys_of.tolist(), doc_of.tolist(), tenant_of.tolist()
+    sys_blocks = shared.sys_tokens // B  # a system prompt's whole blocks: its public prefix
     multi = cfg.sessions is not None
 
     for rid, idx in enumerate(order.tolist()):
@@ -228,4 +239,14 @@ def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
             history[s] = (length, answer_tokens, block_ids)
         else:
             history.pop(s, None)
-        yield Request(rid, time_l[idx], length, answer_tokens, tuple(block_ids), s if multi else -1)
+        yield Request(
+            rid,
+            time_l[idx],
+            length,
+            answer_tokens,
+            tuple(block_ids),
+            s if multi else -1,
+            tenant_l[s],
+            sys_blocks if sys_l[s] >= 0 else 0,
+            remaining[s] == 0,
+        )

@@ -32,17 +32,15 @@ def _write_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> int:
 
 def _mooncake_lines(requests: Iterable[Request]) -> Iterator[str]:
     for r in requests:
-        yield (
-            json.dumps(
-                {
-                    "timestamp": round(r.arrival * 1000),
-                    "input_length": r.input_tokens,
-                    "output_length": r.output_tokens,
-                    "hash_ids": list(r.hash_ids),
-                }
-            )
-            + "\n"
-        )
+        rec = {
+            "timestamp": round(r.arrival * 1000),
+            "input_length": r.input_tokens,
+            "output_length": r.output_tokens,
+            "hash_ids": list(r.hash_ids),
+        }
+        if r.tenant:
+            rec["tenant"] = r.tenant
+        yield json.dumps(rec) + "\n"
 
 
 def _azure_lines(requests: Iterable[Request]) -> Iterator[str]:
@@ -53,7 +51,8 @@ def _azure_lines(requests: Iterable[Request]) -> Iterator[str]:
 
 
 def write_mooncake(requests: Iterable[Request], path: str | os.PathLike[str]) -> int:
-    """Mooncake JSONL (timestamp in whole ms); returns the number of requests written."""
+    """Mooncake JSONL (timestamp in whole ms; ``tenant`` when not 0); returns the number of
+    requests written."""
     return _write_lines(_mooncake_lines(requests), path)
 
 
