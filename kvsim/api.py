@@ -95,8 +95,8 @@ def cost_model(
 
 def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
     """(bandwidth, T0) of each restore path of one engine, alone on its links. The remote
-    store is given both ways: one whole-block server, and per-rank shards on ``pcp``
-    servers in parallel (its configured sharding is one of the two)."""
+    store is given both ways: one whole-block server, and (with PCP ranks) per-rank shards
+    on ``pcp`` servers in parallel (its configured sharding is one of the two)."""
     node, rc = sc.node, sc.remote
     out: dict[str, tuple[float, float]] = {}
     h2d = node.h2d_per_gpu * node.gpus
@@ -111,7 +111,8 @@ def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
     ranks = min(node.pcp, rc.servers) if rc.sharding == "per_rank" else node.pcp
     sharded = effective_bandwidth(rc.bandwidth, rc.op_overhead, chunk / node.pcp, ranks)
     out["remote (one server)"] = (min(unsharded, nic, h2d), rc.t0)
-    out[f"remote (per rank, {ranks} servers)"] = (min(sharded, nic, h2d), rc.t0)
+    if node.pcp > 1:  # without context parallelism there are no ranks to shard over
+        out[f"remote (per rank, {ranks} servers)"] = (min(sharded, nic, h2d), rc.t0)
     return out
 
 
@@ -126,5 +127,7 @@ def profile_scenario(profile: str, overrides: Overrides = None) -> Scenario:
         "arrivals": {"process": "constant", "rate": "1/s"},
     }
     return scenario_from_dict(
-        {"name": profile, "profile": profile, "workload": placeholder}, overrides
+        {"name": profile, "profile": profile, "workload": placeholder},
+        overrides,
+        label=f"--profile {profile}",
     )

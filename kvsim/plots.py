@@ -246,13 +246,25 @@ def _load_axis(columns: Sequence[str]) -> str | None:
 
 
 def _number(v: Any) -> float:
+    """A swept value as a number in base units ("600 GB" -> 6e11, "2/s" -> 2); NaN when
+    it is not a quantity (a policy name, say)."""
+    if isinstance(v, bool):
+        return math.nan
     if isinstance(v, (int, float)):
         return float(v)
     text = str(v).strip().strip('"')
     try:
-        return float(text.split("/")[0].split()[0])
+        return float(text)
     except ValueError:
-        return math.nan
+        pass
+    from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
+
+    for parse in (parse_rate, parse_bandwidth, parse_size, parse_duration):
+        try:
+            return float(parse(text))
+        except (ValueError, TypeError):
+            continue
+    return math.nan
 
 
 def sweep_plots(

@@ -60,6 +60,27 @@ def test_slo_parsing():
     assert not SLO("ttft_p99_s", "<=", 2.0).met({"ttft_p99_s": float("nan")})
 
 
+def test_warm_up_and_time_limit_shrink_with_the_load():
+    # at 8x the load the run is 8x shorter: a fixed 120 s warm-up would swallow it all
+    from kvsim.api import load
+    from kvsim.experiments.capacity import load_overrides
+
+    sc = load(SCENARIOS / "quickstart.yaml", {"run.max_time": "800 s"})
+    o = load_overrides(sc, 8.0)
+    assert o["workload.arrivals.rate"] == "16.0/s"
+    assert load(sc, o).run.warmup == pytest.approx(15.0)
+    assert load(sc, o).run.max_time == pytest.approx(100.0)
+
+
+def test_readme_capacity_example_on_the_quickstart(capsys):
+    # the README's first capacity command, with fewer requests and one replication
+    args = ["capacity", str(SCENARIOS / "quickstart.yaml"), "--slo", "ttft_p99<=1s"]
+    args += ["--reps", "1", "--set", "workload.requests=800", "--json"]
+    assert main(args) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["capacity_rps"] > 0 and row["factor"] > 1
+
+
 def test_capacity_over_a_sweep_writes_a_table_and_bars(tmp_path, capsys):
     base = tmp_path / "md1.yaml"
     base.write_text(MD1.replace("requests: 10000", "requests: 1500"))

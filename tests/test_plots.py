@@ -26,6 +26,7 @@ def test_sweep_plot(tmp_path, capsys):
 base: {SCENARIOS / "azure-sample.yaml"}
 grid:
   cluster.engines: [1, 2]
+  cluster.router: [round_robin]
   workload.time_scale: [0.5, 0.25, 0.125]
 set: {{workload.limit: 100}}
 """)
@@ -33,6 +34,11 @@ set: {{workload.limit: 100}}
     assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--quiet"]) == 0
     assert main(["plot", str(out)]) == 0
     assert (out / "ttft_vs_load.png").stat().st_size > 10_000
+    capsys.readouterr()
+    # any swept quantity may be the x axis; a name cannot
+    assert main(["plot", str(out), "--x", "cluster.engines"]) == 0
+    assert main(["plot", str(out), "--x", "cluster.router"]) == 2
+    assert "--x: cluster.router is not a number" in capsys.readouterr().err
 
 
 def test_plot_mistakes(tmp_path, capsys):

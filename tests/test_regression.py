@@ -140,3 +140,16 @@ def test_kvsims_own_suite_and_baseline_agree():
     result = compare(s, doc, measure(s, workers=2))
     assert not result.failures, "\n".join(c.line() for c in result.failures)
     assert not result.notes, result.notes
+
+
+def test_scenario_hashes_do_not_depend_on_where_the_checkout_is(tmp_path):
+    # the committed baseline must match on any CI runner, whatever folder it clones into
+    import shutil
+
+    from kvsim.experiments.regression import load_suite
+
+    for folder in ("scenarios", "traces", ".ci"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    here = {e.id: e.digest for e in load_suite(ROOT / ".ci" / "suite.yaml").entries}
+    there = {e.id: e.digest for e in load_suite(tmp_path / ".ci" / "suite.yaml").entries}
+    assert here == there

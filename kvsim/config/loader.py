@@ -480,14 +480,16 @@ def scenario_from_dict(
     data: Mapping[str, Any],
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     base_dir: str | os.PathLike[str] = ".",
+    label: str = "<dict>",
 ) -> Scenario:
-    """Validate a scenario given as a dict (same rules as a file, paths relative to base_dir)."""
+    """Validate a scenario given as a dict (same rules as a file, paths relative to
+    base_dir); errors name ``label`` as the place."""
     d = copy.deepcopy(dict(data))
     origins: Origins = {}
     _normalize_layer(d, origins, Path(base_dir))
     if overrides:
         apply_overrides(d, origins, overrides)
     d.setdefault("profile", DEFAULT_PROFILE)
-    layer, porigins = _load_profile(d["profile"], "<dict>", Path(base_dir))
+    layer, porigins = _load_profile(d["profile"], label, Path(base_dir))
     merged, merged_origins = merge_layers(layer, porigins, d, origins)
-    return validate(merged, merged_origins, "<dict>")
+    return validate(merged, merged_origins, label)

@@ -1,7 +1,8 @@
 """SLO capacity search: the highest arrival rate whose runs still meet an SLO.
 
 The load is scaled by a factor m on the scenario's own arrivals: a synthetic workload's
-``arrivals.rate`` is multiplied by m, a trace's ``time_scale`` divided by it. For each
+``arrivals.rate`` is multiplied by m, a trace's ``time_scale`` divided by it (and the
+warm-up and time limit divided by it too). For each
 replication (seed) the largest m that meets the SLO is bracketed (doubling or halving from
 m = 1) and then bisected (geometric midpoints) until the bracket is narrower than
 ``tol``; the SLO is assumed to get harder as load grows. The capacity is reported as the
@@ -68,11 +69,20 @@ def parse_slo(text: str) -> SLO:
 
 
 def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
-    """Overrides that multiply the scenario's offered load by ``factor``."""
+    """Overrides that multiply the scenario's offered load by ``factor``. The run's time
+    windows (``run.warmup``, ``run.max_time``) shrink with its arrivals, so that they
+    cover the same share of the requests at any load."""
     w = sc.workload
+    out: dict[str, Any]
     if isinstance(w, SyntheticWorkload):
-        return {"workload.arrivals.rate": f"{w.arrivals.rate * factor!r}/s"}
-    return {"workload.time_scale": w.time_scale / factor}
+        out = {"workload.arrivals.rate": f"{w.arrivals.rate * factor!r}/s"}
+    else:
+        out = {"workload.time_scale": w.time_scale / factor}
+    if sc.run.warmup:
+        out["run.warmup"] = f"{sc.run.warmup / factor!r} s"
+    if sc.run.max_time is not None:
+        out["run.max_time"] = f"{sc.run.max_time / factor!r} s"
+    return out
 
 
 def offered_rate(sc: Scenario) -> float:
@@ -128,7 +138,10 @@ def search(
     def meets(factor: float, seed: int) -> bool:
         nonlocal evaluations
         evaluations += 1
-        summary = api.run(sc, load_overrides(sc, factor), seed).summary
+        try:
+            summary = api.run(sc, load_overrides(sc, factor), seed).summary
+        except InputError as e:
+            raise InputError(f"at {factor:g}x the scenario's load (seed {seed}): {e}") from None
         return slo.met(summary)
 
     rates, factors = [], []
@@ -229,5 +242,4 @@ def sweep_capacity(
             caps = list(pool.map(_search_config, jobs))
     for cap, cfg in zip(caps, sweep.configurations(), strict=True):
         cap.config = cfg
-        log(f"{cfg}: {cap.mean:.4g} ± {cap.ci95:.2g} requests/s")
     return caps

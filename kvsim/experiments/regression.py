@@ -26,6 +26,7 @@ bad input; a changed scenario hash is reported (and is bad input with ``strict``
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -140,7 +141,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
                     spath,
                     tuple(merged.items()),
                     tuple(e.loads),
-                    _digest(scenario_to_dict(sc)),
+                    _digest(_portable(scenario_to_dict(sc), p.parent)),
                 )
             )
     ids = [e.id for e in entries]
@@ -148,6 +149,18 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     if dup:
         raise InputError(f"two entries are named {dup!r}; give them names", where=str(p))
     return Suite(spec.name or p.stem, p, list(spec.seeds), dict(spec.metrics), entries)
+
+
+def _portable(d: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A resolved scenario with its file paths relative to ``root`` (the suite's folder),
+    so that a checkout elsewhere hashes the same scenario to the same digest."""
+    d = copy.deepcopy(d)
+    w = d.get("workload", {})
+    for holder, key in ((w, "path"), (d, "profile")):
+        value = holder.get(key)
+        if isinstance(value, str) and os.path.isabs(value):
+            holder[key] = Path(os.path.relpath(value, root)).as_posix()
+    return d
 
 
 def _digest(obj: Any) -> str:

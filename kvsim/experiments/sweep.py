@@ -100,7 +100,8 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     lengths = {len(v) for v in spec.zip.values()}
     if len(lengths) > 1:
         raise InputError(
-            f"zip: every list needs the same length, got {sorted(lengths)}",
+            "zip: every list needs the same length; lengths: "
+            + ", ".join(f"{k}: {len(v)}" for k, v in spec.zip.items()),
             where=str(p),
         )
     for key, values in {**spec.grid, **spec.zip}.items():
