@@ -659,14 +659,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             cols = list(df.columns[start : list(df.columns).index("seed")])
             if args.x and args.x not in cols:
                 raise InputError(f"not a swept field; swept: {', '.join(cols)}", where="--x")
-            if args.x:
-                from kvsim.plots import _number
-
-                if df[args.x].map(_number).isna().any():
-                    raise InputError(
-                        f"{args.x} is not a number or quantity, so it cannot be an axis",
-                        where="--x",
-                    )
         paths = sweep_plots(d, cols, args.format, x=args.x)
         if not paths:
             raise InputError(

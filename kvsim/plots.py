@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB, CostModel
 
 
@@ -288,6 +289,10 @@ def sweep_plots(
         if x is not None and not df.empty:
             others = [c for c in columns if c != x]
             xs = df[x].map(_number)
+            if xs.isna().any():
+                raise InputError(
+                    f"{x} is not a number or quantity, so it cannot be an axis", where="--x"
+                )
             inverse = x.endswith("time_scale")  # a smaller time scale is more load
             df = df.assign(_x=1 / xs if inverse else xs)
             xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else x

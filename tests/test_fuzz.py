@@ -243,6 +243,10 @@ def mutated_azure(draw) -> bytes:
     return "\n".join(rows).encode() + draw(st.sampled_from([b"\n", b"", b"\xff\n"]))
 
 
+# what a refusal starts with: a file (and line), a field path, or a command-line option
+WHERE = re.compile(r"(\S+\.(yaml|jsonl|csv)(:\d+)?|[a-z_]+(\.[a-z_0-9\[\]]+)*|--\S+( \S+)?): ")
+
+
 class Hang(Exception):
     pass
 
@@ -269,7 +273,8 @@ def check_contract(argv: list[str], out: Path) -> None:
         assert msg.startswith("kvsim: error: ") and "\n" not in msg, msg
         assert "Traceback" not in msg
         # it names where: a file (and line), a field path, or the override
-        assert re.search(r"(\.yaml|\.jsonl|\.csv|[a-z_]+(\.[a-z_0-9\[\]]+)*:|--)", msg), msg
+        body = msg.removeprefix("kvsim: error: ")
+        assert WHERE.match(body), msg
         assert not out.exists(), "a refused run left an output folder"
     else:
         assert sorted(p.name for p in out.iterdir()) == [

@@ -184,10 +184,6 @@ class BlockStore:
         self._drop(key)
         return True
 
-    def tenant_bytes(self, tenant: int) -> float:
-        """Bytes a tenant holds here (needs rules, else 0)."""
-        return self.rules.used.get(tenant, 0.0) if self.rules is not None else 0.0
-
     def clear(self) -> None:
         self.blocks.clear()
         self.used = 0.0

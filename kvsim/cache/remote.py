@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvsim.cache.eviction import BlockStore
 from kvsim.kernel.fabric import Link
@@ -40,7 +39,6 @@ class Batch:
     sizes: dict[int, list[float]]
     mirrored: bool
     servers: int
-    flow: Any = None  # the transfer carrying it, once sent
     skip: Callable[[int], bool] | None = None  # keys not to index when it lands (deleted)
     on_land: list[Callable[[], None]] = field(default_factory=list)  # called when settled
 
@@ -249,10 +247,6 @@ class RemoteStore:
         if self.mirrored:
             return [(0, self.stores[0])]
         return list(enumerate(self.stores))
-
-    def block_of(self, key: int) -> int:
-        """The block a shard key belongs to."""
-        return key // self.shards
 
     def unmirror(self) -> None:
         """Give every server its own copy of the mirrored index (keys shifted by rank), so

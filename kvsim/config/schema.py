@@ -68,7 +68,7 @@ def Bounded(high: int) -> Any:
 
 
 Tokens = Bounded(2**24)  # 16.7M tokens in one prompt or block
-MAX_TENANTS = 65535  # cache keys reserve 16 bits for the tenant
+MAX_TENANTS = 65535  # a sanity ceiling on tenants
 NonNegInt = Annotated[int, Field(ge=0, strict=True)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
@@ -374,9 +374,7 @@ class Documents(Record):
 class Tenants(Record):
     """Each session belongs to one of ``count`` tenants (drawn by ``weights``)."""
 
-    count: Annotated[int, Field(gt=0, le=MAX_TENANTS, strict=True)] = Field(
-        description="number of tenants"
-    )
+    count: Bounded(MAX_TENANTS) = Field(description="number of tenants")
     weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         None, description="relative share of sessions per tenant (default: equal)"
     )

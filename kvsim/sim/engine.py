@@ -96,6 +96,59 @@ class Job:
         self.timed_out = False
         self.flows: list[Flow] = []  # transfers of the restore in progress
 
+    def drop(self) -> None:
+        """No attempt will finish: no times, no tokens (bytes already read stay)."""
+        nan = float("nan")
+        self.start = self.queue_wait = self.load_s = self.compute_s = nan
+        self.store_s = self.remote_get_s = nan
+        self.tier_s = [nan, nan, nan, nan]
+        self.tokens = [0, 0, 0, 0, 0]
+        self.decision = "dropped"
+        self.stalled = self.timed_out = False
+
+    def row(self, engine: int, finish: float, reason: str = "") -> tuple:
+        """The per-request record (fields in :data:`kvsim.results.records.COLUMNS` order);
+        a dropped request has engine -1, no finish and its ``reason``."""
+        req = self.req
+        tok = self.tokens
+        byt = self.bytes
+        ts = self.tier_s
+        return (
+            req.id,
+            req.session,
+            req.tenant,
+            engine,
+            req.arrival,
+            self.start,
+            finish,
+            finish - req.arrival,
+            self.queue_wait,
+            self.load_s,
+            self.compute_s,
+            self.store_s,
+            self.lost_s,
+            ts[HOST],
+            ts[NVME],
+            ts[REMOTE],
+            self.remote_get_s,
+            req.input_tokens,
+            req.output_tokens,
+            tok[GPU],
+            tok[HOST],
+            tok[NVME],
+            tok[REMOTE],
+            tok[4],
+            byt[HOST],
+            byt[NVME],
+            byt[REMOTE],
+            self.decision,
+            self.stalled,
+            self.timed_out,
+            self.retries,
+            reason,
+            self.warmup,
+        )
+
 
 class Engine:
     """One prefill instance (a node of ``pcp`` ranks) with its local tiers and links."""
@@ -437,7 +490,7 @@ class Engine:
 
     def _finish(self, job: Job, puts: Batch | None) -> None:
         sim = self.sim
-        if sim.keeps(job):
+        if sim.tenancy.keeps(job):
             self.local.admit(job.keys, sim.block_sizes(job.req))
             if puts:
                 self._put(puts)
@@ -472,7 +525,7 @@ class Engine:
         remote.puts += 1
         remote.put_bytes += batch.total_bytes()
         # a background write: no one waits for it to start, so no latency is charged
-        batch.flow = sim.fabric.transfer(
+        sim.fabric.transfer(
             links, size, costs=costs, shares=shares, latency=False, on_done=self._landed
         )
 
@@ -494,45 +547,3 @@ class Engine:
         return tuple(self._put_queue)
 
     # ---- record ---------------------------------------------------------------------------
-
-    def row(self, job: Job, now: float) -> tuple:
-        """The per-request record (fields in :data:`kvsim.results.records.COLUMNS` order)."""
-        req = job.req
-        tok = job.tokens
-        byt = job.bytes
-        ts = job.tier_s
-        return (
-            req.id,
-            req.session,
-            req.tenant,
-            self.index,
-            req.arrival,
-            job.start,
-            now,
-            now - req.arrival,
-            job.queue_wait,
-            job.load_s,
-            job.compute_s,
-            job.store_s,
-            job.lost_s,
-            ts[HOST],
-            ts[NVME],
-            ts[REMOTE],
-            job.remote_get_s,
-            req.input_tokens,
-            req.output_tokens,
-            tok[GPU],
-            tok[HOST],
-            tok[NVME],
-            tok[REMOTE],
-            tok[4],
-            byt[HOST],
-            byt[NVME],
-            byt[REMOTE],
-            job.decision,
-            job.stalled,
-            job.timed_out,
-            job.retries,
-            "",
-            job.warmup,
-        )

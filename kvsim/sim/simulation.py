@@ -197,13 +197,9 @@ class Simulation:
 
     # ---- what engines report ------------------------------------------------------------
 
-    def keeps(self, job: Job) -> bool:
-        """May a finishing request store its blocks? (Not if its tenant was deleted.)"""
-        return self.tenancy.keeps(job)
-
     def finished(self, engine: Engine, job: Job) -> None:
         """A request's first token is out: record it; a session may end here."""
-        self._record(engine.row(job, self.env.now))
+        self._record(job.row(engine.index, self.env.now))
         self.tenancy.session_ended(job)
 
     def count_reads(self, engine: Engine, got: list[float]) -> None:
@@ -238,45 +234,8 @@ class Simulation:
     def drop(self, job: Job, reason: str) -> None:
         """A request that will never get its first token, with the reason."""
         self.dropped += 1
-        nan = float("nan")
-        req = job.req
-        self._record(
-            (
-                req.id,
-                req.session,
-                req.tenant,
-                -1,
-                req.arrival,
-                nan,
-                nan,
-                nan,
-                nan,
-                nan,
-                nan,
-                nan,
-                job.lost_s,
-                nan,
-                nan,
-                nan,
-                nan,
-                req.input_tokens,
-                req.output_tokens,
-                0,
-                0,
-                0,
-                0,
-                0,
-                job.bytes[HOST],  # what earlier attempts read before their engine failed
-                job.bytes[NVME],
-                job.bytes[REMOTE],
-                "dropped",
-                False,
-                False,
-                job.retries,
-                reason,
-                job.warmup,
-            )
-        )
+        job.drop()
+        self._record(job.row(-1, float("nan"), reason))
 
     def _record(self, row: tuple) -> None:
         self.rows.append(row)
@@ -287,11 +246,9 @@ class Simulation:
 
     def _arrivals(self, requests: Iterator[Request]) -> Any:
         env = self.env
-        router = self.router
         warmup = self.warmup
         block = self.block_tokens
         keys = self.tenancy.keys
-        all_up = not any(f.kind == "engine_down" for f in self.scenario.faults)
         last = 0.0
         for req in requests:
             if req.arrival < last:
@@ -306,10 +263,7 @@ class Simulation:
                 yield env.timeout(dt)
             self.arrived += 1
             job = Job(req, req.arrival < warmup, keys(req))
-            if all_up or router.engines:
-                router.pick(job.keys).submit(job)
-            else:
-                self.drop(job, "no engine is up")
+            self._route(job)
 
     def run(self) -> SimOutput:
         """Run until every request has finished (or ``run.max_time``)."""

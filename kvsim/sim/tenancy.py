@@ -73,19 +73,11 @@ class Tenancy:
         clock = (lambda: sim.env.now) if cfg.ttl is not None else None
         if not cfg.quota and clock is None:
             return
-        for engine in sim.engines:
-            for name, store in zip(("gpu", "host", "nvme"), engine.local.tiers, strict=True):
-                if store is not None:
-                    store.rules = Rules(self.key_tenant, cfg.quota.get(name), clock)
-        remote = sim.remote
-        if remote is not None:
-            shards = remote.shards
-
-            def remote_tenant(key: int) -> int:
-                return self.key_tenant(key // shards)
-
-            for _, store in remote.all_stores():
-                store.rules = Rules(remote_tenant, cfg.quota.get("remote"), clock)
+        for name, store, shards in self.stores():
+            owner = (
+                self.key_tenant if shards == 1 else (lambda k, n=shards: self.key_tenant(k // n))
+            )
+            store.rules = Rules(owner, cfg.quota.get(name), clock)
 
     # ---- deletion ---------------------------------------------------------------------
 
