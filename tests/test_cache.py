@@ -27,7 +27,7 @@ def test_lru_evicts_least_recently_used_and_demotes_it():
 def test_fifo_ignores_hits():
     s = FIFO(20)
     s.insert_many([1, 2], [10, 10])
-    s.touch(1)
+    s.touch([1])
     assert s.insert(3, 10) == [(1, 10)]
 
 

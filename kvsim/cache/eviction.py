@@ -1,8 +1,8 @@
 """Block stores with a pluggable eviction policy: the capacity bookkeeping of every tier.
 
 A store maps block keys to their size in bytes and never holds more than its capacity:
-:meth:`BlockStore.insert` makes room first and returns what it pushed out (or the new
-block itself when it can never fit), so the caller can demote it to the next tier. The
+:meth:`BlockStore.insert_many` makes room first and returns what it pushed out (or a new
+block that can never fit), so the caller can demote it to the next tier. The
 policies differ only in which block goes first. ``POLICIES`` is the one place that maps
 scenario names to classes.
 """
@@ -13,7 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
 Key = Hashable
-Evicted = list[tuple[Key, float]]
+Evicted = list[tuple[Key, float]]  # (key, bytes) pairs
+Spilled = tuple[list[Key], list[float]]  # keys and their bytes, in eviction order
 
 
 class Rules:
@@ -78,55 +79,74 @@ class BlockStore:
     def keys(self) -> list[Key]:
         return list(self.blocks)
 
-    def touch(self, key: Key) -> None:
-        """Record a use of a block that is present (a hit)."""
-        if self.refresh_on_hit:
-            self.blocks.move_to_end(key)
+    def touch(self, keys: Sequence[Key]) -> None:
+        """Record a use of blocks that are present (hits), in order."""
         rules = self.rules
-        if rules is not None:
+        if rules is None:
             if self.refresh_on_hit:
+                move = self.blocks.move_to_end
+                for key in keys:
+                    move(key)
+            return
+        now = rules.clock() if rules.clock is not None else None
+        for key in keys:
+            if self.refresh_on_hit:
+                self.blocks.move_to_end(key)
                 t = rules.tenant_of(key)
                 if t in rules.order:
                     rules.order[t].move_to_end(key)
-            if rules.clock is not None:
-                rules.stamps[key] = rules.clock()
+            if now is not None:
+                rules.stamps[key] = now
 
     def insert(self, key: Key, nbytes: float) -> Evicted:
         """Store a block (or refresh it) and return the blocks evicted to make room."""
-        return self.insert_many((key,), (nbytes,))
+        keys, sizes = self.insert_many((key,), (nbytes,))
+        return list(zip(keys, sizes, strict=True))
 
-    def insert_many(self, keys: Sequence[Key], sizes: Sequence[float]) -> Evicted:
+    def insert_many(self, keys: Sequence[Key], sizes: Sequence[float]) -> Spilled:
         """Insert blocks in order (refreshing present ones); return everything evicted on
-        the way, including a block that can never fit. A block inserted early in the call
-        may be evicted by a later one when the store is small."""
+        the way, including a block that can never fit, as (keys, sizes) in eviction order.
+        A block inserted early in the call may be evicted by a later one when the store is
+        small."""
+        if len(keys) != len(sizes):
+            raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes")
         if self.rules is not None:
             return self._insert_ruled(keys, sizes)
+        # the hottest loop of a simulation: methods bound once, counters kept local
         blocks = self.blocks
-        refresh = self.refresh_on_hit
+        move = blocks.move_to_end if self.refresh_on_hit else None
+        pop = blocks.popitem
         cap = self.capacity
         used = self.used
-        evicted: Evicted = []
-        for key, nbytes in zip(keys, sizes, strict=True):
+        peak = self.peak
+        out_keys: list[Key] = []
+        out_sizes: list[float] = []
+        unfit = 0
+        for key, nbytes in zip(keys, sizes, strict=False):  # lengths checked above
             if key in blocks:
-                if refresh:
-                    blocks.move_to_end(key)
+                if move is not None:
+                    move(key)
                 continue
             if nbytes > cap:
-                evicted.append((key, nbytes))
+                out_keys.append(key)
+                out_sizes.append(nbytes)
+                unfit += 1
                 continue
             used += nbytes
             while used > cap:
-                victim, size = blocks.popitem(last=False)
+                victim, size = pop(False)
                 used -= size
-                evicted.append((victim, size))
-                self.evictions += 1
+                out_keys.append(victim)
+                out_sizes.append(size)
             blocks[key] = nbytes
-            if used > self.peak:
-                self.peak = used
+            if used > peak:
+                peak = used
         self.used = used
-        return evicted
+        self.peak = peak
+        self.evictions += len(out_keys) - unfit
+        return out_keys, out_sizes
 
-    def _insert_ruled(self, keys: Sequence[Key], sizes: Sequence[float]) -> Evicted:
+    def _insert_ruled(self, keys: Sequence[Key], sizes: Sequence[float]) -> Spilled:
         """insert_many with per-tenant quotas and use stamps."""
         rules = self.rules
         assert rules is not None
@@ -135,7 +155,7 @@ class BlockStore:
         evicted: Evicted = []
         for key, nbytes in zip(keys, sizes, strict=True):
             if key in blocks:
-                self.touch(key)
+                self.touch((key,))
                 continue
             t = rules.tenant_of(key)
             limited = quota is not None and t >= 0
@@ -164,7 +184,7 @@ class BlockStore:
                 rules.stamps[key] = now
             if self.used > self.peak:
                 self.peak = self.used
-        return evicted
+        return [k for k, _ in evicted], [size for _, size in evicted]
 
     def _drop(self, key: Key) -> float:
         size = self.blocks.pop(key)

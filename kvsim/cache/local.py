@@ -29,34 +29,35 @@ class LocalCache:
         self.demotions = [0, 0, 0]  # blocks written into each tier by demotion
         self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
 
-    def prefix_blocks(self, blocks: Sequence[int]) -> int:
-        """Blocks of the longest prefix held in some local tier (for cache-aware routing)."""
+    def prefix_blocks(self, blocks: Sequence[int], at_least: int = 0) -> int:
+        """Blocks of the longest prefix held in some local tier (for cache-aware routing);
+        -1 when that prefix is shorter than ``at_least`` (known from one lookup: the prefix
+        reaches ``at_least`` only if block ``at_least - 1`` is held)."""
         gpu = self.gpu.blocks
         host = self.host.blocks if self.host is not None else ()
         nvme = self.nvme.blocks if self.nvme is not None else ()
+        if at_least > 0:
+            if at_least > len(blocks):
+                return -1
+            b = blocks[at_least - 1]
+            if not (b in gpu or b in host or b in nvme):
+                return -1
         k = 0
         for b in blocks:
             if b in gpu or b in host or b in nvme:
                 k += 1
             else:
                 break
-        return k
+        return k if k >= at_least else -1
 
     def admit(self, blocks: Sequence[int], sizes: Sequence[float]) -> None:
         """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
         out of each tier into the next."""
-        evicted = self.gpu.insert_many(blocks, sizes)
-        if evicted:
-            self._demote(evicted, HOST)
-
-    def _demote(self, evicted: list[tuple[int, float]], level: int) -> None:
-        while level <= NVME and self.tiers[level] is None:
+        keys, sizes = self.gpu.insert_many(blocks, sizes)
+        level = HOST
+        while keys and level <= NVME:
+            store = self.tiers[level]
+            if store is not None:
+                self.demotions[level] += len(keys)
+                keys, sizes = store.insert_many(keys, sizes)
             level += 1
-        if level > NVME:
-            return
-        store = self.tiers[level]
-        assert store is not None
-        self.demotions[level] += len(evicted)
-        out = store.insert_many([k for k, _ in evicted], [s for _, s in evicted])
-        if out:
-            self._demote(out, level + 1)

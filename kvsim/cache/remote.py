@@ -24,23 +24,34 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from kvsim.cache.eviction import BlockStore
 from kvsim.kernel.fabric import Link
 
 
-@dataclass
 class Batch:
     """Shards to put: keys and bytes per server. A mirrored batch lists server 0's keys,
     which stand for every server's (key + rank on server rank)."""
 
-    keys: dict[int, list[int]]
-    sizes: dict[int, list[float]]
-    mirrored: bool
-    servers: int
-    skip: Callable[[int], bool] | None = None  # keys not to index when it lands (deleted)
-    on_land: list[Callable[[], None]] = field(default_factory=list)  # called when settled
+    __slots__ = ("_total", "keys", "mirrored", "on_land", "servers", "sizes", "skip")
+
+    def __init__(
+        self,
+        keys: dict[int, list[int]],
+        sizes: dict[int, list[float]],
+        mirrored: bool,
+        servers: int,
+    ) -> None:
+        self.keys = keys
+        self.sizes = sizes
+        self.mirrored = mirrored
+        self.servers = servers
+        self.skip: Callable[[int], bool] | None = None  # keys not to index when it lands
+        self.on_land: list[Callable[[], None]] = []  # called when settled (landed or not)
+        if mirrored:
+            self._total = sum(sizes[0]) * servers if sizes else 0
+        else:
+            self._total = sum(sum(v) for v in sizes.values())
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -54,8 +65,7 @@ class Batch:
 
     def total_bytes(self) -> float:
         """Bytes of the whole batch, all servers."""
-        n = sum(sum(v) for v in self.sizes.values())
-        return n * self.servers if self.mirrored else n
+        return self._total
 
     def count(self) -> int:
         """Shards in the batch."""
@@ -126,15 +136,16 @@ class RemoteStore:
             out.append(k)
         return out
 
-    def touch(self, block: int) -> None:
-        """Record a read of every shard of a block."""
+    def touch(self, blocks: Sequence[int]) -> None:
+        """Record a read of every shard of these blocks."""
         stores, n, shards = self.stores, self.servers, self.shards
-        base = block * shards
         if self.mirrored:
-            stores[0].touch(base)
+            stores[0].touch([b * shards for b in blocks])
             return
-        for key in range(base, base + shards):
-            stores[key % n].touch(key)
+        for b in blocks:
+            base = b * shards
+            for key in range(base, base + shards):
+                stores[key % n].touch((key,))
 
     def tokens_by_server(self, blocks: Sequence[int], tokens: Sequence[int]) -> dict[int, int]:
         """Tokens each server serves when every shard of ``blocks`` is read (a shard of a
@@ -173,11 +184,16 @@ class RemoteStore:
         down = self.down
         if self.mirrored:
             index, pend = stores[0].blocks, pending[0]
-            ks = [b * S for b in blocks]
-            sel = [i for i, k in enumerate(ks) if k not in index and k not in pend]
-            if sel:
-                keys[0] = [ks[i] for i in sel]
-                out[0] = [sizes[i] / S for i in sel]
+            ks: list[int] = []
+            ss: list[float] = []
+            for b, size in zip(blocks, sizes, strict=True):
+                key = b * S
+                if key not in index and key not in pend:
+                    ks.append(key)
+                    ss.append(size / S)
+            if ks:
+                keys[0] = ks
+                out[0] = ss
             return Batch(keys, out, True, n)
         for b, size in zip(blocks, sizes, strict=True):
             part = size / S

@@ -112,7 +112,12 @@ class Flow:
         self.remaining = size  # as of time `since`
         self.since = 0.0
         self.rate = 0.0
-        self.cap = min(link.bandwidth / k for link, k in zip(links, costs, strict=True))
+        cap = float("inf")  # its rate when alone: its slowest link
+        for link, k in zip(links, costs, strict=True):
+            r = link.bandwidth / k
+            if r < cap:
+                cap = r
+        self.cap = cap
         self.done = done
         self.tag = tag
         self.state = "waiting"  # waiting -> active -> finished | cancelled
@@ -170,15 +175,20 @@ class Fabric:
         """
         if size < 0 or delay < 0:
             raise ValueError("transfer size and delay must be >= 0")
-        path = tuple(links)
+        path = links if type(links) is tuple else tuple(links)
         if not path:
             raise ValueError("a transfer needs at least one link")
-        cost = tuple(costs) if costs is not None else (1.0,) * len(path)
-        if len(cost) != len(path) or not min(cost) > 0:
-            raise ValueError("one cost > 0 per link is required")
-        share = tuple(shares) if shares is not None else None
-        if share is not None and (len(share) != len(path) or min(share) < 0):
-            raise ValueError("one share >= 0 per link is required")
+        if costs is None:
+            cost = (1.0,) * len(path)
+        else:
+            cost = costs if type(costs) is tuple else tuple(costs)
+            if len(cost) != len(path) or not min(cost) > 0:
+                raise ValueError("one cost > 0 per link is required")
+        share = None
+        if shares is not None:
+            share = shares if type(shares) is tuple else tuple(shares)
+            if len(share) != len(path) or min(share) < 0:
+                raise ValueError("one share >= 0 per link is required")
         done = self.env.event() if on_done is None else on_done
         flow = Flow(path, cost, float(size), done, tag, share)
         wait = delay + (sum(link.latency for link in path) if latency else 0.0)

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
-from kvsim.kernel.fabric import Flow, FlowAborted, Link
+from kvsim.kernel.fabric import Flow, Link
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -48,13 +48,13 @@ class Job:
         "compute_s",
         "decision",
         "enqueued",
-        "flows",
         "keys",
         "load_s",
         "lost_s",
         "queue_wait",
         "remote_get_s",
         "req",
+        "restore",
         "retries",
         "src",
         "stalled",
@@ -94,7 +94,7 @@ class Job:
         self.decision = "cold"
         self.stalled = False
         self.timed_out = False
-        self.flows: list[Flow] = []  # transfers of the restore in progress
+        self.restore: Restore | None = None  # the restore in progress
 
     def drop(self) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
@@ -150,6 +150,117 @@ class Job:
         )
 
 
+class Restore:
+    """A request's restore in flight, driven by its transfers' callbacks (no process).
+
+    Per tier, T0 then a transfer on the fabric: host and NVMe each one flow, the remote
+    GET one lockstep flow over the servers holding the ranks' shards (it may stall first).
+    A client timeout, or the loss of a server mid-GET, abandons the remote part: the rest
+    of the prompt from the first remote block on is recomputed. ``then(job)`` runs once
+    every transfer is in (or, for an abandoned GET, every local one).
+    """
+
+    __slots__ = ("abandoned", "engine", "job", "local", "over", "remote", "start", "then")
+
+    def __init__(self, engine: Engine, job: Job, then: Callable[[Job], None]) -> None:
+        self.engine = engine
+        self.job = job
+        self.then = then
+        self.abandoned = False
+        self.over = True  # until every transfer is started
+        sim = engine.sim
+        fabric = sim.fabric
+        env = engine.env
+        s = sim.kv_bytes
+        t0 = sim.t0
+        self.start = env.now
+        tokens = job.tokens
+        job.restore = self
+        self.local: list[tuple[int, Flow]] = []
+        if tokens[HOST]:
+            self.local.append(
+                (
+                    HOST,
+                    fabric.transfer(
+                        (engine.h2d,), tokens[HOST] * s, delay=t0[HOST], on_done=self.settled
+                    ),
+                )
+            )
+        if tokens[NVME]:
+            assert engine.nvme is not None
+            self.local.append(
+                (
+                    NVME,
+                    fabric.transfer(
+                        (engine.nvme, engine.h2d),
+                        tokens[NVME] * s,
+                        delay=t0[NVME],
+                        on_done=self.settled,
+                    ),
+                )
+            )
+        self.remote: list[Flow] = []
+        if tokens[REMOTE]:
+            links, size, costs, shares = engine._remote_get(job)
+            stall = sim.draw_stall()
+            job.stalled = stall > 0
+            self.remote.append(
+                fabric.transfer(
+                    links,
+                    size,
+                    costs=costs,
+                    shares=shares,
+                    delay=t0[REMOTE] + stall,
+                    on_done=self.settled,
+                )
+            )
+            if sim.timeout is not None:
+                env.timeout(t0[REMOTE] + sim.timeout).callbacks.append(self.timed_out)
+        self.over = False
+        self._check()
+
+    def settled(self, flow: Flow) -> None:
+        """A transfer is in, or was aborted (a server holding the shards went down)."""
+        if self.over:
+            return
+        if flow.state != "finished" and not self.abandoned:
+            self._abandon()
+        self._check()
+
+    def timed_out(self, _event: simpy.Event) -> None:
+        """The client timeout: give up the GET if anything is still on its way."""
+        if self.over or self.abandoned:
+            return
+        self.job.timed_out = True
+        self._abandon()
+        self._check()
+
+    def cancel(self) -> None:
+        """Its engine failed: stop every transfer; ``then`` never runs."""
+        self.over = True
+        fabric = self.engine.sim.fabric
+        for _, f in self.local:
+            fabric.cancel(f)
+        for f in self.remote:
+            fabric.cancel(f)
+
+    def _abandon(self) -> None:
+        self.abandoned = True
+        self.engine._fall_back(self.job, self.remote)
+
+    def _check(self) -> None:
+        for _, f in self.local:
+            if f.state != "finished":
+                return
+        if not self.abandoned:
+            for f in self.remote:
+                if f.state != "finished":
+                    return
+        self.over = True
+        self.engine._restored(self)
+        self.then(self.job)
+
+
 class Engine:
     """One prefill instance (a node of ``pcp`` ranks) with its local tiers and links."""
 
@@ -189,8 +300,8 @@ class Engine:
 
     # ---- queue -----------------------------------------------------------------------
 
-    def local_prefix_blocks(self, blocks: Any) -> int:
-        return self.local.prefix_blocks(blocks)
+    def local_prefix_blocks(self, blocks: Any, at_least: int = 0) -> int:
+        return self.local.prefix_blocks(blocks, at_least)
 
     def submit(self, job: Job) -> None:
         """A request routed here (new, or re-routed from a failed engine)."""
@@ -230,8 +341,8 @@ class Engine:
         held = []
         if self._current is not None:
             held.append(self._current)
-            for f in self._current.flows:
-                self.sim.fabric.cancel(f)
+            if self._current.restore is not None:  # a synchronous restore: abandon it
+                self._current.restore.cancel()
             self._current = None
         now = self.env.now
         self.queue_area += len(self._heap) * (now - self._queue_t)
@@ -278,28 +389,31 @@ class Engine:
                         if not policy.blocking:
                             job.state = LOADING
                             self._current = None
-                            env.process(self._restore_then_requeue(job))
+                            Restore(self, job, self._requeue)
                             continue
-                        yield from self._restore(job)
+                        restored = env.event()
+                        Restore(self, job, lambda _job, ev=restored: ev.succeed())
+                        yield restored
                         self.blocked += job.load_s
                 req = job.req
                 t = table(req.input_tokens - job.cached, job.cached)
                 job.compute_s = t
                 puts = None
+                sizes = sim.block_sizes(req)
                 if sim.remote is not None and sim.max_pending_puts:
                     # what the store lacks is staged to host after the prefill; the engine
                     # waits for that copy too (one timeout stands for both)
-                    puts, nbytes = self._stage(job)
+                    puts, nbytes = self._stage(job, sizes)
                     job.store_s = nbytes / sim.stage_bandwidth
                 yield env.timeout(t + job.store_s)
                 self.busy += t
                 self._current = None
-                self._finish(job, puts)
+                self._finish(job, puts, sizes)
             except simpy.Interrupt:
                 self._wake = None  # fail() took the jobs; wait to be recovered
 
-    def _restore_then_requeue(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        yield from self._restore(job)
+    def _requeue(self, job: Job) -> None:
+        """An asynchronous restore is in: the request re-joins the queue for its prefill."""
         job.state = READY
         self._push(job)
 
@@ -328,19 +442,23 @@ class Engine:
                 src.append(REMOTE)
             else:
                 break
-        lower = any(t != GPU for t in src)
+        lower = src.count(GPU) != len(src)
         if lower:
             src = src[: sim.policy.restore_blocks(src, lambda k: self._estimate(job, src, k))]
         self._account(job, src)
         if lower and job.decision in ("gpu", "cold"):
             job.decision = "skipped"  # the policy chose to recompute what a lower tier held
-        # a hit refreshes the blocks in their tiers
-        stores = (gpu, host, nvme)
-        for b, t in zip(blocks, src, strict=False):
-            if t == REMOTE:
-                remote.touch(b)  # type: ignore[union-attr]
-            else:
-                stores[t].touch(b)  # type: ignore[union-attr]
+        # a hit refreshes the blocks in their tiers (a run of blocks from one tier at once)
+        stores = (gpu, host, nvme, remote)
+        n = len(src)
+        i = 0
+        while i < n:
+            t = src[i]
+            j = i + 1
+            while j < n and src[j] == t:
+                j += 1
+            stores[t].touch(blocks[i:j])  # type: ignore[union-attr]
+            i = j
 
     def _account(self, job: Job, src: list[int]) -> None:
         """Tokens per source for restoring the blocks ``src`` (at least one token computed)."""
@@ -408,61 +526,28 @@ class Engine:
         per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
         return sim.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
 
-    def _restore(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        """Read the planned blocks from their tiers (T0, then a transfer per tier)."""
-        env = self.env
-        sim = self.sim
-        fabric = sim.fabric
-        s = sim.kv_bytes
-        t0 = sim.t0
-        start = env.now
-        tokens = job.tokens
-        local: list[tuple[int, Flow]] = []
-        if tokens[HOST]:
-            local.append((HOST, fabric.transfer((self.h2d,), tokens[HOST] * s, delay=t0[HOST])))
-        if tokens[NVME]:
-            assert self.nvme is not None
-            local.append(
-                (NVME, fabric.transfer((self.nvme, self.h2d), tokens[NVME] * s, delay=t0[NVME]))
-            )
-        remote: list[Flow] = []
-        if tokens[REMOTE]:
-            links, size, costs, shares = self._remote_get(job)
-            stall = sim.draw_stall()
-            job.stalled = stall > 0
-            remote.append(
-                fabric.transfer(links, size, costs=costs, shares=shares, delay=t0[REMOTE] + stall)
-            )
-        job.flows = [f for _, f in local] + remote
-        done = env.all_of([f.done for f in job.flows])
-        try:
-            if remote and sim.timeout is not None:
-                yield done | env.timeout(t0[REMOTE] + sim.timeout)
-                if not done.triggered:
-                    job.timed_out = True
-                    self._fall_back(job, remote)
-                    yield env.all_of([f.done for _, f in local])
-            else:
-                yield done
-        except FlowAborted:  # a server holding the shards went down mid-transfer
-            self._fall_back(job, remote)
-            yield env.all_of([f.done for _, f in local])
-        job.flows = []
-        now = env.now
+    def _restored(self, r: Restore) -> None:
+        """A restore is over: its times and the bytes each tier served."""
+        job = r.job
+        job.restore = None
+        now = self.env.now
+        start = r.start
         got = [0.0, 0.0, 0.0, 0.0]
-        for tier, f in local:
+        for tier, f in r.local:
             job.tier_s[tier] = f.end - start
             got[tier] = f.size
+        remote = r.remote
         if remote:
             ends = [f.end for f in remote if f.state == "finished"]
             end = max(ends) if len(ends) == len(remote) else now
             job.tier_s[REMOTE] = end - start
-            job.remote_get_s = max(end - start - t0[REMOTE], 0.0)  # 0: abandoned within T0
+            t0 = self.sim.t0[REMOTE]
+            job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
             got[REMOTE] = sum((f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote)
         job.load_s = now - start
         for tier in (HOST, NVME, REMOTE):
             job.bytes[tier] += got[tier]
-        sim.count_reads(self, got)
+        self.sim.count_reads(self, got)
 
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
         """Client timeout (or a lost server): give up the GET, recompute from the first
@@ -478,20 +563,20 @@ class Engine:
 
     # ---- finish ----------------------------------------------------------------------------
 
-    def _stage(self, job: Job) -> tuple[Batch, float]:
+    def _stage(self, job: Job, sizes: list[float]) -> tuple[Batch, float]:
         """The shards the remote store lacks and their bytes, reserved at once as pending
         so that no other engine stages them too."""
         sim = self.sim
         remote = sim.remote
         assert remote is not None
-        batch = remote.missing(job.keys, sim.block_sizes(job.req))
+        batch = remote.missing(job.keys, sizes)
         remote.reserve(batch)
         return batch, batch.total_bytes()
 
-    def _finish(self, job: Job, puts: Batch | None) -> None:
+    def _finish(self, job: Job, puts: Batch | None, sizes: list[float]) -> None:
         sim = self.sim
         if sim.tenancy.keeps(job):
-            self.local.admit(job.keys, sim.block_sizes(job.req))
+            self.local.admit(job.keys, sizes)
             if puts:
                 self._put(puts)
         elif puts:  # its tenant was deleted while it ran: nothing of it is kept

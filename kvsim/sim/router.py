@@ -16,7 +16,9 @@ class RoutedEngine(Protocol):
     index: int
     outstanding: int
 
-    def local_prefix_blocks(self, blocks: Sequence[int]) -> int: ...
+    def local_prefix_blocks(self, blocks: Sequence[int], at_least: int = 0) -> int:
+        """The longest locally held prefix in blocks (-1 if shorter than ``at_least``)."""
+        ...
 
 
 class Router:
@@ -58,15 +60,17 @@ class CacheAffinity(Router):
     loaded engine by more than ``slack`` requests; then the least loaded one."""
 
     def pick(self, blocks: Sequence[int]) -> RoutedEngine:
-        least = min(e.outstanding for e in self.engines)
-        best, best_hit = None, -1
+        limit = min([e.outstanding for e in self.engines]) + self.slack
+        best, best_hit, best_load = self.engines[0], -1, 0
         for e in self.engines:
-            if e.outstanding > least + self.slack:
+            load = e.outstanding
+            if load > limit:
                 continue
-            hit = e.local_prefix_blocks(blocks)
-            if hit > best_hit or (hit == best_hit and e.outstanding < best.outstanding):
-                best, best_hit = e, hit
-        assert best is not None
+            # the hit it needs to win: more than the best so far, or as much with less load
+            need = best_hit if load < best_load else best_hit + 1
+            hit = e.local_prefix_blocks(blocks, need)
+            if hit >= need and (hit > best_hit or load < best_load):
+                best, best_hit, best_load = e, hit, load
         return best
 
 
