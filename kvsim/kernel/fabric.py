@@ -191,7 +191,11 @@ class Fabric:
                 raise ValueError("one share >= 0 per link is required")
         done = self.env.event() if on_done is None else on_done
         flow = Flow(path, cost, float(size), done, tag, share)
-        wait = delay + (sum(link.latency for link in path) if latency else 0.0)
+        lat = 0
+        if latency:
+            for link in path:
+                lat += link.latency
+        wait = delay + lat
         if wait > 0:
             self._seq += 1
             heapq.heappush(self._starts, (self.env.now + wait, self._seq, flow))

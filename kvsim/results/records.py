@@ -59,7 +59,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("warmup", "arrived during the warm-up; left out of the summary"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
-_TEXT = ("decision", "drop_reason")
 
 
 @dataclass
@@ -81,16 +80,7 @@ class Results:
 
 def frame(rows: list[tuple]) -> pd.DataFrame:
     """The per-request DataFrame, sorted by request id."""
-    if rows:  # column by column: several times faster than from_records on a million rows
-        columns = zip(*rows, strict=True)
-        df = pd.DataFrame(
-            {
-                name: np.array(col, dtype=object if name in _TEXT else None)
-                for name, col in zip(COLUMN_NAMES, columns, strict=True)
-            }
-        )
-    else:
-        df = pd.DataFrame.from_records(rows, columns=list(COLUMN_NAMES))
+    df = pd.DataFrame.from_records(rows, columns=list(COLUMN_NAMES))
     df["decision"] = df["decision"].astype("category")
     for col in ("stalled", "timed_out", "warmup"):
         df[col] = df[col].astype(bool)
