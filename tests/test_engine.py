@@ -1,6 +1,8 @@
 """One engine on tiny hand-computed cases (toy scenario: 1,000 B/token, 100-token blocks,
 t = 0.1 s + (new - 1) ms, remote 1 MB/s with T0 = 0.5 s, no latencies)."""
 
+import gc
+
 import pytest
 
 from kvsim import api
@@ -205,3 +207,16 @@ def test_staging_before_a_put_holds_the_engine(sharding, pcp, expected):
     # blocks already stored are not staged again
     r2 = by_id(api.run(sc, requests=[req(0, 0.0, 300, [1, 2, 3]), req(1, 5.0, 300, [1, 2, 3])]))[1]
     assert r2.store_s == 0.0
+
+
+def test_a_run_puts_the_garbage_collector_back_as_it_found_it():
+    # run() collects less often while it runs; the caller's settings come back after,
+    # and a caller who switched automatic collection off keeps it off
+    before = gc.get_threshold()
+    try:
+        for setting in ((700, 10, 10), (0, 10, 10)):
+            gc.set_threshold(*setting)
+            api.run(toy(), requests=[req(0, 0.0, 300, [1, 2, 3])])
+            assert gc.get_threshold() == setting
+    finally:
+        gc.set_threshold(*before)

@@ -251,3 +251,21 @@ def test_fault_schedules_are_reproducible_with_the_seed():
     assert df["stalled"].any()
     clean = api.run(sc.model_copy(update={"faults": []}))
     assert a.summary["ttft_p99_s"] > clean.summary["ttft_p99_s"]
+
+
+def test_a_client_timeout_and_a_server_loss_at_the_same_instant_fall_back_once():
+    # A's GET (T0 0.5 s, then 1.5 s at the 200 kB/s of a slowed PCIe link) is still moving
+    # at 10.8 s, when both its 0.3 s client timeout and the loss of its server fall due.
+    # It falls back once, recomputing all 300 tokens (0.399 s): TTFT 0.8 + 0.399 s.
+    # (Found in review: this tie used to escape as an unhandled FlowAborted.)
+    sc = toy(
+        node={"h2d_per_gpu": "25 kB/s", "gpus": 8},
+        remote={"enabled": True, "timeout": "0.3 s"},
+        faults=server_down(0, 10.8),
+    )
+    res = api.run(sc, requests=P_THEN_A)
+    a = rows(res)[1]
+    assert a["decision"] == "fallback" and a["tokens_compute"] == 300
+    assert a["load_s"] == pytest.approx(0.8) and a["ttft_s"] == pytest.approx(1.199)
+    assert a["bytes_remote"] == pytest.approx(60_000)  # 0.3 s at 200 kB/s
+    accounted(res, 2)

@@ -27,6 +27,8 @@ class Router:
     def __init__(self, engines: Sequence[RoutedEngine], slack: int = 0) -> None:
         if not engines:
             raise ValueError("a router needs at least one engine")
+        if slack < 0:
+            raise ValueError(f"affinity slack must be >= 0, got {slack}")
         self.engines = list(engines)
         self.slack = slack
 

@@ -280,7 +280,8 @@ class Simulation:
         # a run makes millions of short-lived objects and few reference cycles: the
         # collector's default pace (every 700 allocations) costs ~5% for nothing
         thresholds = gc.get_threshold()
-        gc.set_threshold(max(thresholds[0], 100_000), 20, 100)
+        if thresholds[0]:  # 0: the caller switched automatic collection off; keep it so
+            gc.set_threshold(max(thresholds[0], 100_000), 20, 100)
         try:
             return self._run()
         finally:
