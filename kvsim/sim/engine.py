@@ -257,8 +257,32 @@ class Restore:
                 if f.state != "finished":
                     return
         self.over = True
-        self.engine._restored(self)
+        self._record()
         self.then(self.job)
+
+    def _record(self) -> None:
+        """The restore is over: its times and the bytes each tier served."""
+        job = self.job
+        job.restore = None
+        engine = self.engine
+        now = engine.env.now
+        start = self.start
+        got = [0.0, 0.0, 0.0, 0.0]
+        for tier, f in self.local:
+            job.tier_s[tier] = f.end - start
+            got[tier] = f.size
+        remote = self.remote
+        if remote:
+            ends = [f.end for f in remote if f.state == "finished"]
+            end = max(ends) if len(ends) == len(remote) else now
+            job.tier_s[REMOTE] = end - start
+            t0 = engine.sim.t0[REMOTE]
+            job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
+            got[REMOTE] = sum((f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote)
+        job.load_s = now - start
+        for tier in (HOST, NVME, REMOTE):
+            job.bytes[tier] += got[tier]
+        engine.sim.count_reads(engine, got)
 
 
 class Engine:
@@ -525,29 +549,6 @@ class Engine:
         s = sim.kv_bytes / remote.shards
         per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
         return sim.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
-
-    def _restored(self, r: Restore) -> None:
-        """A restore is over: its times and the bytes each tier served."""
-        job = r.job
-        job.restore = None
-        now = self.env.now
-        start = r.start
-        got = [0.0, 0.0, 0.0, 0.0]
-        for tier, f in r.local:
-            job.tier_s[tier] = f.end - start
-            got[tier] = f.size
-        remote = r.remote
-        if remote:
-            ends = [f.end for f in remote if f.state == "finished"]
-            end = max(ends) if len(ends) == len(remote) else now
-            job.tier_s[REMOTE] = end - start
-            t0 = self.sim.t0[REMOTE]
-            job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
-            got[REMOTE] = sum((f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote)
-        job.load_s = now - start
-        for tier in (HOST, NVME, REMOTE):
-            job.bytes[tier] += got[tier]
-        self.sim.count_reads(self, got)
 
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
         """Client timeout (or a lost server): give up the GET, recompute from the first

@@ -178,22 +178,18 @@ class Simulation:
         over the ``shared`` links (NIC, PCIe): (links, size, costs, shares). ``parts`` are
         (link, bytes, servers behind it); progress is counted in bytes of the largest part,
         and a server's cost includes its per-op time for the part it holds."""
-        if len(parts) == 1:  # the common case (one link, or the mirrored group link)
-            link, b, n = parts[0]
-            k = len(shared)
-            return (
-                (link, *shared),
-                b,
-                (b * self.server_cost(b / n) / b,) + (1.0,) * k,
-                (1.0,) * (k + 1),
-            )
         size = max(b for _, b, _ in parts)
-        total = sum(b for _, b, _ in parts)
-        links = tuple(link for link, _, _ in parts) + shared
-        costs = tuple(b * self.server_cost(b / n) / size for _, b, n in parts)
-        shares = tuple(b / size for _, b, _ in parts)
+        links: list[Link] = []
+        costs: list[float] = []
+        shares: list[float] = []
+        total = 0.0
+        for link, b, n in parts:  # a plain loop: this runs for every GET and put
+            links.append(link)
+            costs.append(b * self.server_cost(b / n) / size)
+            shares.append(b / size)
+            total += b
         rest = (total / size,) * len(shared)
-        return links, size, costs + rest, shares + rest
+        return (*links, *shared), size, (*costs, *rest), (*shares, *rest)
 
     def draw_stall(self) -> float:
         """Seconds a remote GET hangs before it starts (0 for most GETs)."""
