@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import simpy
 
+from kvsim import compiled
 from kvsim.api import load
 from kvsim.results import collect
 from kvsim.sim.simulation import Simulation
@@ -89,7 +90,7 @@ def main() -> None:
         sys.exit(2)
     k = min((bench_kvsim(args.trace) for _ in range(args.repeat)), key=lambda r: r["sim_wall_s"])
     m = min((bench_mdc(k["requests"]) for _ in range(args.repeat)), key=lambda r: r["sim_wall_s"])
-    print(f"trace: {args.trace}")
+    print(f"trace: {args.trace}; " + ("compiled core" if compiled() else "pure-Python core"))
     for name, r in (("kvsim 8 engines, 4 tiers", k), ("bare SimPy M/D/8", m)):
         print(
             f"{name:<26} {r['requests']:>7} requests  {r['events']:>8} events  "

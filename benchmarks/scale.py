@@ -15,6 +15,7 @@ import resource
 import time
 from pathlib import Path
 
+from kvsim import compiled
 from kvsim.api import load
 from kvsim.results import collect
 from kvsim.sim.simulation import Simulation
@@ -37,7 +38,8 @@ def main() -> None:
     s = res.summary
     print(
         f"scenario {sc.name}: {args.requests:,} requests, {sc.cluster.engines} engines, "
-        f"tiers {', '.join(s['tiers'])}"
+        f"tiers {', '.join(s['tiers'])}; "
+        + ("compiled core" if compiled() else "pure-Python core (pip install . compiles it)")
     )
     print(
         f"simulate {t1 - t0:.1f} s ({args.requests / (t1 - t0):,.0f} requests/s), results "

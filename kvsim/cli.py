@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from kvsim import __version__
+from kvsim import __version__, compiled
 from kvsim.errors import InputError
 
 
@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="kvsim",
         description="Discrete-event simulator of tiered KV-cache prefill serving.",
     )
-    p.add_argument("--version", action="version", version=f"kvsim {__version__}")
+    core = "compiled core" if compiled() else "pure-Python core"
+    p.add_argument("--version", action="version", version=f"kvsim {__version__} ({core})")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a scenario and print its summary")

@@ -194,4 +194,6 @@ def test_results_do_not_depend_on_the_order_engines_are_built(case, rnd):
     if not a.rows:
         assert not b.rows
         return
-    pd.testing.assert_frame_equal(pd.DataFrame(a.rows), pd.DataFrame(b.rows), check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.DataFrame(list(a.rows)), pd.DataFrame(list(b.rows)), check_exact=True
+    )

@@ -10,9 +10,14 @@ scenario names to classes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
-Key = Hashable
+# A block's cache key: an int (a tenant-namespaced hash id, or a server's shard key). It
+# is typed ``object`` on purpose: compiled code (see setup.py) then stores the caller's
+# int objects as they are, where ``int`` would unbox and re-box them, a new object per
+# stored block.
+Key = object
 Evicted = list[tuple[Key, float]]  # (key, bytes) pairs
 Spilled = tuple[list[Key], list[float]]  # keys and their bytes, in eviction order
 
@@ -44,8 +49,10 @@ class Rules:
         out = Rules(self.tenant_of, self.quota, self.clock)
         out.used = dict(self.used)
         out.peak = dict(self.peak)
-        out.order = {t: OrderedDict((k + offset, None) for k in o) for t, o in self.order.items()}
-        out.stamps = {k + offset: v for k, v in self.stamps.items()}
+        out.order = {
+            t: OrderedDict((cast(int, k) + offset, None) for k in o) for t, o in self.order.items()
+        }
+        out.stamps = {cast(int, k) + offset: v for k, v in self.stamps.items()}
         return out
 
 
@@ -158,11 +165,10 @@ class BlockStore:
                 self.touch((key,))
                 continue
             t = rules.tenant_of(key)
-            limited = quota is not None and t >= 0
-            if nbytes > cap or (limited and nbytes > quota):
+            if nbytes > cap or (quota is not None and t >= 0 and nbytes > quota):
                 evicted.append((key, nbytes))
                 continue
-            if limited:  # the tenant makes room among its own blocks first
+            if quota is not None and t >= 0:  # the tenant makes room among its own blocks first
                 mine = rules.order.get(t)
                 while rules.used.get(t, 0.0) + nbytes > quota and mine:
                     victim = next(iter(mine))

@@ -10,10 +10,15 @@ never exceeded: each tier is a :class:`~kvsim.cache.eviction.BlockStore`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
-from kvsim.cache.eviction import BlockStore
+from kvsim.cache.eviction import BlockStore, Key
 
-GPU, HOST, NVME, REMOTE = 0, 1, 2, 3  # tier codes, fastest first
+# tier codes, fastest first (Final: compiled code inlines them)
+GPU: Final = 0
+HOST: Final = 1
+NVME: Final = 2
+REMOTE: Final = 3
 
 
 class LocalCache:
@@ -29,7 +34,7 @@ class LocalCache:
         self.demotions = [0, 0, 0]  # blocks written into each tier by demotion
         self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
 
-    def prefix_blocks(self, blocks: Sequence[int], at_least: int = 0) -> int:
+    def prefix_blocks(self, blocks: Sequence[Key], at_least: int = 0) -> int:
         """Blocks of the longest prefix held in some local tier (for cache-aware routing);
         -1 when that prefix is shorter than ``at_least`` (known from one lookup: the prefix
         reaches ``at_least`` only if block ``at_least - 1`` is held)."""
@@ -50,7 +55,7 @@ class LocalCache:
                 break
         return k if k >= at_least else -1
 
-    def admit(self, blocks: Sequence[int], sizes: Sequence[float]) -> None:
+    def admit(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
         """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
         out of each tier into the next."""
         keys, sizes = self.gpu.insert_many(blocks, sizes)

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import cast
 
-from kvsim.cache.eviction import BlockStore
+from kvsim.cache.eviction import BlockStore, Key
 from kvsim.kernel.fabric import Link
 
 
@@ -37,7 +38,7 @@ class Batch:
 
     def __init__(
         self,
-        keys: dict[int, list[int]],
+        keys: dict[int, list[Key]],
         sizes: dict[int, list[float]],
         mirrored: bool,
         servers: int,
@@ -46,12 +47,12 @@ class Batch:
         self.sizes = sizes
         self.mirrored = mirrored
         self.servers = servers
-        self.skip: Callable[[int], bool] | None = None  # keys not to index when it lands
+        self.skip: Callable[[Key], bool] | None = None  # keys not to index when it lands
         self.on_land: list[Callable[[], None]] = []  # called when settled (landed or not)
         if mirrored:
-            self._total = sum(sizes[0]) * servers if sizes else 0
+            self._total = sum(sizes[0], 0.0) * servers if sizes else 0.0
         else:
-            self._total = sum(sum(v) for v in sizes.values())
+            self._total = sum((sum(v, 0.0) for v in sizes.values()), 0.0)
 
     def __bool__(self) -> bool:
         return bool(self.keys)
@@ -60,8 +61,8 @@ class Batch:
         if not self.keys:
             return {}
         if self.mirrored:
-            return dict.fromkeys(range(self.servers), sum(self.sizes[0]))
-        return {s: sum(v) for s, v in self.sizes.items()}
+            return dict.fromkeys(range(self.servers), sum(self.sizes[0], 0.0))
+        return {s: sum(v, 0.0) for s, v in self.sizes.items()}
 
     def total_bytes(self) -> float:
         """Bytes of the whole batch, all servers."""
@@ -93,7 +94,7 @@ class RemoteStore:
         self.shards = ranks if per_rank else 1
         self.mirrored = per_rank and ranks == self.servers and ranks > 1
         self.group = group if self.mirrored else None  # all servers as one link, mirrored
-        self.pending: list[set[int]] = [set() for _ in self.stores]  # keys being put
+        self.pending: list[set[Key]] = [set() for _ in self.stores]  # keys being put
         self.down: set[int] = set()  # servers that are lost now
         self.read_bytes = 0.0  # bytes GETs moved
         self.puts = 0  # put transfers started
@@ -107,27 +108,28 @@ class RemoteStore:
         key = block * self.shards + shard
         return key % self.servers, key
 
-    def has(self, block: int) -> bool:
+    def has(self, block: Key) -> bool:
         """True when every shard of the block is in its server's index."""
         stores, n, shards = self.stores, self.servers, self.shards
+        b = cast(int, block)
         if self.down:
-            base = block * shards
+            base = b * shards
             if any(key % n in self.down for key in range(base, base + shards)):
                 return False
         if shards == 1:
-            return block in stores[block % n].blocks
-        base = block * shards
+            return block in stores[b % n].blocks
+        base = b * shards
         if self.mirrored:
             return base in stores[0].blocks
         return all(key in stores[key % n].blocks for key in range(base, base + shards))
 
-    def shard_prefixes(self, blocks: Sequence[int]) -> list[int]:
+    def shard_prefixes(self, blocks: Sequence[Key]) -> list[int]:
         """Each shard's own longest prefix (in blocks) of ``blocks`` in the remote index."""
         out = []
         for shard in range(self.shards):
             k = 0
             for b in blocks:
-                server, key = self.place(b, shard)
+                server, key = self.place(cast(int, b), shard)
                 if self.mirrored:
                     server, key = 0, key - shard
                 if key not in self.stores[server].blocks:
@@ -136,18 +138,18 @@ class RemoteStore:
             out.append(k)
         return out
 
-    def touch(self, blocks: Sequence[int]) -> None:
+    def touch(self, blocks: Sequence[Key]) -> None:
         """Record a read of every shard of these blocks."""
         stores, n, shards = self.stores, self.servers, self.shards
         if self.mirrored:
-            stores[0].touch([b * shards for b in blocks])
+            stores[0].touch([cast(int, b) * shards for b in blocks])
             return
         for b in blocks:
-            base = b * shards
+            base = cast(int, b) * shards
             for key in range(base, base + shards):
                 stores[key % n].touch((key,))
 
-    def tokens_by_server(self, blocks: Sequence[int], tokens: Sequence[int]) -> dict[int, int]:
+    def tokens_by_server(self, blocks: Sequence[Key], tokens: Sequence[int]) -> dict[int, int]:
         """Tokens each server serves when every shard of ``blocks`` is read (a shard of a
         block counts the block's tokens: its bytes are tokens x KV bytes / shards)."""
         n, S = self.servers, self.shards
@@ -155,7 +157,8 @@ class RemoteStore:
             total = sum(tokens)
             return dict.fromkeys(range(n), total) if total else {}
         out: dict[int, int] = {}
-        for b, tok in zip(blocks, tokens, strict=True):
+        for block, tok in zip(blocks, tokens, strict=True):
+            b = cast(int, block)
             for key in range(b * S, b * S + S):
                 out[key % n] = out.get(key % n, 0) + tok
         return out
@@ -176,18 +179,18 @@ class RemoteStore:
 
     # ---- writes -----------------------------------------------------------------------
 
-    def missing(self, blocks: Sequence[int], sizes: Sequence[float]) -> Batch:
+    def missing(self, blocks: Sequence[Key], sizes: Sequence[float]) -> Batch:
         """Shards of ``blocks`` (of ``sizes`` bytes whole) neither stored nor being put."""
         stores, pending, n, S = self.stores, self.pending, self.servers, self.shards
-        keys: dict[int, list[int]] = {}
+        keys: dict[int, list[Key]] = {}
         out: dict[int, list[float]] = {}
         down = self.down
         if self.mirrored:
             index, pend = stores[0].blocks, pending[0]
-            ks: list[int] = []
+            ks: list[Key] = []
             ss: list[float] = []
             for b, size in zip(blocks, sizes, strict=True):
-                key = b * S
+                key: Key = cast(int, b) * S  # one int object, shared by pending and the index
                 if key not in index and key not in pend:
                     ks.append(key)
                     ss.append(size / S)
@@ -197,12 +200,14 @@ class RemoteStore:
             return Batch(keys, out, True, n)
         for b, size in zip(blocks, sizes, strict=True):
             part = size / S
-            for key in range(b * S, b * S + S):
-                server = key % n
+            base = cast(int, b) * S
+            for shard_key in range(base, base + S):
+                server = shard_key % n
                 if server in down:
                     continue  # a lost server takes no writes
-                if key not in stores[server].blocks and key not in pending[server]:
-                    keys.setdefault(server, []).append(key)
+                k: Key = shard_key
+                if k not in stores[server].blocks and k not in pending[server]:
+                    keys.setdefault(server, []).append(k)
                     out.setdefault(server, []).append(part)
         return Batch(keys, out, False, n)
 
@@ -235,20 +240,20 @@ class RemoteStore:
         for callback in batch.on_land:
             callback()
 
-    def prestore(self, blocks: Sequence[int], size: float) -> None:
+    def prestore(self, blocks: Sequence[Key], size: float) -> None:
         """Put blocks of ``size`` bytes into the store at once (a warm start)."""
         batch = self.missing(blocks, [size] * len(blocks))
         for server, ks in self._expand(batch).items():
             self.stores[server].insert_many(ks, batch.sizes[0 if batch.mirrored else server])
 
-    def _expand(self, batch: Batch) -> dict[int, list[int]]:
+    def _expand(self, batch: Batch) -> dict[int, list[Key]]:
         """Per-server keys of a batch in the store's current representation."""
         if not batch.mirrored:
             return batch.keys
         if self.mirrored:
             return {0: batch.keys[0]} if batch.keys else {}
         base = batch.keys.get(0, [])
-        return {r: [k + r for k in base] for r in range(self.servers)}
+        return {r: [cast(int, k) + r for k in base] for r in range(self.servers)}
 
     # ---- faults -----------------------------------------------------------------------
 
@@ -272,11 +277,11 @@ class RemoteStore:
         first = self.stores[0]
         for r, store in enumerate(self.stores):
             if r:
-                store.blocks = OrderedDict((k + r, v) for k, v in first.blocks.items())
+                store.blocks = OrderedDict((cast(int, k) + r, v) for k, v in first.blocks.items())
                 store.used, store.peak, store.evictions = first.used, first.peak, first.evictions
                 if first.rules is not None:
                     store.rules = first.rules.shifted(r)
-                self.pending[r] = {k + r for k in self.pending[0]}
+                self.pending[r] = {cast(int, k) + r for k in self.pending[0]}
         self.mirrored = False
 
     # ---- counters ---------------------------------------------------------------------
@@ -297,8 +302,8 @@ class RemoteStore:
         copies = self.servers if self.mirrored else 1
         stores = self.stores[:1] if self.mirrored else self.stores
         return {
-            "capacity_bytes": sum(s.capacity for s in self.stores),
-            "used_bytes": copies * sum(s.used for s in stores),
+            "capacity_bytes": sum((s.capacity for s in self.stores), 0.0),
+            "used_bytes": copies * sum((s.used for s in stores), 0.0),
             "blocks": copies * sum(len(s) for s in stores),
             "evictions": copies * sum(s.evictions for s in stores),
         }

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final, cast
 
 import simpy
 
-_EPS = 1e-9
+_EPS: Final = 1e-9
 
 
 class FlowAborted(Exception):
@@ -191,7 +192,7 @@ class Fabric:
                 raise ValueError("one share >= 0 per link is required")
         done = self.env.event() if on_done is None else on_done
         flow = Flow(path, cost, float(size), done, tag, share)
-        lat = 0
+        lat = 0.0
         if latency:
             for link in path:
                 lat += link.latency
@@ -372,22 +373,22 @@ class Fabric:
                         self._set_rate(g, share)
                     return
             return
-        residual = {link: link.bandwidth for link in links}
-        demand = {link: link.load for link in links}
+        left = {link: link.bandwidth for link in links}
+        wants = {link: link.load for link in links}
         unfrozen = flows
         level = 0.0
         while unfrozen:
             step = unfrozen[0].cap - level  # the next cap to be reached
-            for link, d in demand.items():
+            for link, d in wants.items():
                 if d > _EPS:
-                    s = residual[link] / d
+                    s = left[link] / d
                     if s < step:
                         step = s
             level += step
             full = set()
-            for link, d in demand.items():
+            for link, d in wants.items():
                 if d > _EPS:
-                    r = residual[link] = residual[link] - step * d
+                    r = left[link] = left[link] - step * d
                     if r <= _EPS * link.bandwidth:
                         full.add(link)
             still = []
@@ -395,8 +396,8 @@ class Fabric:
                 if f.cap - level <= _EPS * f.cap or any(link in full for link in f.links):
                     self._set_rate(f, level)
                     for link, k in zip(f.links, f.costs, strict=True):
-                        if link in demand:
-                            demand[link] -= k
+                        if link in wants:
+                            wants[link] -= k
                 else:
                     still.append(f)
             if len(still) == len(unfrozen):  # pragma: no cover - guards float round-off
@@ -433,7 +434,8 @@ class Fabric:
             timer.callbacks.append(self._on_timer_event)
 
     def _on_timer_event(self, event: simpy.Event) -> None:
-        self._on_timer(event.value)
+        at = cast(float, event.value)
+        self._on_timer(at)
 
     def _on_timer(self, at: float) -> None:
         if at != self._timer_at:

@@ -1,8 +1,8 @@
-"""Per-request record columns (with their meaning) and the Results value.
+"""The Results value: the per-request DataFrame and the summary dict.
 
-The engines emit one flat tuple per finished request in :data:`COLUMNS` order; this module
-turns them into a pandas DataFrame and the summary dict (its keys are a contract: see
-README.md, Outputs).
+The engines record one row per request in :data:`kvsim.sim.rows.COLUMNS` order (kept
+column by column in a :class:`~kvsim.sim.rows.RowTable`); this module turns them into a
+pandas DataFrame and the summary dict (its keys are a contract: see README.md, Outputs).
 """
 
 from __future__ import annotations
@@ -17,48 +17,10 @@ from kvsim import __version__
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, window_overlap
+from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
+from kvsim.sim.rows import COLUMNS as COLUMNS
+from kvsim.sim.rows import RowTable
 from kvsim.sim.simulation import SimOutput
-
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "request id: position in the source trace, or generation order"),
-    ("session", "multi-turn session id, -1 when none"),
-    ("tenant", "tenant the request belongs to"),
-    ("engine", "engine (node) that served it; -1 when dropped"),
-    ("arrival_s", "arrival time"),
-    ("start_s", "first time the engine took the request from its queue"),
-    ("finish_s", "prefill end (first token)"),
-    ("ttft_s", "time to first token = finish_s - arrival_s (NaN when dropped)"),
-    ("queue_wait_s", "time in the engine queue (both waits under async loading)"),
-    ("load_s", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
-    ("compute_s", "prefill compute time, t(new_tokens, cached_tokens)"),
-    ("store_s", "GPU-to-host staging of the blocks to put, which the engine waits for"),
-    ("lost_s", "time spent on engines that failed under the request"),
-    ("load_host_s", "restore from host DRAM, T0 included"),
-    ("load_nvme_s", "restore from NVMe, T0 included"),
-    ("load_remote_s", "restore from the remote store, T0 included"),
-    ("remote_get_s", "remote GET time after T0 (stalls, latency, transfer)"),
-    ("input_tokens", "prompt tokens"),
-    ("output_tokens", "output tokens (not simulated: prefill only)"),
-    ("tokens_gpu", "prompt tokens found in GPU HBM"),
-    ("tokens_host", "prompt tokens restored from host DRAM"),
-    ("tokens_nvme", "prompt tokens restored from NVMe"),
-    ("tokens_remote", "prompt tokens restored from the remote store"),
-    ("tokens_compute", "prompt tokens computed"),
-    ("bytes_host", "bytes read from host DRAM (over all attempts, if re-routed)"),
-    ("bytes_nvme", "bytes read from NVMe (over all attempts, if re-routed)"),
-    ("bytes_remote", "bytes read from the remote store (also when abandoned; all attempts)"),
-    (
-        "decision",
-        "cold | gpu | restore | skipped (auto chose recompute) | fallback (the "
-        "remote GET was abandoned: client timeout or a server lost mid-GET) | dropped",
-    ),
-    ("stalled", "a remote GET of this request stalled"),
-    ("timed_out", "the remote GET hit the client timeout (decision fallback)"),
-    ("retries", "times re-routed after an engine failure"),
-    ("drop_reason", "why it was dropped (empty when it finished)"),
-    ("warmup", "arrived during the warm-up; left out of the summary"),
-)
-COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
 
 @dataclass
@@ -78,12 +40,10 @@ class Results:
         )
 
 
-def frame(rows: list[tuple]) -> pd.DataFrame:
+def frame(rows: RowTable) -> pd.DataFrame:
     """The per-request DataFrame, sorted by request id."""
-    df = pd.DataFrame.from_records(rows, columns=list(COLUMN_NAMES))
+    df = pd.DataFrame({name: rows.column(name) for name in COLUMN_NAMES})
     df["decision"] = df["decision"].astype("category")
-    for col in ("stalled", "timed_out", "warmup"):
-        df[col] = df[col].astype(bool)
     df["drop_reason"] = df["drop_reason"].astype(str)
     return df.sort_values("id", kind="stable").reset_index(drop=True)
 

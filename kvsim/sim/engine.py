@@ -24,10 +24,11 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import simpy
 
+from kvsim.cache.eviction import Key
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
@@ -36,7 +37,9 @@ from kvsim.workload.request import Request
 if TYPE_CHECKING:
     from kvsim.sim.simulation import Simulation
 
-NEW, LOADING, READY = 0, 1, 2
+NEW: Final = 0  # job states
+LOADING: Final = 1
+READY: Final = 2
 
 
 class Job:
@@ -68,7 +71,7 @@ class Job:
         "warmup",
     )
 
-    def __init__(self, req: Request, warmup: bool, keys: tuple[int, ...]) -> None:
+    def __init__(self, req: Request, warmup: bool, keys: tuple[Key, ...]) -> None:
         self.req = req
         self.keys = keys  # cache keys of its blocks (hash ids, namespaced by tenant)
         self.warmup = warmup
@@ -107,7 +110,7 @@ class Job:
         self.stalled = self.timed_out = False
 
     def row(self, engine: int, finish: float, reason: str = "") -> tuple:
-        """The per-request record (fields in :data:`kvsim.results.records.COLUMNS` order);
+        """The per-request record (fields in :data:`kvsim.sim.rows.COLUMNS` order);
         a dropped request has engine -1, no finish and its ``reason``."""
         req = self.req
         tok = self.tokens
@@ -162,7 +165,7 @@ class Restore:
 
     __slots__ = ("abandoned", "engine", "job", "local", "over", "remote", "start", "then")
 
-    def __init__(self, engine: Engine, job: Job, then: Callable[[Job], None]) -> None:
+    def __init__(self, engine: Engine, job: Job, then: Callable[[Job], object]) -> None:
         self.engine = engine
         self.job = job
         self.then = then
@@ -258,6 +261,9 @@ class Restore:
                     return
         self.over = True
         self._record()
+        # drop the flows: each holds this restore's callback, and the reference cycle
+        # would leave every restore to the garbage collector
+        self.local, self.remote = [], []
         self.then(self.job)
 
     def _record(self) -> None:
@@ -278,7 +284,11 @@ class Restore:
             job.tier_s[REMOTE] = end - start
             t0 = engine.sim.t0[REMOTE]
             job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
-            got[REMOTE] = sum((f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2]) for f in remote)
+            moved = 0.0  # bytes that reached the engine: progress x this engine's shares
+            for f in remote:
+                assert f.shares is not None  # remote reads are lockstep flows
+                moved += (f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2], 0.0)
+            got[REMOTE] = moved
         job.load_s = now - start
         for tier in (HOST, NVME, REMOTE):
             job.bytes[tier] += got[tier]
@@ -416,7 +426,7 @@ class Engine:
                             Restore(self, job, self._requeue)
                             continue
                         restored = env.event()
-                        Restore(self, job, lambda _job, ev=restored: ev.succeed())
+                        Restore(self, job, restored.succeed)  # its value: the job
                         yield restored
                         self.blocked += job.load_s
                 req = job.req
@@ -447,7 +457,8 @@ class Engine:
         """Longest usable prefix, each block from its fastest tier; the policy may cut it."""
         sim = self.sim
         blocks = job.keys
-        gpu, host, nvme = self.local.tiers
+        local = self.local
+        gpu, host, nvme = local.gpu, local.host, local.nvme
         remote = sim.remote
         if not sim.policy.lower_tiers:
             host = nvme = remote = None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from kvsim.cache.eviction import Key
+
 
 class RoutedEngine(Protocol):
     """What a router may look at: load, and how much of a prompt the engine holds locally."""
@@ -16,7 +18,7 @@ class RoutedEngine(Protocol):
     index: int
     outstanding: int
 
-    def local_prefix_blocks(self, blocks: Sequence[int], at_least: int = 0) -> int:
+    def local_prefix_blocks(self, blocks: Sequence[Key], at_least: int = 0) -> int:
         """The longest locally held prefix in blocks (-1 if shorter than ``at_least``)."""
         ...
 
@@ -32,7 +34,7 @@ class Router:
         self.engines = list(engines)
         self.slack = slack
 
-    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
         raise NotImplementedError
 
 
@@ -43,7 +45,7 @@ class RoundRobin(Router):
         super().__init__(engines, slack)
         self._next = 0
 
-    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
         n = len(self.engines)  # the engines that are up
         e = self.engines[self._next % n]
         self._next = (self._next + 1) % n
@@ -53,7 +55,7 @@ class RoundRobin(Router):
 class LeastLoaded(Router):
     """The engine with the fewest outstanding (queued, loading or running) requests."""
 
-    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
         return min(self.engines, key=lambda e: e.outstanding)
 
 
@@ -61,7 +63,7 @@ class CacheAffinity(Router):
     """The engine holding the longest prefix locally, unless it is busier than the least
     loaded engine by more than ``slack`` requests; then the least loaded one."""
 
-    def pick(self, blocks: Sequence[int]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
         limit = min([e.outstanding for e in self.engines]) + self.slack
         best, best_hit, best_load = self.engines[0], -1, 0
         for e in self.engines:

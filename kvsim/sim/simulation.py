@@ -15,11 +15,11 @@ import gc
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
-from kvsim.cache.eviction import make_store
+from kvsim.cache.eviction import Key, make_store
 from kvsim.cache.local import HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario, SyntheticWorkload
@@ -31,6 +31,7 @@ from kvsim.sim import faults
 from kvsim.sim.engine import Engine, Job
 from kvsim.sim.policy import LOAD_POLICIES
 from kvsim.sim.router import make_router
+from kvsim.sim.rows import RowTable
 from kvsim.sim.tenancy import Tenancy
 from kvsim.workload import open_workload
 from kvsim.workload.request import Request, check_request
@@ -43,7 +44,7 @@ Progress = Callable[[int], None]
 class SimOutput:
     """What a run produced, before any aggregation."""
 
-    rows: list[tuple]
+    rows: RowTable  # one per request, finished or dropped
     engines: list[dict[str, Any]]
     tiers: dict[str, Any]
     end_time: float
@@ -70,7 +71,7 @@ class Simulation:
         depend on it; the tests check that)."""
         sc = scenario
         self.scenario = sc
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # float times throughout
         self.fabric = Fabric(self.env)
         t = sc.timing
         self.table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
@@ -80,7 +81,7 @@ class Simulation:
         self.t0 = [0.0, sc.tiers.host.t0, sc.tiers.nvme.t0, sc.remote.t0]
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
         self.progress = progress
-        self.rows: list[tuple] = []
+        self.rows = RowTable()
         self.arrived = 0
         self.dropped = 0
         self._stall_rng = stream(sc.seed, "stalls")
@@ -156,7 +157,7 @@ class Simulation:
         assert self.remote is not None
         tenants = w.tenants.count if w.tenants is not None else 1
         blocks = prestored_blocks(w)
-        keys: list[int] = []
+        keys: list[Key] = []
         for tenant in range(tenants):  # every tenant's copy: keys are namespaced
             keys += self.tenancy.keys(
                 Request(-1, 0.0, len(blocks) * self.block_tokens, 0, tuple(blocks), tenant=tenant)
@@ -235,7 +236,8 @@ class Simulation:
         if not self.router.engines:
             self.drop(job, "no engine is up")
             return
-        self.router.pick(job.keys).submit(job)
+        engine = cast(Engine, self.router.pick(job.keys))
+        engine.submit(job)
 
     def drop(self, job: Job, reason: str) -> None:
         """A request that will never get its first token, with the reason."""
@@ -333,17 +335,17 @@ class Simulation:
         ]
         tiers: dict[str, Any] = {}
         for name, level in (("gpu", 0), ("host", HOST), ("nvme", NVME)):
-            stores = [e.local.tiers[level] for e in self.engines]
-            if stores[0] is None:
+            stores = [s for e in self.engines if (s := e.local.tiers[level]) is not None]
+            if not stores:
                 continue
             tiers[name] = {
-                "capacity_bytes": sum(s.capacity for s in stores),
-                "used_bytes": sum(s.used for s in stores),
+                "capacity_bytes": sum((s.capacity for s in stores), 0.0),
+                "used_bytes": sum((s.used for s in stores), 0.0),
                 "peak_bytes_max_engine": max(s.peak for s in stores),
                 "blocks": sum(len(s) for s in stores),
                 "evictions": sum(s.evictions for s in stores),
                 "demotions_in": sum(e.local.demotions[level] for e in self.engines),
-                "read_bytes": sum(e.local.read_bytes[level] for e in self.engines),
+                "read_bytes": sum((e.local.read_bytes[level] for e in self.engines), 0.0),
             }
         if self.remote is not None:
             r = self.remote

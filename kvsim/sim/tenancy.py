@@ -19,17 +19,18 @@ running keep nothing when they finish.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from kvsim.cache.eviction import BlockStore, Rules
+from kvsim.cache.eviction import BlockStore, Key, Rules
 from kvsim.config.schema import Tenancy as TenancyConfig
+from kvsim.sim.rows import RowTable
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
     from kvsim.sim.engine import Job
     from kvsim.sim.simulation import Simulation
 
-SPACE = 1 << 64  # key = hash_id + tenant * SPACE; public blocks: -(hash_id + 1)
+SPACE: Final = 1 << 64  # key = hash_id + tenant * SPACE; public blocks: -(hash_id + 1)
 
 
 def tenant_of(key: int) -> int:
@@ -51,7 +52,7 @@ class Tenancy:
 
     # ---- keys ------------------------------------------------------------------------
 
-    def keys(self, req: Request) -> tuple[int, ...]:
+    def keys(self, req: Request) -> tuple[Key, ...]:
         """Cache keys of a request's blocks."""
         if not self.isolated:
             return req.hash_ids
@@ -61,8 +62,8 @@ class Tenancy:
         own = ids[n:] if not base else tuple(h + base for h in ids[n:])
         return tuple(-h - 1 for h in ids[:n]) + own if n else own
 
-    def key_tenant(self, key: int) -> int:
-        return tenant_of(key) if self.isolated else -1
+    def key_tenant(self, key: Key) -> int:
+        return tenant_of(cast(int, key)) if self.isolated else -1
 
     # ---- store rules -------------------------------------------------------------------
 
@@ -73,11 +74,14 @@ class Tenancy:
         clock = (lambda: sim.env.now) if cfg.ttl is not None else None
         if not cfg.quota and clock is None:
             return
+        quota: dict[str, float] = {tier: q for tier, q in cfg.quota.items()}
         for name, store, shards in self.stores():
             owner = (
-                self.key_tenant if shards == 1 else (lambda k, n=shards: self.key_tenant(k // n))
+                self.key_tenant
+                if shards == 1
+                else (lambda k, n=shards: self.key_tenant(cast(int, k) // n))
             )
-            store.rules = Rules(owner, cfg.quota.get(name), clock)
+            store.rules = Rules(owner, quota.get(name), clock)
 
     # ---- deletion ---------------------------------------------------------------------
 
@@ -104,7 +108,7 @@ class Tenancy:
         sim = self.sim
         now = sim.env.now
         for _, store, shards in self.stores():
-            doomed = [k for k in store.blocks if match(k // shards)]
+            doomed = [k for k in store.blocks if match(cast(int, k) // shards)]
             for k in doomed:
                 store.remove(k)
         record = {"what": what, "tenant": tenant, "at": now, "gone_after_s": 0.0}
@@ -123,10 +127,10 @@ class Tenancy:
 
         for engine in sim.engines:
             for batch in engine.put_queue:
-                if any(match(k // shards) for ks in batch.keys.values() for k in ks):
+                if any(match(cast(int, k) // shards) for ks in batch.keys.values() for k in ks):
                     previous = batch.skip
                     batch.skip = lambda k, p=previous: (
-                        match(k // shards) or (p is not None and p(k))
+                        match(cast(int, k) // shards) or (p is not None and p(k))
                     )
                     batch.on_land.append(settled)
                     waiting += 1
@@ -160,17 +164,17 @@ class Tenancy:
                 old = [(k, t) for k, t in rules.stamps.items() if t <= now - ttl]
                 for k, t in old:
                     store.remove(k)
-                    tenant = self.key_tenant(k // shards)
+                    tenant = self.key_tenant(cast(int, k) // shards)
                     self.retention[tenant] = max(self.retention.get(tenant, 0.0), now - t)
 
     # ---- reports ----------------------------------------------------------------------
 
-    def reporting(self, rows: list[tuple]) -> bool:
+    def reporting(self, rows: RowTable) -> bool:
         """Is there anything per tenant to report (several tenants, or tenancy rules)?"""
         c = self.cfg
         if c.quota or c.ttl is not None or c.deletions or c.delete_on_session_end:
             return True
-        return any(row[2] for row in rows)  # column 2: the request's tenant
+        return bool(rows.column("tenant").any())
 
     def stored_bytes(self) -> dict[int, dict[str, float]]:
         """Bytes each tenant holds per tier now (isolated keys only)."""
@@ -178,11 +182,14 @@ class Tenancy:
         if not self.isolated:
             return out
         for name, store, shards in self.stores():
+            remote = self.sim.remote
             copies = (
-                self.sim.remote.servers if (name == "remote" and self.sim.remote.mirrored) else 1
+                remote.servers
+                if (remote is not None and name == "remote" and remote.mirrored)
+                else 1
             )
             for k, size in store.blocks.items():
-                t = tenant_of(k // shards)
+                t = tenant_of(cast(int, k) // shards)
                 per = out.setdefault(t, {})
                 per[name] = per.get(name, 0.0) + size * copies
         return out

@@ -100,7 +100,7 @@ class SharedIds:
     def __init__(self, cfg: SyntheticWorkload) -> None:
         self.block = cfg.block_tokens
         self.n_sys = cfg.system_prompts.count if cfg.system_prompts else 0
-        self.sys_tokens = cfg.system_prompts.tokens if cfg.system_prompts else 0
+        self.sys_tokens = int(cfg.system_prompts.tokens) if cfg.system_prompts else 0
         self.n_doc = cfg.documents.count if cfg.documents else 0
         frac = cfg.documents.fraction if cfg.documents else 0.0
         self.max_doc_tokens = int(frac * dist_max(cfg.prompt_tokens))

@@ -1,0 +1,103 @@
+"""The per-request records of a run: one row per request, kept column by column.
+
+``SCHEMA`` names each field, how it is stored and what it means (README.md, Outputs, is
+the contract; ``COLUMNS`` is the same without the storage code). A
+:class:`RowTable` keeps each column in a typed array (``q`` int64, ``d`` float64, ``?``
+bool) or, for text, a list of shared strings: a million requests take about 270 MB this
+way against about 1 GB as tuples of Python objects, and the columns become the results
+DataFrame without a conversion pass.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+SCHEMA: tuple[tuple[str, str, str], ...] = (
+    ("id", "q", "request id: position in the source trace, or generation order"),
+    ("session", "q", "multi-turn session id, -1 when none"),
+    ("tenant", "q", "tenant the request belongs to"),
+    ("engine", "q", "engine (node) that served it; -1 when dropped"),
+    ("arrival_s", "d", "arrival time"),
+    ("start_s", "d", "first time the engine took the request from its queue"),
+    ("finish_s", "d", "prefill end (first token)"),
+    ("ttft_s", "d", "time to first token = finish_s - arrival_s (NaN when dropped)"),
+    ("queue_wait_s", "d", "time in the engine queue (both waits under async loading)"),
+    ("load_s", "d", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
+    ("compute_s", "d", "prefill compute time, t(new_tokens, cached_tokens)"),
+    ("store_s", "d", "GPU-to-host staging of the blocks to put, which the engine waits for"),
+    ("lost_s", "d", "time spent on engines that failed under the request"),
+    ("load_host_s", "d", "restore from host DRAM, T0 included"),
+    ("load_nvme_s", "d", "restore from NVMe, T0 included"),
+    ("load_remote_s", "d", "restore from the remote store, T0 included"),
+    ("remote_get_s", "d", "remote GET time after T0 (stalls, latency, transfer)"),
+    ("input_tokens", "q", "prompt tokens"),
+    ("output_tokens", "q", "output tokens (not simulated: prefill only)"),
+    ("tokens_gpu", "q", "prompt tokens found in GPU HBM"),
+    ("tokens_host", "q", "prompt tokens restored from host DRAM"),
+    ("tokens_nvme", "q", "prompt tokens restored from NVMe"),
+    ("tokens_remote", "q", "prompt tokens restored from the remote store"),
+    ("tokens_compute", "q", "prompt tokens computed"),
+    ("bytes_host", "d", "bytes read from host DRAM (over all attempts, if re-routed)"),
+    ("bytes_nvme", "d", "bytes read from NVMe (over all attempts, if re-routed)"),
+    ("bytes_remote", "d", "bytes read from the remote store (also when abandoned; all attempts)"),
+    (
+        "decision",
+        "s",
+        "cold | gpu | restore | skipped (auto chose recompute) | fallback (the "
+        "remote GET was abandoned: client timeout or a server lost mid-GET) | dropped",
+    ),
+    ("stalled", "?", "a remote GET of this request stalled"),
+    ("timed_out", "?", "the remote GET hit the client timeout (decision fallback)"),
+    ("retries", "q", "times re-routed after an engine failure"),
+    ("drop_reason", "s", "why it was dropped (empty when it finished)"),
+    ("warmup", "?", "arrived during the warm-up; left out of the summary"),
+)
+COLUMNS: tuple[tuple[str, str], ...] = tuple((name, meaning) for name, _, meaning in SCHEMA)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in SCHEMA)
+_CODES = tuple(code for _, code, _ in SCHEMA)
+_DTYPES = {"q": np.int64, "d": np.float64, "?": np.int8}
+
+
+class RowTable:
+    """Rows in ``SCHEMA`` order, appended as tuples, stored as columns.
+
+    Reads give tuples back (``table[i]``, iteration), with the same values and types as
+    appended; :meth:`column` gives a whole column as a NumPy array (text: a list).
+    """
+
+    __slots__ = ("_columns",)
+
+    def __init__(self) -> None:
+        self._columns: list[Any] = [
+            [] if code == "s" else array("b" if code == "?" else code) for code in _CODES
+        ]
+
+    def append(self, row: tuple) -> None:
+        for column, value in zip(self._columns, row, strict=True):
+            column.append(value)
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def __getitem__(self, i: int) -> tuple:
+        return tuple(
+            bool(c[i]) if code == "?" else c[i]
+            for c, code in zip(self._columns, _CODES, strict=True)
+        )
+
+    def __iter__(self) -> Iterator[tuple]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def column(self, name: str) -> Any:
+        """One column: a NumPy array (bool columns as bool), or a list for text."""
+        i = COLUMN_NAMES.index(name)
+        c, code = self._columns[i], _CODES[i]
+        if code == "s":
+            return c
+        values = np.frombuffer(c, dtype=_DTYPES[code]) if len(c) else np.empty(0, _DTYPES[code])
+        return values.astype(bool) if code == "?" else values
