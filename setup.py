@@ -1,9 +1,10 @@
 """Build hook: compile kvsim's simulation core to C with mypyc for speed.
 
-Everything else about the package is in pyproject.toml. The modules in ``CORE`` (block
-stores, bandwidth fabric, engines, routing, the simulation loop, workload generation) are
-plain typed Python; mypyc turns them into C extensions that run the same code about 1.6
-times as fast (benchmarks/README.md). The .py files ship too, so kvsim works without the compiled modules:
+Everything else about the package is in pyproject.toml, which also lists the modules to
+compile (``[tool.kvsim] compiled``: block stores, bandwidth fabric, engines, routing, the
+simulation loop, the row table, workload generation). They are plain typed Python; mypyc
+turns them into C extensions that run the same code about 1.6 times as fast
+(benchmarks/README.md). The .py files ship too, so kvsim works without them:
 
 - ``pip install .`` compiles them (a C compiler and the Python headers are needed);
 - ``pip install -e .`` (editable, for development) does not, so edits take effect at once;
@@ -17,23 +18,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-CORE = [
-    "kvsim/cache/eviction.py",
-    "kvsim/cache/local.py",
-    "kvsim/cache/remote.py",
-    "kvsim/kernel/fabric.py",
-    "kvsim/physics/timing.py",
-    "kvsim/sim/engine.py",
-    "kvsim/sim/router.py",
-    "kvsim/sim/rows.py",
-    "kvsim/sim/simulation.py",
-    "kvsim/sim/tenancy.py",
-    "kvsim/workload/synthetic.py",
-]
+HERE = Path(__file__).resolve().parent
+# the modules to compile: [tool.kvsim] compiled in pyproject.toml
+CORE: list[str] = tomllib.loads((HERE / "pyproject.toml").read_text())["tool"]["kvsim"]["compiled"]
 
 
 def wanted() -> bool:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -52,6 +53,16 @@ def _digests_here() -> list[str]:
         text = repr(list(res.rows)) + repr(res.tiers) + repr(res.links)
         out.append(hashlib.sha256(text.encode()).hexdigest())
     return out
+
+
+def test_the_compiled_modules_pass_mypy():
+    """mypyc compiles only code that type-checks; catch that here, not at install time."""
+    api = pytest.importorskip("mypy.api", reason="mypy is in the test extras")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    core = [str(ROOT / p) for p in pyproject["tool"]["kvsim"]["compiled"]]
+    # the same flags as setup.py: the build environment lacks kvsim's dependencies
+    out, err, status = api.run(["--ignore-missing-imports", "--follow-imports=silent", *core])
+    assert status == 0, out + err
 
 
 def test_the_installed_core_is_the_one_ci_expects():
