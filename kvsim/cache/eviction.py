@@ -129,7 +129,7 @@ class BlockStore:
         out_keys: list[Key] = []
         out_sizes: list[float] = []
         unfit = 0
-        for key, nbytes in zip(keys, sizes, strict=False):  # lengths checked above
+        for key, nbytes in zip(keys, sizes):  # lengths checked above
             if key in blocks:
                 if move is not None:
                     move(key)

@@ -181,6 +181,8 @@ class RemoteStore:
 
     def missing(self, blocks: Sequence[Key], sizes: Sequence[float]) -> Batch:
         """Shards of ``blocks`` (of ``sizes`` bytes whole) neither stored nor being put."""
+        if len(blocks) != len(sizes):
+            raise ValueError(f"{len(blocks)} blocks but {len(sizes)} sizes")
         stores, pending, n, S = self.stores, self.pending, self.servers, self.shards
         keys: dict[int, list[Key]] = {}
         out: dict[int, list[float]] = {}
@@ -189,7 +191,7 @@ class RemoteStore:
             index, pend = stores[0].blocks, pending[0]
             ks: list[Key] = []
             ss: list[float] = []
-            for b, size in zip(blocks, sizes, strict=True):
+            for b, size in zip(blocks, sizes):
                 key: Key = cast(int, b) * S  # one int object, shared by pending and the index
                 if key not in index and key not in pend:
                     ks.append(key)
@@ -198,7 +200,7 @@ class RemoteStore:
                 keys[0] = ks
                 out[0] = ss
             return Batch(keys, out, True, n)
-        for b, size in zip(blocks, sizes, strict=True):
+        for b, size in zip(blocks, sizes):
             part = size / S
             base = cast(int, b) * S
             for shard_key in range(base, base + S):
@@ -234,7 +236,7 @@ class RemoteStore:
                 continue
             sz = sizes[0 if batch.mirrored else server]
             if skip is not None:
-                kept = [(k, z) for k, z in zip(ks, sz, strict=True) if not skip(k)]
+                kept = [(k, z) for k, z in zip(ks, sz) if not skip(k)]
                 ks, sz = [k for k, _ in kept], [z for _, z in kept]
             self.stores[server].insert_many(ks, sz)
         for callback in batch.on_land:

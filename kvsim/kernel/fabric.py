@@ -23,12 +23,15 @@ Invariant: a link never carries more than its bandwidth (sum of rate x cost <= b
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, cast
 
 import simpy
 
 _EPS: Final = 1e-9
+_INF: Final = math.inf
+_NAN: Final = math.nan
 
 
 class FlowAborted(Exception):
@@ -113,8 +116,8 @@ class Flow:
         self.remaining = size  # as of time `since`
         self.since = 0.0
         self.rate = 0.0
-        cap = float("inf")  # its rate when alone: its slowest link
-        for link, k in zip(links, costs, strict=True):
+        cap = _INF  # its rate when alone: its slowest link
+        for link, k in zip(links, costs):
             r = link.bandwidth / k
             if r < cap:
                 cap = r
@@ -123,8 +126,8 @@ class Flow:
         self.tag = tag
         self.state = "waiting"  # waiting -> active -> finished | cancelled
         self.version = 0  # bumps when the rate changes (stale heap entries are skipped)
-        self.start = float("nan")
-        self.end = float("nan")
+        self.start = _NAN
+        self.end = _NAN
 
     def settle(self, now: float) -> None:
         """Bring ``remaining`` up to ``now`` at the current rate."""
@@ -142,7 +145,7 @@ class Fabric:
         self._heap: list[tuple[float, int, int, Flow]] = []  # (finish, seq, version, flow)
         self._starts: list[tuple[float, int, Flow]] = []  # (start, seq, flow) after latency
         self._seq = 0
-        self._timer_at = float("inf")
+        self._timer_at = _INF
 
     def link(self, name: str, bandwidth: float, latency: float = 0.0) -> Link:
         """Create a named link (names are unique)."""
@@ -243,13 +246,13 @@ class Fabric:
             f.settle(now)
         touched: dict[Link, bool] = {}
         for f in flows:
-            for other, k in zip(f.links, f.costs, strict=True):
+            for other, k in zip(f.links, f.costs):
                 touched.setdefault(other, other.binding)
                 other.capsum -= k * f.cap
         link.bandwidth = float(bandwidth)
         for f in flows:
-            f.cap = min(ln.bandwidth / k for ln, k in zip(f.links, f.costs, strict=True))
-            for other, k in zip(f.links, f.costs, strict=True):
+            f.cap = min(ln.bandwidth / k for ln, k in zip(f.links, f.costs))
+            for other, k in zip(f.links, f.costs):
                 other.capsum += k * f.cap
         for other in touched:
             other.binding = other.capsum > other.bandwidth * (1 + _EPS)
@@ -261,7 +264,9 @@ class Fabric:
     def estimate_rate(self, links: Sequence[Link], costs: Sequence[float] | None = None) -> float:
         """Payload rate a new flow would get now (each link's share, slowest link wins)."""
         cost = costs or (1.0,) * len(links)
-        return min(ln.bandwidth / (ln.load + k) for ln, k in zip(links, cost, strict=True))
+        if len(cost) != len(links):
+            raise ValueError("one cost per link is required")
+        return min(ln.bandwidth / (ln.load + k) for ln, k in zip(links, cost))
 
     # ---- internals ------------------------------------------------------------------
 
@@ -280,7 +285,7 @@ class Fabric:
                 continue
             flow.since = now
             new.append(flow)
-            for link, k in zip(flow.links, flow.costs, strict=True):
+            for link, k in zip(flow.links, flow.costs):
                 if not link.members:
                     link._busy_since = now
                 touched.setdefault(link, link.binding)
@@ -296,7 +301,7 @@ class Fabric:
         """Take a flow off its links; return (link, was it binding) for each."""
         now = self.env.now
         touched = []
-        for link, k in zip(flow.links, flow.costs, strict=True):
+        for link, k in zip(flow.links, flow.costs):
             touched.append((link, link.binding))
             del link.members[flow]
             if link.members:
@@ -327,7 +332,7 @@ class Fabric:
             for link in flow.links:
                 link.bytes += moved
         else:
-            for link, share in zip(flow.links, flow.shares, strict=True):
+            for link, share in zip(flow.links, flow.shares):
                 link.bytes += moved * share
 
     def _rebalance(self, touched: Iterable[tuple[Link, bool]], new: Sequence[Flow] = ()) -> None:
@@ -395,7 +400,7 @@ class Fabric:
             for f in unfrozen:
                 if f.cap - level <= _EPS * f.cap or any(link in full for link in f.links):
                     self._set_rate(f, level)
-                    for link, k in zip(f.links, f.costs, strict=True):
+                    for link, k in zip(f.links, f.costs):
                         if link in wants:
                             wants[link] -= k
                 else:
@@ -424,7 +429,7 @@ class Fabric:
         heap = self._heap
         while heap and heap[0][2] != heap[0][3].version:
             heapq.heappop(heap)  # stale
-        at = heap[0][0] if heap else float("inf")
+        at = heap[0][0] if heap else _INF
         if self._starts and self._starts[0][0] < at:
             at = self._starts[0][0]
         if at < self._timer_at:
@@ -440,7 +445,7 @@ class Fabric:
     def _on_timer(self, at: float) -> None:
         if at != self._timer_at:
             return  # superseded by an earlier timer
-        self._timer_at = float("inf")
+        self._timer_at = _INF
         now = self.env.now
         heap = self._heap
         finished = []

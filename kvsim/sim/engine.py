@@ -22,6 +22,7 @@ tenant. Invariants: a request's tokens by source sum to its prompt, and TTFT = l
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
@@ -37,6 +38,7 @@ from kvsim.workload.request import Request
 if TYPE_CHECKING:
     from kvsim.sim.simulation import Simulation
 
+_NAN: Final = math.nan
 NEW: Final = 0  # job states
 LOADING: Final = 1
 READY: Final = 2
@@ -85,7 +87,7 @@ class Job:
         self.state = NEW
         self.submitted = self.enqueued = self.req.arrival
         self.queue_wait = 0.0
-        self.start = float("nan")
+        self.start = _NAN
         self.load_s = 0.0
         self.compute_s = 0.0
         self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
@@ -101,7 +103,7 @@ class Job:
 
     def drop(self) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
-        nan = float("nan")
+        nan = _NAN
         self.start = self.queue_wait = self.load_s = self.compute_s = nan
         self.store_s = self.remote_get_s = nan
         self.tier_s = [nan, nan, nan, nan]

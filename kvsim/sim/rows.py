@@ -1,18 +1,17 @@
 """The per-request records of a run: one row per request, kept column by column.
 
 ``SCHEMA`` names each field, how it is stored and what it means (README.md, Outputs, is
-the contract; ``COLUMNS`` is the same without the storage code). A
-:class:`RowTable` keeps each column in a typed array (``q`` int64, ``d`` float64, ``?``
-bool) or, for text, a list of shared strings: a million requests take about 270 MB this
-way against about 1 GB as tuples of Python objects, and the columns become the results
-DataFrame without a conversion pass.
+the contract; ``COLUMNS`` is the same without the storage code). A :class:`RowTable`
+keeps each column as NumPy arrays (``q`` int64, ``d`` float64, ``?`` bool) or, for text,
+a list of shared strings: a million requests take about 270 MB this way against about
+1 GB as tuples of Python objects, and the columns become the results DataFrame without a
+conversion pass.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -59,45 +58,70 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
 COLUMNS: tuple[tuple[str, str], ...] = tuple((name, meaning) for name, _, meaning in SCHEMA)
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in SCHEMA)
 _CODES = tuple(code for _, code, _ in SCHEMA)
-_DTYPES = {"q": np.int64, "d": np.float64, "?": np.int8}
+_DTYPES: dict[str, Any] = {"q": np.int64, "d": np.float64, "?": np.bool_}
+_BATCH: Final = 1024  # rows converted to columns at a time
 
 
 class RowTable:
     """Rows in ``SCHEMA`` order, appended as tuples, stored as columns.
 
-    Reads give tuples back (``table[i]``, iteration), with the same values and types as
-    appended; :meth:`column` gives a whole column as a NumPy array (text: a list).
+    Appended rows wait in a small batch, which is then turned into one NumPy array per
+    column (text columns: a list of shared strings). Reads give tuples back (``table[i]``,
+    iteration) with the same values and Python types as appended; :meth:`column` gives a
+    whole column as a NumPy array (text: a list).
     """
 
-    __slots__ = ("_columns",)
+    __slots__ = ("_batch", "_parts", "_rows")
 
     def __init__(self) -> None:
-        self._columns: list[Any] = [
-            [] if code == "s" else array("b" if code == "?" else code) for code in _CODES
-        ]
+        self._batch: list[tuple] = []
+        self._parts: list[list[Any]] = [[] for _ in SCHEMA]  # per column: arrays, or str
+        self._rows = 0  # rows in _parts
 
     def append(self, row: tuple) -> None:
-        for column, value in zip(self._columns, row, strict=True):
-            column.append(value)
+        self._batch.append(row)
+        if len(self._batch) >= _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        batch = self._batch
+        if not batch:
+            return
+        fields = list(zip(*batch, strict=True))  # ValueError: rows of unequal length
+        if len(fields) != len(SCHEMA):
+            raise ValueError(f"rows have {len(fields)} fields; the table has {len(SCHEMA)}")
+        for parts, code, values in zip(self._parts, _CODES, fields, strict=True):
+            if code == "s":
+                parts.extend(values)
+            else:
+                parts.append(np.fromiter(values, _DTYPES[code], len(values)))
+        self._rows += len(batch)
+        self._batch = []
+
+    def column(self, name: str) -> Any:
+        """One column: a NumPy array, or a list of strings for text."""
+        return self._column(COLUMN_NAMES.index(name))
+
+    def _column(self, i: int) -> Any:
+        self._flush()
+        parts, code = self._parts[i], _CODES[i]
+        if code == "s":
+            return parts
+        if len(parts) != 1:  # join the chunks once
+            whole = np.concatenate(parts) if parts else np.empty(0, _DTYPES[code])
+            self._parts[i] = parts = [whole]
+        return parts[0]
 
     def __len__(self) -> int:
-        return len(self._columns[0])
+        return self._rows + len(self._batch)
 
     def __getitem__(self, i: int) -> tuple:
+        columns = [self._column(c) for c in range(len(SCHEMA))]
         return tuple(
-            bool(c[i]) if code == "?" else c[i]
-            for c, code in zip(self._columns, _CODES, strict=True)
+            c[i] if code == "s" else c[i].item() for c, code in zip(columns, _CODES, strict=True)
         )
 
     def __iter__(self) -> Iterator[tuple]:
-        for i in range(len(self)):
-            yield self[i]
-
-    def column(self, name: str) -> Any:
-        """One column: a NumPy array (bool columns as bool), or a list for text."""
-        i = COLUMN_NAMES.index(name)
-        c, code = self._columns[i], _CODES[i]
-        if code == "s":
-            return c
-        values = np.frombuffer(c, dtype=_DTYPES[code]) if len(c) else np.empty(0, _DTYPES[code])
-        return values.astype(bool) if code == "?" else values
+        columns = [self._column(c) for c in range(len(SCHEMA))]
+        values = [c if code == "s" else c.tolist() for c, code in zip(columns, _CODES, strict=True)]
+        return zip(*values, strict=True)

@@ -243,7 +243,7 @@ class Simulation:
         """A request that will never get its first token, with the reason."""
         self.dropped += 1
         job.drop()
-        self._record(job.row(-1, float("nan"), reason))
+        self._record(job.row(-1, math.nan, reason))
 
     def _record(self, row: tuple) -> None:
         self.rows.append(row)
@@ -310,7 +310,7 @@ class Simulation:
         env = self.env
         limit = self.scenario.run.max_time
         arrivals = self._arrivals_proc
-        while env.peek() != float("inf"):
+        while env.peek() != math.inf:
             if limit is not None and env.peek() > limit:
                 if env.now < limit:
                     env.run(until=limit)
