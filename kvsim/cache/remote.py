@@ -49,6 +49,8 @@ class Batch:
         self.servers = servers
         self.skip: Callable[[Key], bool] | None = None  # keys not to index when it lands
         self.on_land: list[Callable[[], None]] = []  # called when settled (landed or not)
+        # float sums start at 0.0 here and below: the compiled core mistypes the
+        # ``float | int`` that sum() returns from an int start when it is multiplied
         if mirrored:
             self._total = sum(sizes[0], 0.0) * servers if sizes else 0.0
         else:
