@@ -29,19 +29,21 @@ HERE = Path(__file__).resolve().parent
 CORE: list[str] = tomllib.loads((HERE / "pyproject.toml").read_text())["tool"]["kvsim"]["compiled"]
 
 
+FLAG = os.environ.get("KVSIM_COMPILE", "auto").strip().lower()
+if FLAG not in ("0", "1", "auto"):
+    sys.exit(f"KVSIM_COMPILE must be 0, 1 or auto, got {FLAG!r}")
+
+
 def wanted() -> bool:
-    flag = os.environ.get("KVSIM_COMPILE", "auto").strip().lower()
-    if flag not in ("0", "1", "auto"):
-        sys.exit(f"KVSIM_COMPILE must be 0, 1 or auto, got {flag!r}")
     editable = "editable_wheel" in sys.argv
-    if editable and flag == "1":
+    if editable and FLAG == "1":
         sys.exit(
             "KVSIM_COMPILE=1: an editable install stays pure Python (compiled modules beside "
             "the sources would hide your edits); use `pip install .` for the compiled core"
         )
     # compile only when building, not while pip asks for the metadata
     building = {"bdist_wheel", "build", "build_ext", "install"}.intersection(sys.argv)
-    return flag != "0" and not editable and bool(building)
+    return FLAG != "0" and not editable and bool(building)
 
 
 class OptionalBuildExt(build_ext):
@@ -52,7 +54,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as e:  # no compiler, no Python headers, ...
-            if os.environ.get("KVSIM_COMPILE", "").strip() == "1":
+            if FLAG == "1":
                 raise
             for ext in self.extensions:
                 built = self.get_ext_fullpath(ext.name)

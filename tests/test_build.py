@@ -8,12 +8,12 @@ fell back to pure Python fails here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -31,28 +31,34 @@ CASES = [
     ("benchmarks/scale.yaml", {"workload.requests": 3000}),
 ]
 
+# prints which core it ran on, then one digest of rows, tiers and links per case
 DIGEST = """
 import hashlib, json, sys
+import kvsim
 from kvsim.api import load
 from kvsim.sim.simulation import Simulation
-cases = json.loads(sys.argv[1])
-for path, overrides in cases:
+print(kvsim.compiled())
+for path, overrides in json.loads(sys.argv[1]):
     out = Simulation(load(path, overrides)).run()
     text = repr(list(out.rows)) + repr(out.tiers) + repr(out.links)
     print(hashlib.sha256(text.encode()).hexdigest())
 """
 
 
-def _digests_here() -> list[str]:
-    from kvsim.api import load
-    from kvsim.sim.simulation import Simulation
-
-    out = []
-    for path, overrides in CASES:
-        res = Simulation(load(ROOT / path, overrides)).run()
-        text = repr(list(res.rows)) + repr(res.tiers) + repr(res.links)
-        out.append(hashlib.sha256(text.encode()).hexdigest())
-    return out
+def _digests(cwd: Path, pythonpath: str | None) -> list[str]:
+    """Run DIGEST in a fresh interpreter: [compiled?, digest per case]."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    cases = json.dumps([[str(ROOT / p), o] for p, o in CASES])
+    return subprocess.run(
+        [sys.executable, "-c", DIGEST, cases],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
 
 
 def test_the_compiled_modules_pass_mypy():
@@ -72,27 +78,14 @@ def test_the_installed_core_is_the_one_ci_expects():
     assert kvsim.compiled() is (want == "1"), f"kvsim.compiled() is {kvsim.compiled()}"
 
 
-def test_compiled_and_pure_python_cores_give_identical_results():
+def test_compiled_and_pure_python_cores_give_identical_results(tmp_path):
     if not kvsim.compiled():
         pytest.skip("the pure-Python core is installed: nothing compiled to compare")
     if not (ROOT / "kvsim" / "sim" / "engine.py").is_file():
         pytest.skip("the kvsim sources are not beside the tests")
-    # the sources first on the path: a fresh interpreter runs the .py files
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cases = [[str(ROOT / p), o] for p, o in CASES]
-    check = subprocess.run(
-        [sys.executable, "-c", "import kvsim; print(kvsim.compiled())"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert check.stdout.strip() == "False", "the subprocess did not pick up the sources"
-    pure = subprocess.run(
-        [sys.executable, "-c", DIGEST, json.dumps(cases)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert _digests_here() == pure
+    # away from the checkout, a fresh interpreter imports the installed (compiled) core;
+    # with the checkout first on its path, it runs the .py sources
+    compiled = _digests(tmp_path, None)
+    pure = _digests(tmp_path, str(ROOT))
+    assert compiled[0] == "True" and pure[0] == "False", "the two runs did not get both cores"
+    assert compiled[1:] == pure[1:]

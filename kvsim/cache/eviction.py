@@ -165,12 +165,13 @@ class BlockStore:
                 self.touch((key,))
                 continue
             t = rules.tenant_of(key)
-            if nbytes > cap or (quota is not None and t >= 0 and nbytes > quota):
+            limit = quota if t >= 0 else None  # public blocks count against no quota
+            if nbytes > cap or (limit is not None and nbytes > limit):
                 evicted.append((key, nbytes))
                 continue
-            if quota is not None and t >= 0:  # the tenant makes room among its own blocks first
+            if limit is not None:  # the tenant makes room among its own blocks first
                 mine = rules.order.get(t)
-                while rules.used.get(t, 0.0) + nbytes > quota and mine:
+                while rules.used.get(t, 0.0) + nbytes > limit and mine:
                     victim = next(iter(mine))
                     evicted.append((victim, blocks[victim]))
                     self._drop(victim)

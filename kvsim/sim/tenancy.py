@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 SPACE: Final = 1 << 64  # key = hash_id + tenant * SPACE; public blocks: -(hash_id + 1)
 
 
+def block_of(key: Key, shards: int) -> int:
+    """The request cache key that a store key stands for (a server keeps ``shards`` keys
+    per block: block key x shards + shard)."""
+    return cast(int, key) // shards
+
+
 def tenant_of(key: int) -> int:
     """The tenant a namespaced key belongs to (-1: a public, shared block)."""
     return -1 if key < 0 else key >> 64
@@ -79,7 +85,7 @@ class Tenancy:
             owner = (
                 self.key_tenant
                 if shards == 1
-                else (lambda k, n=shards: self.key_tenant(cast(int, k) // n))
+                else (lambda k, n=shards: self.key_tenant(block_of(k, n)))
             )
             store.rules = Rules(owner, quota.get(name), clock)
 
@@ -108,7 +114,7 @@ class Tenancy:
         sim = self.sim
         now = sim.env.now
         for _, store, shards in self.stores():
-            doomed = [k for k in store.blocks if match(cast(int, k) // shards)]
+            doomed = [k for k in store.blocks if match(block_of(k, shards))]
             for k in doomed:
                 store.remove(k)
         record = {"what": what, "tenant": tenant, "at": now, "gone_after_s": 0.0}
@@ -127,10 +133,10 @@ class Tenancy:
 
         for engine in sim.engines:
             for batch in engine.put_queue:
-                if any(match(cast(int, k) // shards) for ks in batch.keys.values() for k in ks):
+                if any(match(block_of(k, shards)) for ks in batch.keys.values() for k in ks):
                     previous = batch.skip
                     batch.skip = lambda k, p=previous: (
-                        match(cast(int, k) // shards) or (p is not None and p(k))
+                        match(block_of(k, shards)) or (p is not None and p(k))
                     )
                     batch.on_land.append(settled)
                     waiting += 1
@@ -164,7 +170,7 @@ class Tenancy:
                 old = [(k, t) for k, t in rules.stamps.items() if t <= now - ttl]
                 for k, t in old:
                     store.remove(k)
-                    tenant = self.key_tenant(cast(int, k) // shards)
+                    tenant = self.key_tenant(block_of(k, shards))
                     self.retention[tenant] = max(self.retention.get(tenant, 0.0), now - t)
 
     # ---- reports ----------------------------------------------------------------------
@@ -181,15 +187,15 @@ class Tenancy:
         out: dict[int, dict[str, float]] = {}
         if not self.isolated:
             return out
+        remote = self.sim.remote
         for name, store, shards in self.stores():
-            remote = self.sim.remote
             copies = (
                 remote.servers
                 if (remote is not None and name == "remote" and remote.mirrored)
                 else 1
             )
             for k, size in store.blocks.items():
-                t = tenant_of(cast(int, k) // shards)
+                t = tenant_of(block_of(k, shards))
                 per = out.setdefault(t, {})
                 per[name] = per.get(name, 0.0) + size * copies
         return out
