@@ -6,10 +6,11 @@ Exit codes: 0 ok; 2 bad input (one line naming file, line or field); 1 internal 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,11 +18,66 @@ from kvsim import __version__, compiled
 from kvsim.errors import InputError
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it says it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or default == []
+            or (not action.option_strings and action.nargs not in ("?", "*"))
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (like every other kvsim error), exit 2."""
+    """argparse, but a usage mistake is one line (like every other kvsim error), exit 2,
+    naming the command (``kvsim: error: run: ...``) without repeating the prefix."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"kvsim: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+        where = self.prog.removeprefix("kvsim").strip()
+        head = f"{where}: " if where else ""
+        self.exit(2, f"kvsim: error: {head}{one_line(message)} (see `{self.prog} --help`)\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # name the (sub)command whose arguments they were not
+            words = [self.prog]
+            for attr in ("command", "trace_command"):
+                if getattr(parsed, attr, None):
+                    words.append(getattr(parsed, attr))
+            where = " ".join(words[1:])
+            head = f"{where}: " if where else ""
+            self.exit(
+                2,
+                f"kvsim: error: {head}unrecognized arguments: {one_line(' '.join(extra))} "
+                f"(see `{' '.join(words)} --help`)\n",
+            )
+        return parsed
+
+
+def _path(text: str) -> str:
+    """A file or folder name from the command line: not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    return text
+
+
+def _word(text: str) -> str:
+    """A name from the command line (a profile, a field): not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty value")
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,10 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a scenario and print its summary")
-    r.add_argument("scenario", help="scenario YAML file")
+    r.add_argument("scenario", type=_path, help="scenario YAML file")
     _add_overrides(r)
     r.add_argument("--seed", type=int, help="override the scenario's seed")
-    r.add_argument("--out", help="write summary.json, requests.<fmt> and scenario.yaml here")
+    r.add_argument(
+        "--out", type=_path, help="write summary.json, requests.<fmt> and scenario.yaml here"
+    )
     r.add_argument(
         "--format",
         choices=("parquet", "csv"),
@@ -48,13 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
     v = sub.add_parser("validate", help="load and check a scenario; run nothing")
-    v.add_argument("scenario")
+    v.add_argument("scenario", type=_path)
     _add_overrides(v)
 
     t = sub.add_parser("trace", help="trace tools")
     tsub = t.add_subparsers(dest="trace_command", required=True, metavar="TOOL")
     ts = tsub.add_parser("stats", help="requests, duration, lengths, prefix reuse")
-    ts.add_argument("trace", help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
+    ts.add_argument("trace", type=_path, help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
     ts.add_argument("--json", action="store_true", help="print JSON")
     ts.add_argument(
         "--block-tokens",
@@ -64,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     tm = tsub.add_parser("mrc", help="LRU hit ratio against cache capacity, in one pass")
-    tm.add_argument("trace", help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
+    tm.add_argument("trace", type=_path, help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
     tm.add_argument(
         "--block-tokens",
         type=int,
@@ -74,10 +132,11 @@ def _parser() -> argparse.ArgumentParser:
     tm.add_argument("--points", type=int, default=24, help="capacities to report")
     tm.add_argument(
         "--profile",
+        type=_word,
         help="express capacities in bytes of this profile's model "
         "(default: the scenario's, or b300-pcp8-glm5)",
     )
-    tm.add_argument("--plot", metavar="FILE", help="draw the curve (.png/.svg)")
+    tm.add_argument("--plot", type=_path, metavar="FILE", help="draw the curve (.png/.svg)")
     tm.add_argument(
         "--json",
         action="store_true",
@@ -85,14 +144,22 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     tg = tsub.add_parser("generate", help="write a scenario's workload as a trace file")
-    tg.add_argument("scenario", help="scenario YAML (its workload is used)")
-    tg.add_argument("output", help="output file: .jsonl (Mooncake) or .csv (Azure, no prefixes)")
+    tg.add_argument("scenario", type=_path, help="scenario YAML (its workload is used)")
+    tg.add_argument(
+        "output", type=_path, help="output file: .jsonl (Mooncake) or .csv (Azure, no prefixes)"
+    )
     _add_overrides(tg)
     tg.add_argument("--seed", type=int, help="override the scenario's seed")
 
     c = sub.add_parser("costmodel", help="restore vs recompute: B*, crossover lengths, a plot")
-    c.add_argument("scenario", nargs="?", help="scenario YAML (default: --profile alone)")
-    c.add_argument("--profile", help="profile name instead of a scenario (default: b300-pcp8-glm5)")
+    c.add_argument(
+        "scenario", type=_path, nargs="?", help="scenario YAML (default: --profile alone)"
+    )
+    c.add_argument(
+        "--profile",
+        type=_word,
+        help="profile name instead of a scenario (default: b300-pcp8-glm5)",
+    )
     _add_overrides(c)
     c.add_argument(
         "--tokens",
@@ -110,12 +177,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--t0", help='override T0, e.g. "330 ms"')
     c.add_argument("--kv-bytes", help='override s, e.g. "51168 B"')
     c.add_argument("--rate", help='override R, e.g. "52850/s" (tokens per second)')
-    c.add_argument("--plot", metavar="FILE", help="draw restore/recompute vs length (.png/.svg)")
-    c.add_argument("--json", action="store_true", help="print JSON")
+    c.add_argument(
+        "--plot", type=_path, metavar="FILE", help="draw restore/recompute vs length (.png/.svg)"
+    )
+    c.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (crossover_tokens is null where restoring never wins)",
+    )
 
     sw = sub.add_parser("sweep", help="run a scenario over a grid of values and seeds")
-    sw.add_argument("sweep", help="sweep YAML (base scenario, grid/zip, seeds)")
-    sw.add_argument("--out", required=True, help="folder for runs.jsonl and results.parquet/csv")
+    sw.add_argument("sweep", type=_path, help="sweep YAML (base scenario, grid/zip, seeds)")
+    sw.add_argument(
+        "--out", type=_path, required=True, help="folder for runs.jsonl and results.parquet/csv"
+    )
     sw.add_argument(
         "--workers",
         type=int,
@@ -130,45 +205,62 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
 
     cp = sub.add_parser("capacity", help="highest arrival rate that meets an SLO")
-    cp.add_argument("scenario", nargs="?", help="scenario YAML (or use --sweep)")
-    cp.add_argument("--slo", required=True, help="e.g. 'ttft_p99<=2s' (any summary metric)")
-    cp.add_argument("--sweep", help="a sweep file: one capacity per configuration")
+    cp.add_argument("scenario", type=_path, nargs="?", help="scenario YAML (or use --sweep)")
+    cp.add_argument(
+        "--slo", required=True, help="e.g. 'ttft_p99<=2s' (an outcome metric of the summary)"
+    )
+    cp.add_argument("--sweep", type=_path, help="a sweep file: one capacity per configuration")
     _add_overrides(cp)
     cp.add_argument("--reps", type=int, default=3, help="replications (seeds) per search")
     cp.add_argument("--tol", type=float, default=0.02, help="relative width to stop at")
-    cp.add_argument("--out", help="write capacity.csv (and a bar plot with --sweep)")
+    cp.add_argument("--out", type=_path, help="write capacity.csv (and a bar plot with --sweep)")
     cp.add_argument(
         "--workers",
         type=int,
         default=os.cpu_count() or 1,
-        help="parallel searches with --sweep (local processes)",
+        help="parallel searches with --sweep (local processes; default: one per core)",
     )
     cp.add_argument("--json", action="store_true")
 
     bl = sub.add_parser("baseline", help="record a suite's TTFT curves as a baseline")
-    bl.add_argument("suite", help="suite YAML (entries, load points, seeds, tolerances)")
-    bl.add_argument("--out", required=True, help="baseline folder (baseline.json)")
-    bl.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    bl.add_argument(
+        "suite", type=_path, help="suite YAML (entries, load points, seeds, tolerances)"
+    )
+    bl.add_argument("--out", type=_path, required=True, help="baseline folder (baseline.json)")
+    bl.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="local worker processes (default: one per core)",
+    )
 
     ck = sub.add_parser(
         "check", help="re-run a suite and compare with a baseline (exit 1 on a regression)"
     )
-    ck.add_argument("suite")
-    ck.add_argument("--baseline", required=True, help="folder made by `kvsim baseline`")
+    ck.add_argument("suite", type=_path)
+    ck.add_argument("--baseline", type=_path, required=True, help="folder made by `kvsim baseline`")
     _add_overrides(ck)
-    ck.add_argument("--report", help="write kvsim-check.md and kvsim-check.xml (JUnit) here")
+    ck.add_argument(
+        "--report", type=_path, help="write kvsim-check.md and kvsim-check.xml (JUnit) here"
+    )
     ck.add_argument(
         "--strict",
         action="store_true",
         help="a scenario that changed since the baseline is an error (exit 2)",
     )
-    ck.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ck.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="local worker processes (default: one per core)",
+    )
 
     pl = sub.add_parser("plot", help="draw the figures of a run's or a sweep's --out folder")
-    pl.add_argument("folder", help="a `kvsim run --out` or `kvsim sweep --out` folder")
+    pl.add_argument("folder", type=_path, help="a `kvsim run --out` or `kvsim sweep --out` folder")
     pl.add_argument("--format", choices=("png", "svg"), default="png")
     pl.add_argument(
         "--x",
+        type=_word,
         help="sweep: the swept field to use as load (default: a swept arrivals.rate or time_scale)",
     )
 
@@ -176,9 +268,12 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("study", help="paper: the remote-KV-tier study (arXiv 2610.21500)")
     rp.add_argument(
         "--scenarios",
+        type=_path,
         help="folder of the study's scenarios (default: scenarios/paper of the checkout)",
     )
-    rp.add_argument("--out", help="write reproduction.csv, reproduction.md and TTFT CDF plots")
+    rp.add_argument(
+        "--out", type=_path, help="write reproduction.csv, reproduction.md and TTFT CDF plots"
+    )
     rp.add_argument("--json", action="store_true", help="print the figures as JSON")
 
     pr = sub.add_parser("profiles", help="list the shipped hardware/model profiles")
@@ -201,12 +296,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kvsim.api import expected_requests, load
     from kvsim.report import summary_table
     from kvsim.results.records import collect, json_ready
-    from kvsim.results.writers import check_writable, write_results
+    from kvsim.results.writers import RUN_FILES, check_out_folder, write_results
     from kvsim.sim.simulation import Simulation
 
     sc = load(args.scenario, args.overrides, args.seed)
-    if args.out:
-        check_writable(args.out, folder=True, flag="--out")
+    if args.out is not None:
+        check_out_folder(args.out, flag="--out", owned=RUN_FILES)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -225,12 +320,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    paths = write_results(results, args.out, args.format) if args.out is not None else []
     if args.json:
         print(json.dumps(json_ready(results.summary), indent=2))
     else:
         print(summary_table(results.summary))
-    if args.out:
-        paths = write_results(results, args.out, args.format)
+    if paths:
         print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     return 0
 
@@ -273,8 +368,8 @@ def _open_trace(path_text: str, block_tokens: int | None) -> tuple:
     from kvsim.workload.mooncake import read_mooncake
 
     path = Path(path_text)
-    if block_tokens is not None and block_tokens <= 0:
-        raise InputError("must be > 0", where="--block-tokens")
+    if block_tokens is not None and not 0 < block_tokens <= 1 << 24:
+        raise InputError("must be between 1 and 16777216 tokens", where="--block-tokens")
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
         from kvsim.api import load
@@ -301,10 +396,12 @@ def _open_trace(path_text: str, block_tokens: int | None) -> tuple:
 def _cmd_trace_mrc(args: argparse.Namespace) -> int:
     from kvsim.api import profile_scenario
     from kvsim.units import fmt_bytes
-    from kvsim.workload.mrc import miss_ratio_curve
+    from kvsim.workload.mrc import MAX_POINTS, miss_ratio_curve
 
-    if args.points < 2:
-        raise InputError("must be >= 2", where="--points")
+    if not 2 <= args.points <= MAX_POINTS:
+        raise InputError(f"must be between 2 and {MAX_POINTS:,}", where="--points")
+    if args.plot:
+        _check_plot_path(args.plot)  # before the pass over the trace, which may be long
     requests, block, sc = _open_trace(args.trace, args.block_tokens)
     if args.profile or sc is None:
         from kvsim.profiles import DEFAULT_PROFILE
@@ -316,7 +413,6 @@ def _cmd_trace_mrc(args: argparse.Namespace) -> int:
     if args.plot:
         from kvsim.plots import mrc_plot
 
-        _check_plot_path(args.plot)
         mrc_plot(
             points, args.plot, f"{Path(args.trace).name}: LRU prefix-cache hit ratio", kv_bytes=kv
         )
@@ -338,11 +434,14 @@ def _cmd_trace_mrc(args: argparse.Namespace) -> int:
 
 
 def _check_plot_path(path_text: str) -> None:
+    from kvsim.results.writers import check_writable
+
     out = Path(path_text)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError("expected a .png, .svg or .pdf file name", where=f"--plot {path_text}")
     if not out.parent.is_dir():
         raise InputError("folder does not exist", where=f"--plot {path_text}")
+    check_writable(path_text, folder=False, flag="--plot")
 
 
 def _cmd_trace_generate(args: argparse.Namespace) -> int:
@@ -378,6 +477,8 @@ def _cmd_trace_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_costmodel(args: argparse.Namespace) -> int:
+    import math
+
     from kvsim.api import cost_model, load, profile_scenario, tier_bandwidths
     from kvsim.physics.costmodel import GIB
     from kvsim.units import (
@@ -388,35 +489,41 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
         parse_size,
     )
 
-    def parsed(flag: str, parse, value):
+    def parsed(flag: str, parse, value, zero: bool = False):
+        """A --flag's quantity: finite and > 0 (>= 0 with ``zero``). A zero or negative
+        bandwidth, rate or size has no meaning and would print negative or infinite
+        times; T0 = 0 is the pure bandwidth model, a negative T0 is refused."""
         if value is None:
             return None
         try:
-            return parse(value)
-        except ValueError as e:
+            x = parse(value)
+        except (ValueError, TypeError, OverflowError) as e:
             raise InputError(str(e), where=flag) from None
+        if not (isinstance(x, (int, float)) and math.isfinite(x) and (x > 0 or (zero and x == 0))):
+            least = ">= 0" if zero else "> 0"
+            raise InputError(f"must be a finite quantity {least}, got {value!r}", where=flag)
+        return float(x)
 
     if args.scenario and args.profile:
         raise InputError("give a scenario or --profile, not both", where="costmodel")
-    if args.tokens <= 0:
-        raise InputError("must be > 0", where="--tokens")
+    if not 0 < args.tokens <= 10**9:
+        raise InputError("must be between 1 and 1,000,000,000", where="--tokens")
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    t0_value = parsed("--t0", parse_duration, args.t0, zero=True)
+    kv_value = parsed("--kv-bytes", parse_size, args.kv_bytes)
+    rate_value = parsed("--rate", parse_rate, args.rate)
+    extra = [parsed(f"--bandwidth {bw}", parse_bandwidth, bw) for bw in args.bandwidth]
     if args.scenario:
         sc = load(args.scenario, args.overrides)
     else:
         from kvsim.profiles import DEFAULT_PROFILE
 
         sc = profile_scenario(args.profile or DEFAULT_PROFILE, args.overrides)
-    model = cost_model(
-        sc,
-        args.tokens,
-        t0=parsed("--t0", parse_duration, args.t0),
-        kv_bytes=parsed("--kv-bytes", parse_size, args.kv_bytes),
-        rate=parsed("--rate", parse_rate, args.rate),
-    )
+    model = cost_model(sc, args.tokens, t0=t0_value, kv_bytes=kv_value, rate=rate_value)
     paths = tier_bandwidths(sc)
-    for i, bw in enumerate(args.bandwidth):
-        value = parsed(f"--bandwidth {bw}", parse_bandwidth, bw)
-        paths[f"--bandwidth {i + 1}"] = (value, model.t0)
+    for value in extra:  # an extra row is named by its bandwidth
+        paths.setdefault(f"{value / GIB:.4g} GiB/s", (value, model.t0))
     S = args.tokens
     rows = []
     for name, (bw, t0) in paths.items():
@@ -431,9 +538,15 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
                 "recompute_s": m.recompute(S),
             }
         )
+    numbers = [model.b_star, model.min_tokens, S / model.rate]
+    numbers += [v for r in rows for k, v in r.items() if k not in ("path", "crossover_tokens")]
+    if not all(math.isfinite(v) and v >= 0 for v in numbers):
+        raise InputError(
+            "the cost model overflows with these values (check --kv-bytes, --rate, --t0, "
+            "--bandwidth and --tokens)",
+            where="costmodel",
+        )
     if args.plot:
-        import math
-
         from kvsim.plots import costmodel_plot
 
         t = sc.timing
@@ -442,7 +555,6 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
         table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
         remote = [bw for name, (bw, _) in paths.items() if not name.startswith(("host", "nvme"))]
         bws = sorted({*remote, model.b_star * 1.25, 100 * GIB})
-        _check_plot_path(args.plot)
         out = Path(args.plot)
         costmodel_plot(
             model,
@@ -464,10 +576,14 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
                     "b_star": model.b_star,
                     "b_star_gib_s": model.b_star / GIB,
                     "min_tokens": model.min_tokens,
-                    "paths": rows,
+                    "paths": [  # "never" is null: JSON has no infinity
+                        {**r, "crossover_tokens": None if math.isinf(x) else x}
+                        for r in rows
+                        for x in [r["crossover_tokens"]]
+                    ],
                 },
                 indent=2,
-                default=str,
+                allow_nan=False,
             )
         )
         return 0
@@ -503,12 +619,29 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sigterm_as_interrupt(handler: Callable[[argparse.Namespace], int]) -> Callable:
+    """Run a long command with SIGTERM handled like Ctrl-C: its workers are stopped and
+    what finished is kept (see kvsim.experiments.sweep.sigterm_as_interrupt)."""
+
+    @functools.wraps(handler)
+    def wrapped(args: argparse.Namespace) -> int:
+        from kvsim.experiments.sweep import sigterm_as_interrupt
+
+        with sigterm_as_interrupt():
+            return handler(args)
+
+    return wrapped
+
+
+@_sigterm_as_interrupt
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from kvsim.experiments.sweep import load_sweep, run_sweep
+    from kvsim.experiments.sweep import load_sweep, parse_scheduler, run_sweep
     from kvsim.results.writers import check_writable
 
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
+    if args.scheduler is not None:
+        parse_scheduler(args.scheduler)  # a malformed address: refused before any work
     sweep = load_sweep(args.sweep)
     check_writable(args.out, folder=True, flag="--out")
     bar = None
@@ -543,6 +676,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+@_sigterm_as_interrupt
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from kvsim.experiments.capacity import capacity_table, parse_slo, search, sweep_capacity
 
@@ -551,10 +685,10 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise InputError("must be >= 1", where="--reps")
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
-    if args.out:
-        from kvsim.results.writers import check_writable
+    if args.out is not None:
+        from kvsim.results.writers import CAPACITY_FILES, check_out_folder
 
-        check_writable(args.out, folder=True, flag="--out")
+        check_out_folder(args.out, flag="--out", owned=CAPACITY_FILES)
     if args.sweep:
         caps = sweep_capacity(
             args.sweep, args.slo, reps=args.reps, tol=args.tol, workers=args.workers, log=log
@@ -567,15 +701,16 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         caps = [search(sc, slo, reps=args.reps, tol=args.tol, log=log)]
         caps[0].config = {"scenario": sc.name}
     df = capacity_table(caps)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(out / "capacity.csv", index=False)
-        if args.sweep:
-            from kvsim.plots import sweep_plots
+    if args.out is not None:
+        from kvsim.results.writers import CAPACITY_FILES, write_folder
 
-            sweep_plots(out, [])
-        print(f"wrote {out / 'capacity.csv'}", file=sys.stderr)
+        files = {"capacity.csv": lambda p: df.to_csv(p, index=False)}
+        if args.sweep:
+            from kvsim.plots import capacity_plot
+
+            files["capacity.png"] = lambda p: capacity_plot(df, p)
+        paths = write_folder(args.out, files, flag="--out", owned=CAPACITY_FILES)
+        print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
@@ -588,13 +723,21 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+@_sigterm_as_interrupt
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from kvsim.experiments.regression import load_suite, measure, write_baseline
-    from kvsim.results.writers import check_writable
+    from kvsim.results.writers import BASELINE_FILES, check_out_folder
 
-    check_writable(args.out, folder=True, flag="--out")
+    if args.workers < 1:
+        raise InputError("must be >= 1", where="--workers")
+    check_out_folder(args.out, flag="--out", owned=BASELINE_FILES)
     suite = load_suite(args.suite)
-    doc = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
+    doc = measure(
+        suite,
+        workers=args.workers,
+        log=lambda m: print(m, file=sys.stderr),
+        require_finite=True,  # a baseline never records NaN
+    )
     path = write_baseline(doc, args.out)
     points = sum(len(e["points"]) for e in doc["entries"])
     print(
@@ -604,9 +747,12 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     return 0
 
 
+@_sigterm_as_interrupt
 def _cmd_check(args: argparse.Namespace) -> int:
     from kvsim.config.loader import parse_override
     from kvsim.experiments.regression import (
+        baseline_path,
+        check_baseline,
         compare,
         load_suite,
         measure,
@@ -615,16 +761,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
         write_reports,
     )
 
-    baseline = read_baseline(args.baseline)
+    if args.workers < 1:
+        raise InputError("must be >= 1", where="--workers")
+    baseline = read_baseline(args.baseline)  # every field checked before anything runs
     extra = {}
     for expr in args.overrides:
         parts, value = parse_override(expr)
         extra[".".join(parts)] = value
     suite = load_suite(args.suite, extra)
+    # the suite matches the baseline: checked before anything runs
+    check_baseline(suite, baseline, strict=args.strict, where=str(baseline_path(args.baseline)))
     if args.report:
-        from kvsim.results.writers import check_writable
+        from kvsim.results.writers import REPORT_FILES, check_out_folder
 
-        check_writable(args.report, folder=True, flag="--report")
+        check_out_folder(args.report, flag="--report", owned=REPORT_FILES)
     new = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
     result = compare(suite, baseline, new, strict=args.strict)
     print(terminal_table(result, list(suite.metrics)))
@@ -643,23 +793,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from kvsim.plots import run_plots, sweep_plots
+    from kvsim.plots import read_sweep_results, run_plots, sweep_plots
+    from kvsim.results.writers import check_writable
 
     d = Path(args.folder)
     if not d.is_dir():
         raise InputError("not a folder", where=args.folder)
-    if (d / "summary.json").exists():
+    check_writable(d, folder=True, flag="")  # the figures are written into the folder
+    if (d / "summary.json").exists() or (d / "summary.json").is_symlink():
         paths = run_plots(d, args.format)
-    elif (d / "results.parquet").exists() or (d / "capacity.csv").exists():
-        import pandas as pd
-
+    elif any((d / n).exists() for n in ("results.parquet", "capacity.csv")):
         cols: list[str] = []
         if (d / "results.parquet").exists():
-            df = pd.read_parquet(d / "results.parquet")
-            start = list(df.columns).index("run_id") + 1
-            cols = list(df.columns[start : list(df.columns).index("seed")])
+            _, cols = read_sweep_results(d / "results.parquet")
             if args.x and args.x not in cols:
-                raise InputError(f"not a swept field; swept: {', '.join(cols)}", where="--x")
+                raise InputError(
+                    f"not a swept field; swept: {', '.join(cols) or 'none'}", where="--x"
+                )
         paths = sweep_plots(d, cols, args.format, x=args.x)
         if not paths:
             raise InputError(
@@ -680,18 +830,19 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from kvsim.reproduce import study
-    from kvsim.results.writers import check_writable
+    from kvsim.results.writers import REPRODUCTION_FILES, check_out_folder
 
     mod = study(args.study)
-    if args.out:
-        check_writable(args.out, folder=True, flag="--out")
+    if args.out is not None:
+        check_out_folder(args.out, flag="--out", owned=REPRODUCTION_FILES)
     rep = mod.reproduce(args.scenarios, log=lambda msg: print(msg, file=sys.stderr))
+    if args.out is not None:  # before printing: a refused folder prints no figures
+        paths = mod.write(rep, args.out)
     if args.json:
         print(json.dumps(rep.records(), indent=2))
     else:
         print(mod.text_table(rep))
-    if args.out:
-        paths = mod.write(rep, args.out)
+    if args.out is not None:
         print(f"wrote {len(paths)} files to {args.out}", file=sys.stderr)
     return 0
 
@@ -726,16 +877,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         "baseline": _cmd_baseline,
         "check": _cmd_check,
     }
+    import signal
+    import threading
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM like Ctrl-C: partial output is cleaned up
+
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, terminated)
     try:
         return handlers[args.command](args)
     except InputError as e:
-        print(f"kvsim: error: {e}", file=sys.stderr)
+        print(f"kvsim: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `kvsim run ... | head`
         return 0
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def one_line(text: str) -> str:
+    """A message as one printable line: newlines, terminal escapes and other control
+    characters in a name the user gave are shown escaped (\\n, \\x1b), not obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,11 +8,43 @@ is a kvsim bug (exit code 1).
 
 from __future__ import annotations
 
+import unicodedata
+
+# characters that must not reach a terminal raw: controls (ESC starts escape sequences, a
+# newline would split the one-line message), format marks (bidi overrides), separators,
+# lone surrogates (unprintable) and private-use characters
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def clean(text: str, limit: int = 2000) -> str:
+    """User text made safe to print on one line: unsafe characters escaped (``\\x1b``),
+    at most ``limit`` characters kept (the cut is said)."""
+    text = str(text)
+    cut = ""
+    if len(text) > limit:
+        cut = f"... ({len(text) - limit:,} more characters)"
+        text = text[:limit]
+    if not text.isprintable():
+        text = "".join(
+            c
+            if c == " " or unicodedata.category(c) not in _UNSAFE
+            else f"\\x{ord(c):02x}"
+            if ord(c) < 0x100
+            else f"\\u{ord(c):04x}"
+            if ord(c) < 0x10000
+            else f"\\U{ord(c):08x}"
+            for c in text
+        )
+    return text + cut
+
 
 class InputError(Exception):
     """A user mistake, reported as ``where: what`` on one line (exit code 2)."""
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
+        # every message may echo user text (keys, values, paths): make it one safe line
+        where = clean(where, 500) if where is not None else None
+        message = clean(message)
         self.where = where
         self.reason = message
         super().__init__(f"{where}: {message}" if where else message)

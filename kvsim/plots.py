@@ -20,15 +20,16 @@ from kvsim.physics.costmodel import GIB, CostModel
 
 
 def _save(fig: plt.Figure, path: str | os.PathLike[str]) -> Path:
+    """Save a figure all or nothing (a hidden temporary file renamed into place); the
+    format is the file's extension."""
+    from kvsim.results.writers import write_file
+
     p = Path(path)
-    tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")
+    fmt = p.suffix[1:].lower() or "png"
     try:
-        fig.savefig(tmp, dpi=130, bbox_inches="tight")
-        os.replace(tmp, p)
+        return write_file(p, lambda tmp: fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight"))
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
-    return p
 
 
 def costmodel_plot(
@@ -175,6 +176,8 @@ def engine_timeline_plot(
     """GPU busy fraction (all engines) and requests waiting, over simulated time."""
     start = float(df["arrival_s"].min())
     end = float(df["finish_s"].max())
+    if not end > start:  # every request at one instant: a window of one second
+        end = start + 1.0
     edges = np.linspace(start, end, bins + 1)
     width = edges[1] - edges[0]
 
@@ -206,19 +209,117 @@ def engine_timeline_plot(
     return _save(fig, path)
 
 
-def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
-    """Every figure of one run from its --out folder (summary.json + requests table)."""
-    import json
+# ---- reading an output folder (whatever state it is in) ----------------------------------
 
+RUN_COLUMNS = (
+    "warmup", "arrival_s", "start_s", "finish_s", "ttft_s",
+    "queue_wait_s", "load_s", "compute_s", "store_s",
+)  # fmt: skip
+
+
+def _clean(text: str, limit: int = 160) -> str:
+    """An exception's text as one short printable line."""
+    line = " ".join(str(text).split())
+    return "".join(c if c.isprintable() else "?" for c in line)[:limit]
+
+
+def read_table(path: Path, what: str) -> Any:
+    """A parquet or CSV table kvsim wrote, or :class:`InputError` naming the file."""
     import pandas as pd
 
+    from kvsim.files import check_regular
+
+    check_regular(path, what=what)
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as e:  # pyarrow, pandas and codec errors alike: a damaged file
+        kind = "parquet" if path.suffix == ".parquet" else "CSV"
+        why = _clean(str(e).replace(str(path), "").replace("''", ""), 100)
+        raise InputError(
+            f"not a readable {kind} {what} ({type(e).__name__}: {why})", where=str(path)
+        ) from None
+
+
+def require_columns(df: Any, columns: Sequence[str], path: Path, numeric: bool = True) -> None:
+    """Refuse a table without ``columns`` or (``numeric``) with non-numeric ones."""
+    import pandas as pd
+
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise InputError(f"missing column(s): {', '.join(missing)}", where=str(path))
+    if numeric:
+        bad = [
+            c
+            for c in columns
+            if not (pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]))
+        ]
+        if bad:
+            raise InputError(f"column(s) not numeric: {', '.join(bad)}", where=str(path))
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A run's summary.json with the fields the plots use, checked."""
+    import json
+
+    from kvsim.files import MAX_TABLE_BYTES, read_text
+
+    text = read_text(path, what="summary", max_bytes=MAX_TABLE_BYTES)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"not JSON: {e.msg} (column {e.colno}); damaged or truncated?",
+            where=f"{path}:{e.lineno}",
+        ) from None
+    except RecursionError:
+        raise InputError("not a kvsim summary (nested too deeply)", where=str(path)) from None
+    if not isinstance(doc, dict):
+        raise InputError("not a kvsim summary (expected an object)", where=str(path))
+    name = doc.get("scenario")
+    if not isinstance(name, str) or not name:
+        raise InputError("field scenario: missing or not a name", where=str(path))
+    engines = doc.get("engines", 1)
+    if isinstance(engines, bool) or not isinstance(engines, int) or not 1 <= engines <= 1_000_000:
+        raise InputError("field engines: not a positive whole number", where=str(path))
+    src = doc.get("token_source_frac")
+    if (
+        not isinstance(src, dict)
+        or not 0 < len(src) <= 64
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in src.values()
+        )
+    ):
+        raise InputError(
+            "field token_source_frac: not a mapping of 1 to 64 numbers", where=str(path)
+        )
+    return doc
+
+
+def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
+    """Every figure of one run from its --out folder (summary.json + requests table)."""
     d = Path(out_dir)
-    summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+    summary = read_summary(d / "summary.json")
     table = d / "requests.parquet"
-    df = pd.read_parquet(table) if table.exists() else pd.read_csv(d / "requests.csv")
+    if not table.exists() and not table.is_symlink():
+        table = d / "requests.csv"
+        if not table.exists() and not table.is_symlink():
+            raise InputError(
+                "no requests.parquet or requests.csv beside summary.json", where=str(d)
+            )
+    df = read_table(table, "requests table")
+    require_columns(df, RUN_COLUMNS, table)
+    done = np.isfinite(df[["arrival_s", "start_s", "finish_s", "ttft_s"]].to_numpy(float)).all(1)
+    df = df[done]
     m = df[~df["warmup"].astype(bool)]
+    if m.empty:
+        raise InputError("no finished requests after warm-up to plot", where=str(table))
     name = summary["scenario"]
-    engines = int(summary.get("engines", 1))
+    engines = int(summary["engines"]) if "engines" in summary else 1
     return [
         ttft_cdf_plot({name: m["ttft_s"]}, d / f"ttft_cdf.{fmt}", f"{name}: TTFT CDF"),
         ttft_breakdown_plot(m, d / f"ttft_breakdown.{fmt}", f"{name}: where the time goes"),
@@ -234,6 +335,38 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
             f"{name}: GPU busy and queue over time ({engines} engines)",
         ),
     ]
+
+
+SWEEP_COLUMNS = ("run_id", "seed", "status", "ttft_p50_s", "ttft_p99_s")
+CAPACITY_COLUMNS = ("configuration", "capacity_rps", "ci95_rps", "slo")
+
+
+def read_sweep_results(path: Path) -> tuple[Any, list[str]]:
+    """A sweep's results table and its swept columns (those between run_id and seed)."""
+    df = read_table(path, "sweep results table")
+    require_columns(df, SWEEP_COLUMNS, path, numeric=False)
+    require_columns(df, ("ttft_p50_s", "ttft_p99_s"), path)
+    cols = list(df.columns)
+    start, stop = cols.index("run_id") + 1, cols.index("seed")
+    return df, cols[start:stop] if start <= stop else []
+
+
+def read_capacity(path: Path) -> Any:
+    """A capacity.csv, checked: its columns, numbers and at least one row."""
+    df = read_table(path, "capacity table")
+    require_columns(df, CAPACITY_COLUMNS, path, numeric=False)
+    require_columns(df, ("capacity_rps", "ci95_rps"), path)
+    if df.empty:
+        raise InputError("no rows", where=str(path))
+    for c in ("capacity_rps", "ci95_rps"):
+        v = df[c].to_numpy(float)
+        bad = ~np.isnan(v) & ~(np.isfinite(v) & (v >= 0))
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise InputError(
+                f"column {c}: {v[row]} is not a finite number >= 0", where=f"{path}:{row + 2}"
+            )
+    return df
 
 
 # ---- sweeps and capacity -----------------------------------------------------------------
@@ -277,14 +410,18 @@ def sweep_plots(
 ) -> list[Path]:
     """TTFT p50/p99 against load, one curve per configuration (mean over seeds); and, when
     the folder has a capacity.csv, the capacity of each configuration."""
-    import pandas as pd
 
     d = Path(out_dir)
     written: list[Path] = []
     results = d / "results.parquet"
-    if results.exists():
-        df = pd.read_parquet(results)
+    cap = d / "capacity.csv"
+    # read (and check) both tables before drawing anything
+    cdf = read_capacity(cap) if cap.exists() or cap.is_symlink() else None
+    if results.exists() or results.is_symlink():
+        df, _ = read_sweep_results(results)
         df = df[df["status"] == "ok"]
+        if df.empty and cdf is None:
+            raise InputError("no successful run to plot (every run failed)", where=str(results))
         x = x or _load_axis(columns)
         if x is not None and not df.empty:
             others = [c for c in columns if c != x]
@@ -311,24 +448,34 @@ def sweep_plots(
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel(f"TTFT {q} (s)")
                 values = df[f"ttft_{q}_s"]
-                if values.min() > 0 and values.max() / values.min() > 20:
+                values = values[np.isfinite(values.to_numpy(float))]
+                if len(values) and values.min() > 0 and values.max() / values.min() > 20:
                     ax.set_yscale("log")  # tails that explode read better on a log axis
                 ax.grid(alpha=0.3, which="both")
-            axes[1].legend(fontsize=7)
+            if axes[1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
+                axes[1].legend(fontsize=7)
             fig.suptitle(title or "TTFT against load (mean over seeds)")
             fig.tight_layout()
             written.append(_save(fig, d / f"ttft_vs_load.{fmt}"))
-    cap = d / "capacity.csv"
-    if cap.exists():
-        cdf = pd.read_csv(cap)
-        fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(cdf)), 4))
-        ax.bar(cdf["configuration"], cdf["capacity_rps"], yerr=cdf["ci95_rps"], capsize=4)
-        ax.set_ylabel("capacity (requests/s meeting the SLO)")
-        ax.set_title(title or f"capacity per configuration ({cdf['slo'].iloc[0]})")
-        ax.tick_params(axis="x", labelrotation=20)
-        ax.grid(alpha=0.3, axis="y")
-        written.append(_save(fig, d / f"capacity.{fmt}"))
+    if cdf is not None:
+        written.append(capacity_plot(cdf, d / f"capacity.{fmt}", title))
     return written
+
+
+def capacity_plot(cdf: Any, path: str | os.PathLike[str], title: str = "") -> Path:
+    """Capacity (requests/s meeting the SLO) per configuration, with its 95% interval."""
+    fig, ax = plt.subplots(figsize=(min(40, max(5, 1.2 * len(cdf))), 4))
+    ax.bar(
+        cdf["configuration"].astype(str),
+        cdf["capacity_rps"],
+        yerr=cdf["ci95_rps"].fillna(0),
+        capsize=4,
+    )
+    ax.set_ylabel("capacity (requests/s meeting the SLO)")
+    ax.set_title(title or f"capacity per configuration ({cdf['slo'].iloc[0]})")
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
 
 
 def mrc_plot(

@@ -9,7 +9,16 @@ from kvsim.units import fmt_bandwidth, fmt_bytes, fmt_duration
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+    """A fraction as a percentage: one decimal, or two significant digits when that
+    would round a nonzero share to 0.0% (or a share short of all to 100.0%)."""
+    if not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "n/a"
+    p = 100 * x
+    if 0 < abs(p) < 0.05:
+        return f"{p:.2g}%"
+    if 99.95 <= p < 100:
+        return f"{p:.6g}%"
+    return f"{p:.1f}%"
 
 
 def _t(x: Any) -> str:

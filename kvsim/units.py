@@ -50,7 +50,9 @@ _TIME_UNITS: dict[str, tuple[float, float]] = {
     "h": (3600.0, 1.0),
 }
 
-_NUMBER_UNIT = re.compile(r"^\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+# applied to stripped text, with no lazy group before a trailing \s* (that backtracked
+# quadratically on long runs of spaces)
+_NUMBER_UNIT = re.compile(r"([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*)")
 
 SIZE_EXAMPLE = '"2 TiB" or "51168 B"'
 BANDWIDTH_EXAMPLE = '"12 GB/s", "1.71 GiB/s" or "800 Gb/s"'
@@ -61,19 +63,32 @@ RATE_EXAMPLE = '"5/s" or "300/min"'
 def _split(value: object, what: str, example: str) -> tuple[float, str]:
     """Split "10.76 GB/s" into (10.76, "GB/s"); refuse bare numbers and non-finite values."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"expected a {what} such as {example}, got {value!r}")
+        raise ValueError(f"expected a {what} such as {example}, got {_shown(value)}")
     if isinstance(value, (int, float)):
-        raise ValueError(f"missing unit: expected a {what} such as {example}, got {value!r}")
-    m = _NUMBER_UNIT.match(value)
+        raise ValueError(f"missing unit: expected a {what} such as {example}, got {_shown(value)}")
+    m = _NUMBER_UNIT.fullmatch(value.strip())
     if not m:
-        raise ValueError(f"expected a {what} such as {example}, got {value!r}")
+        raise ValueError(f"expected a {what} such as {example}, got {_shown(value)}")
     number = float(m.group(1))
-    if not math.isfinite(number):  # pragma: no cover - the regex admits only finite numbers
-        raise ValueError(f"expected a finite {what}, got {value!r}")
+    if not math.isfinite(number):  # digits beyond a float's range, e.g. 1e999
+        raise ValueError(f"expected a finite {what}, got {_shown(value)}")
     unit = m.group(2)
     if not unit:
-        raise ValueError(f"missing unit: expected a {what} such as {example}, got {value!r}")
+        raise ValueError(f"missing unit: expected a {what} such as {example}, got {_shown(value)}")
     return number, unit
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """``repr`` of a user's value, cut to ``limit`` characters for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _finite(result: float, value: object, what: str) -> float:
+    """Refuse a value whose number is finite but overflows once scaled (1e300 EB)."""
+    if not math.isfinite(result):
+        raise ValueError(f"{what} {_shown(value)} is too large to represent")
+    return result
 
 
 def _apply(number: float, scale: tuple[float, float]) -> float:
@@ -97,7 +112,7 @@ def _unknown(
         ]
         hint = f" (units are case-sensitive: did you mean {' or '.join(named)}?)"
     return ValueError(
-        f"unknown {what} unit {unit + suffix!r}{hint}; expected a {what} such as {example}"
+        f"unknown {what} unit {_shown(unit + suffix)}{hint}; expected a {what} such as {example}"
     )
 
 
@@ -106,7 +121,7 @@ def parse_size(value: object) -> float:
     number, unit = _split(value, "size", SIZE_EXAMPLE)
     if unit not in _BYTE_UNITS:
         raise _unknown(unit, "size", SIZE_EXAMPLE, _BYTE_UNITS)
-    return _apply(number, _BYTE_UNITS[unit])
+    return _finite(_apply(number, _BYTE_UNITS[unit]), value, "size")
 
 
 def parse_bandwidth(value: object) -> float:
@@ -119,11 +134,12 @@ def parse_bandwidth(value: object) -> float:
         base, suffix = unit[:-2], "ps"
     else:
         raise ValueError(
-            f"unknown bandwidth unit {unit!r}; expected a bandwidth such as {BANDWIDTH_EXAMPLE}"
+            f"unknown bandwidth unit {_shown(unit)}; "
+            f"expected a bandwidth such as {BANDWIDTH_EXAMPLE}"
         )
     if base not in _RATE_BASE_UNITS:
         raise _unknown(base, "bandwidth", BANDWIDTH_EXAMPLE, _RATE_BASE_UNITS, suffix)
-    return _apply(number, _RATE_BASE_UNITS[base])
+    return _finite(_apply(number, _RATE_BASE_UNITS[base]), value, "bandwidth")
 
 
 def parse_duration(value: object) -> float:
@@ -131,7 +147,7 @@ def parse_duration(value: object) -> float:
     number, unit = _split(value, "duration", DURATION_EXAMPLE)
     if unit not in _TIME_UNITS:
         raise _unknown(unit, "duration", DURATION_EXAMPLE, _TIME_UNITS)
-    return _apply(number, _TIME_UNITS[unit])
+    return _finite(_apply(number, _TIME_UNITS[unit]), value, "duration")
 
 
 def parse_rate(value: object) -> float:
@@ -142,9 +158,11 @@ def parse_rate(value: object) -> float:
         if unit.startswith(prefix + "/"):
             unit = unit[len(prefix) :]
     if not unit.startswith("/") or unit[1:] not in _TIME_UNITS:
-        raise ValueError(f"unknown rate unit {unit!r}; expected a rate such as {RATE_EXAMPLE}")
+        raise ValueError(
+            f"unknown rate unit {_shown(unit)}; expected a rate such as {RATE_EXAMPLE}"
+        )
     mul, div = _TIME_UNITS[unit[1:]]
-    return number * div / mul
+    return _finite(number * div / mul, value, "rate")
 
 
 # ---- writing base-unit numbers back (exact: repr round-trips a float) ------------------
@@ -171,9 +189,17 @@ def fmt_bandwidth(bps: float) -> str:
 
 
 def fmt_duration(s: float) -> str:
-    """Human-readable duration: 312 ms, 17.3 s."""
+    """Human-readable duration to three or four significant digits: 312 ms, 17.3 s,
+    41.2 µs, 7 ns (never a misleading "0 ms" for a small nonzero time)."""
     if not math.isfinite(s):
         return str(s)
-    if abs(s) < 1.0:
+    a = float(f"{abs(s):.3g}")  # the unit of the rounded value: 999.9 µs is 1 ms
+    if a == 0.0:
+        return "0 s"
+    if a < 1e-6:
+        return f"{s * 1e9:.3g} ns"
+    if a < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if a < 1.0:
         return f"{s * 1e3:.3g} ms"
     return f"{s:.4g} s"

@@ -27,7 +27,7 @@ LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": %s
 class Case:
     label: str
     kind: str  # scenario (over quickstart) | file (a whole scenario) | mooncake | azure
-    #            | sweep | args (CLI arguments after `kvsim`)
+    #            | sweep | args (CLI arguments after `kvsim`) | cmd (files, then arguments)
     body: str | bytes | list[str]
     fragments: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
@@ -39,6 +39,14 @@ def S(label: str, body: str, *fragments: str) -> Case:
 
 def M(label: str, lines: list[str], *fragments: str, **extra) -> Case:
     return Case(label, "mooncake", lines, fragments, extra)
+
+
+def C(label: str, argv: list[str], *fragments: str, files: dict | None = None) -> Case:
+    """A command line run in a temporary folder after writing ``files`` there.
+
+    Placeholders in argv and file contents: {TMP} the folder, {QS} quickstart.yaml,
+    {OUT} the output path whose absence the test checks (``{TMP}/out``)."""
+    return Case(label, "cmd", argv, fragments, {"files": files or {}})
 
 
 CASES: list[Case] = [
@@ -272,6 +280,582 @@ CASES: list[Case] = [
         ("zip",),
     ),
     Case("sweep: missing base", "sweep", "base: gone.yaml\n", ("gone.yaml", "not found")),
+    # ---- round 2: YAML structure, file kinds, numbers in config ----
+    S(
+        "YAML alias bomb (billion laughs)",
+        "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)),
+        "bad.yaml:",
+        "more than 100,000 values once aliases are expanded",
+    ),
+    S(
+        "YAML merge-key bomb",
+        "a0: &a0 {k0: 0, k1: 1, k2: 2, k3: 3, k4: 4, k5: 5, k6: 6, k7: 7, k8: 8, k9: 9}\n"
+        + "".join(
+            f"a{i}: &a{i} {{<<: [" + ", ".join([f"*a{i - 1}"] * 10) + "]}\n" for i in range(1, 9)
+        ),
+        "aliases are expanded",
+    ),
+    S(
+        "recursive YAML alias",
+        "cluster: &c {engines: 2, more: *c}\n",
+        "bad.yaml:",
+        "recursive alias",
+    ),
+    S("YAML nested 100 deep", "x: " + "[" * 100 + "]" * 100 + "\n", "nested deeper than 40"),
+    S(
+        "YAML nested deep through a chain of aliases",
+        "a0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 60)),
+        "nested deeper than 40 levels (aliases included)",
+    ),
+    S("mapping key that is a list", "? [a, b]\n: 1\n", "bad.yaml:", "key must be a plain value"),
+    S(
+        "duplicate merge key",
+        "tiers:\n  host: {capacity: 1 GB}\n  <<: {}\n  <<: {}\n",
+        "<<: duplicate",
+    ),
+    S("integer of 5,000 digits", "seed: " + "9" * 5000 + "\n", "bad.yaml:2", "integer of 5,000"),
+    C(
+        "--set integer of 5,000 digits",
+        ["run", "{QS}", "--set", "seed=" + "9" * 5000, "--out", "{OUT}", "--quiet"],
+        "--set seed=999",
+        "too large",
+    ),
+    C(
+        "--set value nested 100 deep",
+        ["run", "{QS}", "--set", "seed=" + "[" * 100 + "]" * 100, "--out", "{OUT}", "--quiet"],
+        "--set seed=[[[",
+        "nested deeper",
+    ),
+    C(
+        "--set recursive alias",
+        ["run", "{QS}", "--set", "cluster=&c {engines: 2, x: *c}", "--out", "{OUT}", "--quiet"],
+        "recursive alias",
+    ),
+    S(
+        "float overflowing to infinity (no unit)",
+        "model:\n  kv_layout:\n    extra_bytes_per_layer: 1e999\n",
+        "model.kv_layout.extra_bytes_per_layer",
+        "finite",
+    ),
+    S(
+        "size overflowing once scaled",
+        "remote:\n  capacity: 1e300 EB\n",
+        "remote.capacity",
+        "too large to represent",
+    ),
+    S("rate overflowing once scaled", "workload:\n  arrivals: {rate: 1e308/ns}\n", "too large"),
+    S("day out of range in a date", "name: 2024-02-30\n", "bad.yaml:2", "day is out of range"),
+    S(
+        "terminal escape sequence in an unknown key",
+        '"\\e[2J\\e[31mred": 1\n',
+        "\\x1b[2J\\x1b[31mred",
+        "unknown field",
+    ),
+    S(
+        "terminal escape sequence in the scenario name (printed by reports)",
+        'name: "\\e[2J\\e[31mX"\n',
+        "name",
+        "printable",
+    ),
+    S("newline in an unknown key", '"a\\nb": 1\n', "a\\x0ab", "unknown field"),
+    S("bidi override in a value", 'cluster: {router: "\\u202eevil"}\n', "\\u202eevil"),
+    Case("extends a device", "file", "extends: /dev/zero\n", ("/dev/zero", "is a device")),
+    S("timing.table a device", "timing:\n  table: /dev/zero\n", "is a device"),
+    C(
+        "timing.table a folder",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "is a folder",
+        files={"bad.yaml": "extends: {QS}\ntiming:\n  table: {TMP}\n"},
+    ),
+    C(
+        "profile file that is a folder",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "p.yaml",
+        "is a folder",
+        files={"bad.yaml": "extends: {QS}\nprofile: p.yaml\n", "p.yaml/x": ""},
+    ),
+    C(
+        "extends chain of 40 files",
+        ["run", "{TMP}/s0.yaml", "--out", "{OUT}", "--quiet"],
+        "extends chain longer than 32",
+        files={
+            **{f"s{i}.yaml": f"extends: s{i + 1}.yaml\n" for i in range(40)},
+            "s40.yaml": "extends: {QS}\n",
+        },
+    ),
+    C(
+        "scenario larger than the 1 MiB bound",
+        ["run", "{TMP}/big.yaml", "--out", "{OUT}", "--quiet"],
+        "big.yaml",
+        "kvsim reads at most",
+        files={"big.yaml": "# " + "x" * (1 << 20) + "\n"},
+    ),
+    C(
+        "timing table: a diagonal of 20,000 rows (a 20,000 x 20,000 grid)",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "t.csv",
+        "incomplete",
+        files={
+            "bad.yaml": "extends: {QS}\ntiming:\n  table: t.csv\n",
+            "t.csv": "new_tokens,cached_tokens,seconds\n"
+            + "".join(f"{i + 1},{i},1.0\n" for i in range(20_000)),
+        },
+    ),
+    C(
+        "timing table: seconds 1e999",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "t.csv:2",
+        "finite",
+        files={
+            "bad.yaml": "extends: {QS}\ntiming:\n  table: t.csv\n",
+            "t.csv": "new_tokens,cached_tokens,seconds\n1,0,1e999\n",
+        },
+    ),
+    C(
+        "timing table: integer of 5,000 digits",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "t.csv:2",
+        "bad number",
+        files={
+            "bad.yaml": "extends: {QS}\ntiming:\n  table: t.csv\n",
+            "t.csv": "new_tokens,cached_tokens,seconds\n" + "9" * 5000 + ",0,1.0\n",
+        },
+    ),
+    C(
+        "timing table: a CSV field over the csv module's limit",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "t.csv",
+        "malformed CSV",
+        files={
+            "bad.yaml": "extends: {QS}\ntiming:\n  table: t.csv\n",
+            "t.csv": 'new_tokens,cached_tokens,seconds\n1,0,"' + "1" * 200_000 + '"\n',
+        },
+    ),
+    Case(
+        "sweep: alias bomb",
+        "sweep",
+        "base: {QS}\n"
+        + "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9))
+        + "grid:\n  seed: [1]\n",
+        ("aliases are expanded",),
+    ),
+    C(
+        "suite: nested 5,000 deep",
+        ["baseline", "{TMP}/suite.yaml", "--out", "{OUT}"],
+        "suite.yaml:1",
+        "nested deeper",
+        files={"suite.yaml": "entries: " + "[" * 5000 + "]" * 5000 + "\n"},
+    ),
+    # ---- round 2: traces ----
+    S(
+        "workload: a session's prompts outgrow the block limit",
+        "workload:\n  block_tokens: 16\n  prompt_tokens: {dist: fixed, value: 16777216}\n"
+        "  sessions: {turns: {dist: fixed, value: 3}, think_time: 1 s}\n",
+        "workload",
+        "blocks per prompt",
+    ),
+    M(
+        "trace: timestamp overflowing a float",
+        [LINE % ("1e400", 4, "[1]")],
+        ".jsonl:1",
+        "timestamp",
+    ),
+    M("trace: timestamp past 136 years", [LINE % (10**13, 4, "[1]")], ".jsonl:1", "136 years"),
+    M(
+        "trace: prompt over the block limit",
+        [LINE % (0, 4, "[1]"), LINE % (1, 2**29 + 1, "[]")],
+        ".jsonl:2",
+        "blocks per prompt",
+    ),
+    M("trace: JSON nested 5,000 deep", ["[" * 5000 + "]" * 5000], ".jsonl:1", "nested"),
+    M(
+        "trace: not UTF-8 on line 3",
+        [LINE % (0, 4, "[1]"), LINE % (1, 4, "[2]"), b'{"timestamp": 2\xff}'],
+        ".jsonl:3",
+        "UTF-8",
+    ),
+    S(
+        "trace: workload.path is a device",
+        "workload:\n  kind: mooncake\n  path: /dev/zero\n",
+        "workload.path",
+        "device",
+    ),
+    S(
+        "workload: time_scale pushing arrivals past 136 years",
+        "workload:\n  time_scale: 1e300\n",
+        "workload.time_scale",
+        "136 years",
+    ),
+    Case(
+        "Azure: header with a BOM, then a bad row",
+        "azure",
+        "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,many,3\n",
+        (".csv:2", "ContextTokens"),
+    ),
+    Case(
+        "Azure: time zones mixed with naive times",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03+00:00,12,3\n"
+        "2023-11-16 18:17:04,12,3\n",
+        (".csv:3", "time zone"),
+    ),
+    Case(
+        "Azure: prompt over the block limit",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12,3\n"
+        "2023-11-16 18:17:04,536870913,3\n",
+        (".csv:3", "blocks per prompt"),
+    ),
+    Case(
+        "Azure: timestamps 8,000 years apart",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12,3\n"
+        "9999-12-31 23:59:59,12,3\n",
+        (".csv:3", "136 years"),
+    ),
+    C(
+        "trace mrc: --points in the billions",
+        ["trace", "mrc", "{TMP}/t.jsonl", "--points", "3000000000"],
+        "--points",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
+    ),
+    C(
+        "trace stats: --block-tokens beyond 2**24",
+        ["trace", "stats", "{TMP}/t.jsonl", "--block-tokens", "99999999999"],
+        "--block-tokens",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
+    ),
+    C(
+        "trace generate: a rate so low arrivals pass 136 years",
+        ["trace", "generate", "{QS}", "{TMP}/g.jsonl", "--set", "workload.arrivals.rate=1e-300/s"],
+        "workload.arrivals",
+        "136 years",
+    ),
+    C(
+        "trace generate: no requests in the window",
+        ["trace", "generate", "{QS}", "{TMP}/g.csv", "--set", "workload.window.start=1e6 s"],
+        "g.csv",
+        "no requests",
+    ),
+    # ---- round 2: sweeps, suites, baselines, journals, scheduler addresses ----
+    Case(
+        "sweep: seed as a grid key",
+        "sweep",
+        "base: {QS}\ngrid:\n  seed: [1, 2]\n",
+        ("bad.yaml", "grid.seed", "seeds: [...]", "replications"),
+    ),
+    Case("sweep: seed in set", "sweep", "base: {QS}\nset: {seed: 3}\n", ("set.seed", "seeds")),
+    Case(
+        "sweep: a result column as a grid key",
+        "sweep",
+        "base: {QS}\ngrid:\n  status: [a, b]\n",
+        ("grid.status", "not a scenario field"),
+    ),
+    Case(
+        "sweep: a grid value listed twice",
+        "sweep",
+        "base: {QS}\ngrid:\n  cluster.engines: [2, 2]\n",
+        ("grid.cluster.engines", "listed twice"),
+    ),
+    Case("sweep: empty seeds list", "sweep", "base: {QS}\nseeds: []\n", ("seeds",)),
+    Case("sweep: negative seed", "sweep", "base: {QS}\nseeds: [-1]\n", ("seeds",)),
+    Case(
+        "sweep: 7 x 60 grid (counted, not expanded)",
+        "sweep",
+        "base: {QS}\ngrid:\n"
+        + "".join(
+            f"  {k}: [{', '.join(str(i + 1) for i in range(60))}]\n"
+            for k in (
+                "workload.arrivals.rate",
+                "cluster.engines",
+                "remote.servers",
+                "remote.bandwidth",
+                "remote.t0",
+                "tiers.host.capacity",
+                "tiers.nvme.capacity",
+            )
+        ),
+        ("2,799,360,000,000 runs", "at most 100,000"),
+    ),
+    Case(
+        "sweep: a million replications",
+        "sweep",
+        "base: {QS}\nreplications: 1000000\n",
+        ("1,000,000 runs",),
+    ),
+    C(
+        "sweep journal: a line that is not an object",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl:2",
+        "JSON object",
+        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"run_id": "a", "status": "ok"}\n[1]\n'},
+    ),
+    C(
+        "sweep journal: a row without run_id",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl:1",
+        "run_id",
+        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"status": "ok"}\n'},
+    ),
+    C(
+        "sweep journal: not UTF-8",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl:1",
+        "UTF-8",
+        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": b"\xff\xfe{}\n"},
+    ),
+    C(
+        "sweep journal: a damaged line in the middle",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl:1",
+        "not a JSON row",
+        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"run_id": "a", "sta\n{}\n'},
+    ),
+    C(
+        "sweep journal: a folder",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl",
+        "folder",
+        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl/x": ""},
+    ),
+    *(
+        C(
+            f"sweep --scheduler {address or 'empty'}",
+            ["sweep", "{TMP}/s.yaml", "--out", "{OUT}", "--quiet", "--scheduler", address],
+            "--scheduler",
+            fragment,
+            files={"s.yaml": "base: {QS}\n"},
+        )
+        for address, fragment in (
+            ("tcp://127.0.0.1:70000", "out of range"),
+            ("tcp://127.0.0.1", "no port"),
+            ("tls://127.0.0.1:8786", "tls:// protocol is not supported"),
+            ("inproc://10.0.0.1/42/1", "inproc:// protocol is not supported"),
+            ("scheduler", "no port"),
+            ("", "not an address"),
+            ("tcp://127.0.0.1:1", "cannot reach the Dask scheduler"),
+        )
+    ),
+    *(
+        C(
+            f"suite: {label}",
+            ["baseline", "{TMP}/suite.yaml", "--out", "{OUT}"],
+            "suite.yaml",
+            fragment,
+            files={"suite.yaml": body},
+        )
+        for label, body, fragment in (
+            ("zero load", "entries:\n  - scenario: {QS}\n    loads: [0]\n", "loads"),
+            ("negative load", "entries:\n  - scenario: {QS}\n    loads: [-1]\n", "loads"),
+            ("infinite load", "entries:\n  - scenario: {QS}\n    loads: [.inf]\n", "loads"),
+            ("load twice", "entries:\n  - scenario: {QS}\n    loads: [1, 1.0]\n", "twice"),
+            ("negative seed", "seeds: [-1]\nentries:\n  - scenario: {QS}\n", "seeds"),
+            ("seed twice", "seeds: [1, 1]\nentries:\n  - scenario: {QS}\n", "twice"),
+            (
+                "metric that is a setting",
+                "metrics: {engines: {}}\nentries:\n  - scenario: {QS}\n",
+                "not an outcome metric",
+            ),
+            (
+                "infinite tolerance",
+                "metrics: {ttft_p99_s: {rel: .inf}}\nentries:\n  - scenario: {QS}\n",
+                "metrics.ttft_p99_s.rel",
+            ),
+        )
+    ),
+    *(
+        C(
+            f"check: baseline {label}",
+            ["check", "{TMP}/suite.yaml", "--baseline", "{TMP}/b"],
+            "baseline.json",
+            fragment,
+            files={"suite.yaml": "entries:\n  - scenario: {QS}\n", "b/baseline.json": body},
+        )
+        for label, body, fragment in (
+            ("truncated", '{"entries": [', "not a baseline"),
+            ("is a list", "[]", "expected a JSON object"),
+            ("without seeds", '{"kvsim_version": "0", "entries": []}', "seeds: missing"),
+            (
+                "with entries not a list",
+                '{"kvsim_version": "0", "seeds": [0], "entries": {}}',
+                "entries: expected a list",
+            ),
+            (
+                "holding NaN",
+                '{"kvsim_version": "0", "seeds": [0, 1, 2], "entries": [{"id": "quickstart", '
+                '"scenario": "quickstart", "hash": "x", "points": [{"load": 1.0, "metrics": '
+                '{"ttft_p99_s": {"mean": NaN, "lo": 0, "hi": 1}}}]}]}',
+                "entries[0].points[0].metrics.ttft_p99_s.mean: not a finite number",
+            ),
+            (
+                "with a text load",
+                '{"kvsim_version": "0", "seeds": [0, 1, 2], "entries": [{"id": "quickstart", '
+                '"scenario": "quickstart", "hash": "x", "points": [{"load": "1x", "metrics": '
+                "{}}]}]}",
+                "entries[0].points[0].load: expected a number",
+            ),
+            (
+                "without the suite's metrics",
+                '{"kvsim_version": "0", "seeds": [0, 1, 2], "entries": [{"id": "quickstart", '
+                '"scenario": "quickstart", "hash": "x", "points": [{"load": 1.0, "metrics": '
+                "{}}]}]}",
+                "no metric",
+            ),
+            ("nested 100,000 deep", "[" * 100_000, "not a baseline"),
+        )
+    ),
+    C(
+        "check --set seed (a suite's runs take its seeds)",
+        ["check", "{TMP}/suite.yaml", "--baseline", "{TMP}/b", "--set", "seed=5"],
+        "--set seed=5",
+        "seeds",
+        files={
+            "suite.yaml": "entries:\n  - scenario: {QS}\n",
+            "b/baseline.json": '{"kvsim_version": "0", "seeds": [0], "entries": [{"id": "q", '
+            '"scenario": "q", "hash": "x", "points": []}]}',
+        },
+    ),
+    C(
+        "suite: seed in an entry's set",
+        ["baseline", "{TMP}/suite.yaml", "--out", "{OUT}"],
+        "entries[0]",
+        "set.seed",
+        files={"suite.yaml": "entries:\n  - scenario: {QS}\n    set: {seed: 4}\n"},
+    ),
+    C(
+        "check: baseline.json is a folder",
+        ["check", "{TMP}/suite.yaml", "--baseline", "{TMP}/b"],
+        "baseline.json",
+        "folder",
+        files={"suite.yaml": "entries:\n  - scenario: {QS}\n", "b/baseline.json/x": ""},
+    ),
+    C(
+        "check --workers 0",
+        ["check", "{TMP}/suite.yaml", "--baseline", "{TMP}/b", "--workers", "0"],
+        "--workers",
+        files={"suite.yaml": "entries:\n  - scenario: {QS}\n"},
+    ),
+    C(
+        "capacity: an SLO on a setting (seed)",
+        ["capacity", "{QS}", "--slo", "seed<=3"],
+        "--slo seed<=3",
+        "unknown metric",
+    ),
+    C(
+        "capacity: an SLO threshold of NaN",
+        ["capacity", "{QS}", "--slo", "hit_ratio>=nan"],
+        "--slo",
+        "finite",
+    ),
+    C(
+        "capacity --sweep --workers 0",
+        ["capacity", "--sweep", "{TMP}/s.yaml", "--slo", "ttft_p99<=2s", "--workers", "0"],
+        "--workers",
+        files={"s.yaml": "base: {QS}\ngrid:\n  cluster.engines: [1, 2]\n"},
+    ),
+    # ---- round 2: outputs, plots, costmodel and other commands ----
+    C("--out is an empty name", ["run", "{QS}", "--out", ""], "--out", "empty path"),
+    C(
+        "--report is an empty name",
+        ["check", "s.yaml", "--baseline", "b", "--report", ""],
+        "--report",
+        "empty path",
+    ),
+    C("reproduce --out ''", ["reproduce", "paper", "--out", ""], "--out", "empty path"),
+    C(
+        "--out holds the user's files",
+        ["run", "{QS}", "--out", "{TMP}/mine"],
+        "--out",
+        "notes.txt",
+        "did not write",
+        files={"mine/notes.txt": "mine"},
+    ),
+    C(
+        "plot: truncated summary.json",
+        ["plot", "{TMP}/run"],
+        "summary.json:1",
+        "not JSON",
+        files={"run/summary.json": '{"scenario": "x", "eng', "run/requests.csv": "id\n1\n"},
+    ),
+    C(
+        "plot: summary.json without a scenario",
+        ["plot", "{TMP}/run"],
+        "summary.json",
+        "scenario",
+        files={"run/summary.json": '{"engines": 2}', "run/requests.csv": "id\n1\n"},
+    ),
+    C(
+        "plot: corrupt requests table",
+        ["plot", "{TMP}/run"],
+        "requests.parquet",
+        "not a readable parquet",
+        files={
+            "run/summary.json": '{"scenario": "x", "token_source_frac": {"gpu": 1}}',
+            "run/requests.parquet": b"PAR1\x00garbage",
+        },
+    ),
+    C(
+        "plot: requests table missing",
+        ["plot", "{TMP}/run"],
+        "no requests.parquet or requests.csv",
+        files={"run/summary.json": '{"scenario": "x", "token_source_frac": {"gpu": 1}}'},
+    ),
+    C(
+        "plot: requests table lacks columns",
+        ["plot", "{TMP}/run"],
+        "requests.csv",
+        "missing column",
+        files={
+            "run/summary.json": '{"scenario": "x", "token_source_frac": {"gpu": 1}}',
+            "run/requests.csv": "id,ttft_s\n1,0.5\n",
+        },
+    ),
+    C(
+        "plot: summary.json is a folder",
+        ["plot", "{TMP}/run"],
+        "summary.json",
+        "folder",
+        files={"run/summary.json/x": "", "run/requests.csv": "id\n1\n"},
+    ),
+    C(
+        "plot: capacity.csv lacks columns",
+        ["plot", "{TMP}/cap"],
+        "capacity.csv",
+        "missing column",
+        files={"cap/capacity.csv": "configuration,capacity\na,3\n"},
+    ),
+    C(
+        "plot: negative capacity interval",
+        ["plot", "{TMP}/cap"],
+        "capacity.csv:2",
+        "ci95_rps",
+        files={"cap/capacity.csv": "configuration,capacity_rps,ci95_rps,slo\na,3,-1,x\n"},
+    ),
+    C(
+        "plot: garbled sweep results",
+        ["plot", "{TMP}/sw"],
+        "results.parquet",
+        "not a readable parquet",
+        files={"sw/results.parquet": b"\x00\x01not parquet"},
+    ),
+    C("costmodel: zero bandwidth", ["costmodel", "--bandwidth=0 GB/s"], "--bandwidth", "> 0"),
+    C("costmodel: negative rate", ["costmodel", "--rate=-5/s"], "--rate", "> 0"),
+    C("costmodel: negative T0", ["costmodel", "--t0=-1 ms"], "--t0", ">= 0"),
+    C("costmodel: zero KV bytes", ["costmodel", "--kv-bytes=0 B"], "--kv-bytes", "> 0"),
+    C(
+        "costmodel: overflowing values",
+        ["costmodel", "--kv-bytes=1e300 B", "--rate=1e300/s"],
+        "overflows",
+    ),
+    C(
+        "costmodel: --plot is a folder",
+        ["costmodel", "--plot", "{TMP}/d.png"],
+        "--plot",
+        "folder",
+        files={"d.png/x": ""},
+    ),
 ]
 
 
@@ -304,6 +888,22 @@ def run_case(case: Case, tmp: Path) -> tuple[int, str, Path]:
     elif case.kind == "sweep":
         bad.write_text(str(case.body).replace("{QS}", qs), encoding="utf-8")
         argv = ["sweep", str(bad), "--out", str(out), "--quiet"]
+    elif case.kind == "cmd":
+        subst = {"{TMP}": str(tmp), "{QS}": qs, "{OUT}": str(out)}
+
+        def fill(text: str) -> str:
+            for k, v in subst.items():
+                text = text.replace(k, v)
+            return text
+
+        for name, content in case.extra.get("files", {}).items():
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(fill(content), encoding="utf-8")
+        argv = [fill(a) for a in case.body]
     else:
         (tmp / "file").write_text("x")
         subst = {"{QS}": qs, "{FILE}": str(tmp / "file"), "{OUT}": str(out)}
@@ -321,7 +921,13 @@ def _plain(message: str, tmp: Path) -> str:
     """A message without the temporary folder or this checkout's path."""
     message = message.replace(str(tmp) + "/", "").replace(str(ROOT) + "/", "")
     message = re.sub(r"/tmp/[^ :]*/", "", message)
+    message = message.replace(str(tmp), ".")
     return message.removeprefix("kvsim: error: ")
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    """A table cell of at most ``limit`` characters (some inputs are kilobytes long)."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}… ({len(text):,} characters)"
 
 
 def table() -> str:
@@ -348,8 +954,9 @@ def table() -> str:
             tmp = Path(d)
             _, err, _ = run_case(case, tmp)
             msg = _plain(err, tmp)
-        if case.kind in ("args",):
+        if case.kind in ("args", "cmd"):
             shown = "kvsim " + " ".join(case.body)
+            shown = shown.replace("{TMP}/", "").replace("{TMP}", ".")
             shown = shown.replace("{QS}", "quickstart.yaml").replace("{FILE}", "a-file")
             shown = shown.replace("{OUT}", "out")
         elif isinstance(case.body, list):
@@ -360,7 +967,8 @@ def table() -> str:
             shown = repr(case.body)
         else:
             shown = case.body.replace("{QS}", "quickstart.yaml").strip().replace("\n", " ⏎ ")
-        shown = shown or "(empty)"
+        shown = _clip(shown or "(empty)")
+        msg = _clip(msg, 400)
         cell = lambda s: s.replace("|", "\\|")  # noqa: E731
         lines.append(f"| {i} | {cell(case.label)} | `{cell(shown)}` | {cell(msg)} |")
     return "\n".join(lines) + "\n"

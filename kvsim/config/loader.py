@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import csv
 import difflib
+import io
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from kvsim.config.schema import Scenario, cross_checks
 from kvsim.errors import InputError
+from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, is_regular, read_text
 from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
 Path_ = tuple[Any, ...]
@@ -37,67 +40,248 @@ _TAGS = ("kind", "dist", "process")
 _PROFILE_KEYS = {"name", "description", "sources", "node", "model", "timing", "tiers", "remote"}
 
 
-# ---- YAML with line numbers ---------------------------------------------------------
+# ---- YAML with line numbers, bounded ------------------------------------------------
+
+MAX_YAML_DEPTH = 40  # nesting levels (a scenario uses about 5)
+MAX_YAML_VALUES = 100_000  # values in a document and its extends chain, aliases expanded
+MAX_INT_CHARS = 400  # an integer literal longer than this is a typo, not a setting
+MAX_EXTENDS = 32  # files in one extends chain
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def load_yaml(path: str | os.PathLike[str]) -> tuple[Any, Origins]:
-    """Safely parse a YAML file; return the data and the line of every node in it."""
-    p = Path(path)
+class Budget:
+    """Values a load may still read: one budget is shared by every file of a scenario's
+    ``extends`` chain and its profile, so no mix of files and aliases can exhaust memory."""
+
+    def __init__(self, values: int = MAX_YAML_VALUES) -> None:
+        self.limit = values
+        self.left = values
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with bounds on nesting, node count and integer size, so the
+    work and memory of a load are bounded by the size of the text."""
+
+    def __init__(self, text: str, where: str, lines: bool, budget: Budget) -> None:
+        super().__init__(text)
+        self.where = where
+        self.lines = lines
+        self.budget = budget
+        self.depth = 0
+        self.nodes = 0
+
+    def at(self, mark: Any) -> str:
+        return f"{self.where}:{mark.line + 1}" if self.lines and mark is not None else self.where
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.depth += 1
+        self.nodes += 1
+        if self.depth > MAX_YAML_DEPTH:
+            raise InputError(
+                f"YAML nested deeper than {MAX_YAML_DEPTH} levels",
+                where=self.at(self.peek_event().start_mark),
+            )
+        if self.nodes > self.budget.left:
+            raise InputError(
+                f"YAML too large: more than {self.budget.limit:,} values",
+                where=self.at(self.peek_event().start_mark),
+            )
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, ArithmeticError, LookupError, TypeError) as e:  # 30 February, !!int ""
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            raise InputError(
+                f"bad value {_shown(node.value)}: {first}", where=self.at(node.start_mark)
+            ) from None
+
+    def construct_bounded_int(self, node: Any) -> Any:
+        text = str(node.value).replace("_", "")
+        if len(text) > MAX_INT_CHARS:
+            raise InputError(
+                f"integer of {len(text):,} characters is too large "
+                f"(kvsim reads at most {MAX_INT_CHARS})",
+                where=self.at(node.start_mark),
+            )
+        return self.construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr`` of a user's value, cut to ``limit`` characters for a one-line message."""
+    text = repr(value) if not isinstance(value, list) else f"a list of {len(value)}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse(text: str, where: str, *, lines: bool = True, budget: Budget | None = None) -> Any:
+    """Parse YAML text with bounded work; return (node, data, origins) where origins maps
+    each path to ``where:line`` (or just ``where`` when ``lines`` is false)."""
+    budget = budget if budget is not None else Budget()
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", where=str(p)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a YAML file", where=str(p)) from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text ({e.reason})", where=str(p)) from None
-    except OSError as e:
-        raise InputError(e.strerror or str(e), where=str(p)) from None
-    try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text, where, lines, budget)
     except yaml.reader.ReaderError as e:  # a control character such as NUL
         line = text.count("\n", 0, max(e.position, 0)) + 1
         raise InputError(
-            f"YAML cannot contain the control character #x{e.character:04x}", where=f"{p}:{line}"
+            f"YAML cannot contain the control character #x{e.character:04x}",
+            where=f"{where}:{line}" if lines else where,
         ) from None
     try:
         node = loader.get_single_node()
         if node is None:
-            raise InputError("empty file, expected a YAML mapping", where=str(p))
-        data = loader.construct_document(node)
+            return None, None, {}
+        _measure(node, loader, budget)
+        origins: Origins = {}
+        _walk_lines(node, (), loader, origins)
+        data = _unshared(loader.construct_document(node))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark else ""
         problem = (e.problem or e.context or "YAML syntax error").strip()
-        raise InputError(f"YAML syntax error: {problem}", where=f"{p}{line}") from None
+        raise InputError(f"YAML syntax error: {problem}", where=loader.at(mark)) from None
     except yaml.YAMLError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"YAML error: {first}", where=str(p)) from None
+        raise InputError(f"YAML error: {first}", where=where) from None
+    except RecursionError:  # pragma: no cover - the depth bound comes first
+        raise InputError("YAML nested too deeply", where=where) from None
     finally:
         loader.dispose()
-    origins: Origins = {}
-    _walk_lines(node, (), str(p), origins)
+    return node, data, origins
+
+
+def _unshared(value: Any) -> Any:
+    """A copy in which no mapping or list appears twice: an alias becomes a copy of its
+    anchor, so that an override of one place (``--set tiers.nvme.capacity=...`` where
+    ``nvme: *host``) never changes another. Bounded by :func:`_measure`."""
+    if isinstance(value, dict):
+        return {k: _unshared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshared(v) for v in value]
+    return value
+
+
+def load_yaml(path: str | os.PathLike[str], budget: Budget | None = None) -> tuple[Any, Origins]:
+    """Safely parse a YAML file (a regular file of bounded size, bounded nesting and
+    values, aliases included); return the data and the line of every node in it."""
+    p = Path(path)
+    text = read_text(p, what="YAML file", max_bytes=MAX_CONFIG_BYTES)
+    node, data, origins = _parse(text, str(p), budget=budget)
+    if node is None:
+        raise InputError("empty file, expected a YAML mapping", where=str(p))
     return data, origins
 
 
-def _walk_lines(node: yaml.Node, path: Path_, file: str, out: Origins, line: int = -1) -> None:
-    """Record where each path is written: the line of its key (of the node for the root
-    and list items)."""
-    out[path] = f"{file}:{(line if line >= 0 else node.start_mark.line) + 1}"
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        seen: set[Any] = set()
-        for key_node, value_node in node.value:
-            key = key_node.value
-            if key in seen:
-                dotted = _dotted((*path, key))
-                raise InputError(
-                    f"{dotted}: duplicate key", where=f"{file}:{key_node.start_mark.line + 1}"
-                )
-            seen.add(key)
-            _walk_lines(value_node, (*path, key), file, out, key_node.start_mark.line)
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _measure(root: yaml.Node, loader: _Loader, budget: Budget) -> None:
+    """Count the values of a composed document as if its aliases were expanded (each node
+    is visited once: counts are memoised) and refuse recursive aliases, nesting deeper than
+    MAX_YAML_DEPTH and more values than the budget has left; then charge the budget."""
+    memo: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height)
+    active: set[int] = set()
+
+    def visit(node: yaml.Node, depth: int) -> tuple[int, int]:
+        if depth > MAX_YAML_DEPTH:
+            raise InputError(
+                f"YAML nested deeper than {MAX_YAML_DEPTH} levels (aliases included)",
+                where=loader.at(node.start_mark),
+            )
+        key = id(node)
+        if key in active:
+            raise InputError(
+                "recursive alias: a node contains itself", where=loader.at(node.start_mark)
+            )
+        got = memo.get(key)
+        if got is None:
+            active.add(key)
+            size, height = 1, 1
+            for child in _children(node):
+                s, h = visit(child, depth + 1)
+                size += s
+                height = max(height, h + 1)
+                if size > budget.left:
+                    raise InputError(
+                        f"YAML too large: more than {budget.limit:,} values once aliases "
+                        "are expanded",
+                        where=loader.at(node.start_mark),
+                    )
+            active.discard(key)
+            memo[key] = got = (size, height)
+        if depth + got[1] - 1 > MAX_YAML_DEPTH:
+            raise InputError(
+                f"YAML nested deeper than {MAX_YAML_DEPTH} levels (aliases included)",
+                where=loader.at(node.start_mark),
+            )
+        return got
+
+    budget.left -= visit(root, 1)[0]
+
+
+def _key(node: yaml.Node, loader: _Loader) -> str:
+    if not isinstance(node, yaml.ScalarNode):
+        raise InputError(
+            "a mapping key must be a plain value, not a list or mapping",
+            where=loader.at(node.start_mark),
+        )
+    return str(node.value)
+
+
+def _pairs(node: yaml.MappingNode, path: Path_, loader: _Loader) -> list[tuple[Any, Any]]:
+    """The (key, value) nodes a mapping ends up with: its own keys (a repeated one is
+    refused), then those merged in by ``<<`` that it does not set itself; of several merged
+    mappings the first that sets a key wins (the YAML merge-key rules)."""
+    own: list[tuple[Any, Any]] = []
+    sources: list[Any] = []
+    seen: set[str] = set()
+    for key_node, value_node in node.value:
+        key = "<<" if key_node.tag == _MERGE_TAG else _key(key_node, loader)
+        if key in seen:
+            raise InputError(
+                f"{_dotted((*path, key))}: duplicate key", where=loader.at(key_node.start_mark)
+            )
+        seen.add(key)
+        if key_node.tag == _MERGE_TAG:
+            sources = (
+                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            )
+        else:
+            own.append((key_node, value_node))
+    seen.discard("<<")
+    out = own
+    for source in sources:
+        if isinstance(source, yaml.MappingNode):  # anything else the constructor refuses
+            for key_node, value_node in _pairs(source, path, loader):
+                key = _key(key_node, loader)
+                if key not in seen:
+                    seen.add(key)
+                    out.append((key_node, value_node))
+    return out
+
+
+def _walk_lines(
+    node: yaml.Node, path: Path_, loader: _Loader, out: Origins, mark: Any = None
+) -> None:
+    """Record where each path is written: the line of its key (of the node for the root
+    and list items). Runs on the composed document before construction (which flattens
+    merge keys), within the size :func:`_measure` has bounded."""
+    out[path] = loader.at(mark if mark is not None else node.start_mark)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in _pairs(node, path, loader):
+            _walk_lines(value_node, (*path, key_node.value), loader, out, key_node.start_mark)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk_lines(item, (*path, i), file, out)
+            _walk_lines(item, (*path, i), loader, out)
 
 
 def _dotted(path: Iterable[Any]) -> str:
@@ -106,7 +290,8 @@ def _dotted(path: Iterable[Any]) -> str:
         if isinstance(p, int) and parts:
             parts[-1] += f"[{p}]"
         else:
-            parts.append(str(p))
+            text = str(p)
+            parts.append(text if len(text) <= 60 else text[:57] + "...")
     return ".".join(parts) or "(top level)"
 
 
@@ -178,32 +363,48 @@ def _resolve(base_dir: Path, p: str) -> Path:
     return q if q.is_absolute() else (base_dir / q)
 
 
+MAX_TIMING_ROWS = MAX_YAML_VALUES  # rows of a timing table
+
+
 def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
     """Read a long-format timing table (new_tokens, cached_tokens, seconds) into a grid."""
-    try:
-        fh = path.open(encoding="utf-8", newline="")
-    except OSError:
-        raise InputError(f"timing table {str(path)!r} not found", where=where) from None
+    if not is_regular(path):
+        try:
+            check_regular(path)
+        except InputError as e:
+            raise InputError(f"timing table {_shown(str(path))}: {e.reason}", where=where) from None
+    text = read_text(path, what="timing table", max_bytes=MAX_TABLE_BYTES)
     cells: dict[tuple[int, int], float] = {}
-    with fh:
-        rows = (line for line in fh if not line.lstrip().startswith("#"))
-        reader = csv.DictReader(rows)
-        need = {"new_tokens", "cached_tokens", "seconds"}
+    rows = (line for line in io.StringIO(text, newline="") if not line.lstrip().startswith("#"))
+    reader = csv.DictReader(rows)
+    need = {"new_tokens", "cached_tokens", "seconds"}
+    i = 1
+    try:
         if reader.fieldnames is None or not need <= set(reader.fieldnames):
             raise InputError(f"timing table needs columns {sorted(need)}", where=str(path))
         for i, row in enumerate(reader, start=2):
+            if i > MAX_TIMING_ROWS:
+                raise InputError(
+                    f"timing table has more than {MAX_TIMING_ROWS:,} rows", where=str(path)
+                )
             try:
-                key = (int(row["new_tokens"]), int(row["cached_tokens"]))
-                cells[key] = float(row["seconds"])
+                key = (_table_int(row["new_tokens"]), _table_int(row["cached_tokens"]))
+                seconds = float(_cell(row["seconds"]))
             except (TypeError, ValueError):
                 raise InputError("bad number in timing row", where=f"{path}:{i}") from None
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise InputError(
+                    f"seconds must be a finite number > 0, got {_shown(row['seconds'])}",
+                    where=f"{path}:{i}",
+                )
+            cells[key] = seconds
+    except csv.Error as e:
+        raise InputError(f"malformed CSV ({e})", where=f"{path}:{i + 1}") from None
     new = sorted({k[0] for k in cells})
     cached = sorted({k[1] for k in cells})
-    missing = [(n, c) for n in new for c in cached if (n, c) not in cells]
-    if missing:
-        raise InputError(
-            f"timing grid is incomplete, e.g. no row for {missing[0]}", where=str(path)
-        )
+    if len(new) * len(cached) != len(cells):
+        missing = next((n, c) for n in new for c in cached if (n, c) not in cells)
+        raise InputError(f"timing grid is incomplete, e.g. no row for {missing}", where=str(path))
     return {
         "new_tokens": new,
         "cached_tokens": cached,
@@ -211,45 +412,68 @@ def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
     }
 
 
-def _load_chain(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Origins]:
+def _cell(text: Any) -> str:
+    if not isinstance(text, str) or len(text.strip()) > MAX_INT_CHARS:
+        raise ValueError("not a number")
+    return text
+
+
+def _table_int(text: Any) -> int:
+    return int(_cell(text))
+
+
+def _load_chain(
+    path: Path, stack: tuple[Path, ...] = (), budget: Budget | None = None
+) -> tuple[dict[str, Any], Origins]:
     """A scenario file merged over its ``extends`` ancestors."""
+    budget = budget if budget is not None else Budget()
+    check_regular(path, what="scenario file")
     real = path.resolve()
     if real in stack:
         cycle = " -> ".join(str(p) for p in (*stack, real))
         raise InputError(f"extends cycle: {cycle}", where=str(path))
-    data, origins = load_yaml(path)
+    if len(stack) >= MAX_EXTENDS:
+        raise InputError(
+            f"extends chain longer than {MAX_EXTENDS} files (from {stack[0]})", where=str(path)
+        )
+    data, origins = load_yaml(path, budget)
     data = _require_mapping(data, str(path))
     _normalize_layer(data, origins, path.parent)
     parent = data.pop("extends", None)
-    origins.pop(("extends",), None)
+    where = origins.pop(("extends",), str(path))
     if parent is None:
         return data, origins
-    if not isinstance(parent, str):
-        raise InputError("extends: expected a file path", where=origins.get((), str(path)))
+    if not isinstance(parent, str) or not parent:
+        raise InputError("extends: expected a file path", where=where)
     parent_path = _resolve(path.parent, parent)
-    if not parent_path.exists():
-        raise InputError(
-            f"extends: {parent!r} not found (looked for {parent_path})", where=str(path)
-        )
-    base, base_origins = _load_chain(parent_path, (*stack, real))
+    if not is_regular(parent_path):
+        try:
+            check_regular(parent_path)
+        except InputError as e:
+            raise InputError(
+                f"extends: {_shown(parent)}: {e.reason} (looked for {parent_path})", where=where
+            ) from None
+    base, base_origins = _load_chain(parent_path, (*stack, real), budget)
     return merge_layers(base, base_origins, data, origins)
 
 
-def _load_profile(name: Any, where: str, scenario_dir: Path | None) -> tuple[dict, Origins]:
+def _load_profile(
+    name: Any, where: str, scenario_dir: Path | None, budget: Budget | None = None
+) -> tuple[dict, Origins]:
     if not isinstance(name, str) or not name:
         raise InputError("profile: expected a profile name (see `kvsim profiles`)", where=where)
     try:
         path = profile_path(name, scenario_dir)
     except InputError as e:
         raise InputError(f"profile: {e.reason}", where=where) from None
-    data, origins = load_yaml(path)
+    data, origins = load_yaml(path, budget)
     data = _require_mapping(data, str(path))
     unknown = set(data) - _PROFILE_KEYS
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise InputError(
             f"{key}: unknown profile section (valid: {sorted(_PROFILE_KEYS)})",
-            where=origins.get((key,), str(path)),
+            where=origins.get((str(key),), str(path)),
         )
     _normalize_layer(data, origins, path.parent)
     layer = {k: v for k, v in data.items() if k not in {"name", "description", "sources"}}
@@ -269,10 +493,14 @@ def parse_override(expr: str) -> tuple[list[str], Any]:
     parts = [k.strip() for k in key.split(".")]
     if not all(parts):
         raise InputError("empty field name in path", where=f"--set {expr}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value: Any = ""
+    if raw.strip():
+        try:  # the same bounds as a file: nesting, size, aliases, integer length
+            _, value, _ = _parse(raw, f"--set {expr}", lines=False)
+        except InputError as e:
+            if not e.reason.startswith(("YAML syntax error", "YAML error", "YAML cannot")):
+                raise
+            value = raw  # not YAML: the text itself
     return parts, value
 
 
@@ -294,6 +522,8 @@ def apply_overrides(
             parts, value = parse_override(expr)
             items.append((parts, value, f"{label}{expr}"))
     for parts, value, where in items:
+        if len(parts) > MAX_YAML_DEPTH:  # also keeps the bookkeeping below linear
+            raise InputError(f"field path deeper than {MAX_YAML_DEPTH} levels", where=where)
         node = data
         for i, key in enumerate(parts[:-1]):
             child = node.get(key)
@@ -311,7 +541,7 @@ def apply_overrides(
         old = node.get(key)
         if isinstance(old, dict) and isinstance(value, dict):
             value = deep_merge(old, value)
-        node[key] = value
+        node[key] = _unshared(value)  # never the caller's object, which later overrides edit
         for p in [p for p in origins if p[: len(path)] == path]:
             del origins[p]
         for n in range(1, len(parts) + 1):  # levels this override created are its own
@@ -411,7 +641,7 @@ def _describe(
         return msg.replace("Input tag", "tag")
     got = err.get("input")
     if kind not in ("value_error",) and not isinstance(got, (dict, list)):
-        return f"{msg}, got {got!r}"
+        return f"{msg}, got {_shown(got)}"
     return msg
 
 
@@ -447,8 +677,13 @@ def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scen
         ) from None
     problems = cross_checks(scenario)
     w = scenario.workload
-    if getattr(w, "path", None) is not None and not Path(w.path).is_file():
-        problems.append((("workload", "path"), f"trace file {w.path!r} not found"))
+    if getattr(w, "path", None) is not None and not is_regular(w.path):
+        reason = " not found"
+        try:
+            check_regular(w.path, what="trace file")
+        except InputError as e:  # a folder, a FIFO, a device, a symlink loop, a bad name
+            reason = " not found" if e.reason.endswith("not found") else f": {e.reason}"
+        problems.append((("workload", "path"), f"trace file {_shown(w.path)}{reason}"))
     if problems:
         path, msg = problems[0]
         raise InputError(f"{_dotted(path)}: {msg}", where=_where(origins, path, default_where))
@@ -462,14 +697,15 @@ def load_scenario(
 ) -> Scenario:
     """Load, merge (profile, extends, overrides) and validate a scenario file."""
     p = Path(path)
-    data, origins = _load_chain(p)
+    budget = Budget()  # one for the whole chain and the profile
+    data, origins = _load_chain(p, (), budget)
     if overrides:
         apply_overrides(data, origins, overrides)
     if seed is not None:
         apply_overrides(data, origins, {"seed": seed}, label="--seed=")
     data.setdefault("profile", DEFAULT_PROFILE)
     profile_layer, profile_origins = _load_profile(
-        data["profile"], _where(origins, ("profile",), str(p)), p.parent
+        data["profile"], _where(origins, ("profile",), str(p)), p.parent, budget
     )
     merged, merged_origins = merge_layers(profile_layer, profile_origins, data, origins)
     merged.setdefault("source", str(p))

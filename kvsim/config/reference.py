@@ -97,6 +97,24 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
     return out
 
 
+def _limits() -> list[str]:
+    """The bounds every YAML file kvsim reads is held to (from the loader's constants)."""
+    from kvsim.config import loader
+    from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES
+
+    return [
+        "Limits, for scenarios, `extends` parents, profiles, sweep and suite files and `--set`",
+        f"values: a YAML file is a regular file of at most {MAX_CONFIG_BYTES >> 20} MiB, nested",
+        f"at most {loader.MAX_YAML_DEPTH} levels deep, with at most "
+        f"{loader.MAX_YAML_VALUES:,} values in a scenario's",
+        "files together once aliases are expanded (anchors, aliases and `<<` merge keys work;",
+        f"a recursive alias is refused); an integer has at most {loader.MAX_INT_CHARS} characters;",
+        f"every number is finite; an `extends` chain has at most {loader.MAX_EXTENDS} files; a",
+        f"timing table is a regular file of at most {MAX_TABLE_BYTES >> 20} MiB and "
+        f"{loader.MAX_TIMING_ROWS:,} rows.",
+    ]
+
+
 def render() -> str:
     """The whole reference page as Markdown."""
     lines = [
@@ -110,6 +128,8 @@ def render() -> str:
         "chosen profile's values (see `kvsim profiles` and `kvsim/profiles/*.yaml`). A path",
         "such as `workload[kind=synthetic].requests` applies when `workload.kind` is",
         "`synthetic`; write it as `workload.requests`.",
+        "",
+        *_limits(),
         "",
         "| field | type | default | meaning |",
         "|---|---|---|---|",

@@ -10,10 +10,12 @@ paths so that the loader can point at the right line.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -67,6 +69,26 @@ def Bounded(high: int) -> Any:
     return Annotated[int, Field(gt=0, le=high, strict=True)]
 
 
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def _one_line(text: str) -> str:
+    """Text that reports print: one line, no control characters (an escape sequence in a
+    scenario name would otherwise be run by the terminal of whoever reads the summary)."""
+    text = text.strip()
+    bad = next((c for c in text if unicodedata.category(c) in _UNPRINTABLE), None)
+    if bad is not None:
+        raise ValueError(
+            f"must be one line of printable text; found the control character U+{ord(bad):04X}"
+        )
+    return text
+
+
+def Label(max_length: int) -> Any:
+    """One line of printable text of at most ``max_length`` characters."""
+    return Annotated[str, Field(max_length=max_length), AfterValidator(_one_line)]
+
+
 Tokens = Bounded(2**24)  # 16.7M tokens in one prompt or block
 MAX_TENANTS = 65535  # a sanity ceiling on tenants
 NonNegInt = Annotated[int, Field(ge=0, strict=True)]
@@ -74,9 +96,12 @@ Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 class Record(BaseModel):
-    """Base of every config record: immutable, unknown keys refused."""
+    """Base of every config record: immutable, unknown keys refused, every float finite
+    (a value that overflows to infinity, such as 1e999, is refused, never run)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
 
 # ---- hardware and model (normally from a profile) -----------------------------------
@@ -85,7 +110,7 @@ class Record(BaseModel):
 class Node(Record):
     """One prefill engine: a node of GPUs running one context-parallel prefill instance."""
 
-    gpu: str = Field(description="GPU model name, for reports")
+    gpu: Label(200) = Field(description="GPU model name, for reports")
     gpus: Bounded(4096) = Field(description="GPUs in the node")
     pcp: Bounded(4096) = Field(
         description="prefill context-parallel degree (ranks sharing a request)"
@@ -156,7 +181,7 @@ KvLayout = Annotated[MlaLayout | HeadsLayout, Field(discriminator="kind")]
 class Model(Record):
     """The served model, as far as the KV cache is concerned."""
 
-    name: str = Field(description="model name, for reports")
+    name: Label(200) = Field(description="model name, for reports")
     kv_bytes_per_token: PositiveSize | None = Field(
         None, description="KV bytes per token; derived from kv_layout when omitted"
     )
@@ -538,9 +563,9 @@ class Run(Record):
 class Scenario(Record):
     """Everything one simulation run needs, validated and immutable."""
 
-    name: str = Field(description="scenario name, stamped on every result")
-    description: str = Field("", description="one line for humans")
-    profile: str = Field(
+    name: Label(200) = Field(description="scenario name, stamped on every result")
+    description: Label(2000) = Field("", description="one line for humans")
+    profile: Label(4096) = Field(
         "b300-pcp8-glm5", description="profile name (`kvsim profiles`) or a profile YAML path"
     )
     seed: Annotated[int, Field(ge=0, strict=True)] = Field(

@@ -30,6 +30,8 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
     ">": operator.gt,
 }
+# the metrics an SLO or a regression gate can be on: outcomes of a run, not its settings
+OUTCOMES = tuple(m for m in NUMERIC if m not in {"seed", "engines"})
 _SLO = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*(.+?)\s*$")
 
 
@@ -56,15 +58,18 @@ def parse_slo(text: str) -> SLO:
     if not m:
         raise InputError("expected METRIC<=VALUE, e.g. 'ttft_p99<=2s'", where=f"--slo {text}")
     name, op, raw = m.groups()
-    metric = name if name in NUMERIC else f"{name}_s" if f"{name}_s" in NUMERIC else None
+    metric = name if name in OUTCOMES else f"{name}_s" if f"{name}_s" in OUTCOMES else None
     if metric is None:
         raise InputError(
-            f"unknown metric {name!r}; choose one of {', '.join(NUMERIC)}", where=f"--slo {text}"
+            f"unknown metric {name!r}; choose one of {', '.join(OUTCOMES)}",
+            where=f"--slo {text}",
         )
     try:
         value = parse_duration(raw) if metric.endswith("_s") else float(raw)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         raise InputError(str(e), where=f"--slo {text}") from None
+    if not math.isfinite(value):
+        raise InputError(f"the threshold must be a finite number, got {raw}", where=f"--slo {text}")
     return SLO(metric, op, value)
 
 
@@ -223,11 +228,15 @@ def sweep_capacity(
 ) -> list[Capacity]:
     """One capacity per configuration of a sweep file (its seeds are ignored: ``reps``
     replications each), searched in parallel on local processes."""
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
-    from kvsim.experiments.sweep import load_sweep
+    from kvsim.experiments.sweep import load_sweep, stop_pool, worker_pool
 
     parse_slo(slo_text)  # refuse a bad SLO before starting anything
+    if workers < 1:
+        raise InputError("must be >= 1", where="--workers")
+    if not 0 < tol < 1:
+        raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     sweep = load_sweep(sweep_path)
     fixed = dict(sweep.runs[0].fixed) if sweep.runs else {}
     jobs = [
@@ -238,8 +247,19 @@ def sweep_capacity(
     if workers <= 1 or len(jobs) == 1:
         caps = [_search_config(j) for j in jobs]
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = worker_pool(min(workers, len(jobs)))
+        try:
             caps = list(pool.map(_search_config, jobs))
+        except BrokenProcessPool:
+            stop_pool(pool)
+            raise InputError(
+                "a worker process was killed (out of memory? a signal?)",
+                where=f"--workers {workers}",
+            ) from None
+        except BaseException:
+            stop_pool(pool)  # an interrupt (or a refused configuration) ends the others
+            raise
+        pool.shutdown(wait=True)
     for cap, cfg in zip(caps, sweep.configurations(), strict=True):
         cap.config = cfg
     return caps

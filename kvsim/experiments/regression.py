@@ -22,10 +22,16 @@ new interval and the baseline's (0 when they overlap) exceeds its tolerance,
 max(rel x |baseline mean|, abs). Same seeds give identical numbers, so an unchanged model
 passes exactly. A baseline whose entries, load points or seeds differ from the suite's is
 bad input; a changed scenario hash is reported (and is bad input with ``strict``).
+
+A metric with no value (NaN: no measured request, e.g. every request dropped) fails the
+gate whatever its tolerance, and ``kvsim baseline`` refuses to record one: a baseline
+holds finite numbers only. ``kvsim check`` reads and checks the whole baseline (every
+field, and that it matches the suite) before it runs anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -35,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from xml.sax.saxutils import escape, quoteattr
 
 from pydantic import Field
@@ -45,16 +51,24 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import Record
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import load_overrides
-from kvsim.experiments.sweep import RunSpec, execute, load_sweep
-from kvsim.results.metrics import NUMERIC, mean_ci95
+from kvsim.experiments.capacity import OUTCOMES, load_overrides
+from kvsim.experiments.sweep import MAX_RUNS, RunSpec, Seed, execute, load_sweep
+from kvsim.files import MAX_TABLE_BYTES, read_text
+from kvsim.results.metrics import mean_ci95
 
 BASELINE = "baseline.json"
 
 
 class Tolerance(Record):
-    rel: float = Field(0.05, ge=0, description="relative floor, of the baseline mean")
-    abs: float = Field(0.0, ge=0, description="absolute floor, in the metric's unit")
+    rel: float = Field(
+        0.05, ge=0, allow_inf_nan=False, description="relative floor, of the baseline mean"
+    )
+    abs: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="absolute floor, in the metric's unit"
+    )
+
+
+Load = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 DEFAULT_METRICS: dict[str, Tolerance] = {
@@ -71,12 +85,12 @@ class EntrySpec(Record):
     sweep: str | None = Field(None, description="or a sweep file: one entry per configuration")
     name: str | None = Field(None, description="entry name (default: the scenario's)")
     set: dict[str, Any] = Field({}, description="overrides")
-    loads: list[float] = Field([1.0], min_length=1, description="load multipliers")
+    loads: list[Load] = Field([1.0], min_length=1, description="load multipliers (> 0)")
 
 
 class SuiteSpec(Record):
     name: str = ""
-    seeds: list[int] = Field([0, 1, 2], min_length=1)
+    seeds: list[Seed] = Field([0, 1, 2], min_length=1)
     metrics: dict[str, Tolerance] = Field(default_factory=lambda: dict(DEFAULT_METRICS))
     entries: list[EntrySpec] = Field(min_length=1)
 
@@ -109,16 +123,33 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     p = Path(path)
     spec = load_record(SuiteSpec, p)
     for m in spec.metrics:
-        if m not in NUMERIC:
+        if m not in OUTCOMES:
             raise InputError(
-                f"metrics.{m}: not a numeric summary metric; choose from {', '.join(NUMERIC)}",
+                f"metrics.{_shown(m)}: not an outcome metric; choose from {', '.join(OUTCOMES)}",
                 where=str(p),
             )
+    if extra and "seed" in extra:
+        raise InputError(
+            "a suite runs every entry with each of its `seeds:`; the seed is not an "
+            "override (change the suite's seeds and make a new baseline)",
+            where=f"--set seed={_shown(str(extra['seed']))}",
+        )
+    if len(set(spec.seeds)) < len(spec.seeds):
+        raise InputError("seeds: a seed is listed twice", where=str(p))
     entries: list[Entry] = []
+    runs = 0
     for i, e in enumerate(spec.entries):
         where = f"{p}: entries[{i}]"
         if (e.scenario is None) == (e.sweep is None):
             raise InputError("give scenario or sweep (one of them)", where=where)
+        if "seed" in e.set:
+            raise InputError(
+                "set.seed: a suite runs every entry with each of its `seeds:`, not a seed of "
+                "its own",
+                where=where,
+            )
+        if len(set(e.loads)) < len(e.loads):
+            raise InputError("loads: a load point is listed twice", where=where)
         configs: list[tuple[str, dict[str, Any], str]] = []
         if e.scenario is not None:
             sp = (p.parent / e.scenario).resolve()
@@ -131,6 +162,13 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
                 configs.append(
                     (sw.runs[0].base, {**fixed, **cfg, **e.set}, f"{e.name or sw.name}[{label}]")
                 )
+        runs += len(configs) * len(e.loads) * len(spec.seeds)
+        if runs > MAX_RUNS:  # counted before any scenario of the entry is loaded
+            raise InputError(
+                f"{runs:,} runs or more (entries x load points x seeds); kvsim runs at "
+                f"most {MAX_RUNS:,} per suite",
+                where=where,
+            )
         for spath, overrides, label in configs:
             merged = {**overrides, **(extra or {})}
             sc = api.load(spath, merged)
@@ -151,6 +189,12 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     return Suite(spec.name or p.stem, p, list(spec.seeds), dict(spec.metrics), entries)
 
 
+def _shown(text: str, limit: int = 80) -> str:
+    """User text safe to echo on one line: control characters escaped, length bounded."""
+    out = json.dumps(text)[1:-1]
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 def _portable(d: dict[str, Any], root: Path) -> dict[str, Any]:
     """A resolved scenario with its file paths relative to ``root`` (the suite's folder),
     so that a checkout elsewhere hashes the same scenario to the same digest."""
@@ -168,9 +212,17 @@ def _digest(obj: Any) -> str:
 
 
 def measure(
-    suite: Suite, *, workers: int = 1, log: Callable[[str], None] = lambda _m: None
+    suite: Suite,
+    *,
+    workers: int = 1,
+    log: Callable[[str], None] = lambda _m: None,
+    require_finite: bool = False,
 ) -> dict[str, Any]:
-    """Run every entry at every load with every seed; return the baseline document."""
+    """Run every entry at every load with every seed; return the baseline document.
+
+    A metric with no value (NaN: no measured request, e.g. every request dropped) is kept
+    as NaN, which fails :func:`compare`; with ``require_finite`` (``kvsim baseline``) it is
+    an InputError instead, so that a baseline never records NaN."""
     from kvsim import api
 
     specs: list[RunSpec] = []
@@ -184,20 +236,41 @@ def measure(
                 where.append((ei, li))
     log(f"{len(specs)} runs: {len(suite.entries)} entries x loads x {len(suite.seeds)} seeds")
     values: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for row in execute(specs, workers, None):
-        if row["status"] != "ok":
-            e = suite.entries[where[row["run"]][0]]
-            raise InputError(f"entry {e.id!r}: {row['error']}")
-        values.setdefault(where[row["run"]], []).append(row)
+    rows = execute(specs, workers, None)
+    with contextlib.closing(rows):
+        for row in rows:
+            ei, li = where[row["run"]]
+            e = suite.entries[ei]
+            if row["status"] != "ok":
+                raise InputError(
+                    f"entry {e.id!r} @ {e.loads[li]:g}x load: {row['error']}",
+                    where=str(suite.path),
+                )
+            for m in suite.metrics:
+                v = _number(row.get(m))
+                if not row.get("requests"):  # a metric over no measured request has no value
+                    v = math.nan
+                if require_finite and not math.isfinite(v):
+                    raise InputError(
+                        f"entry {e.id!r} @ {e.loads[li]:g}x load, seed {row['seed']}: {m} has "
+                        f"no value ({_why(row)}); a baseline never records NaN: change the "
+                        "entry (load, warm-up, time limit) so that requests are measured",
+                        where=str(suite.path),
+                    )
+                row[m] = v
+            values.setdefault((ei, li), []).append(row)
     doc_entries = []
     for ei, e in enumerate(suite.entries):
         points = []
         for li, load in enumerate(e.loads):
-            rows = sorted(values[(ei, li)], key=lambda r: r["seed"])
+            rows_here = sorted(values[(ei, li)], key=lambda r: r["seed"])
             metrics = {}
             for m in suite.metrics:
-                vals = [float(r[m]) for r in rows]
-                mean, half = mean_ci95(vals)
+                vals = [float(r[m]) for r in rows_here]
+                if all(math.isfinite(v) for v in vals):
+                    mean, half = mean_ci95(vals)
+                else:
+                    mean = half = math.nan
                 metrics[m] = {"mean": mean, "lo": mean - half, "hi": mean + half, "values": vals}
             points.append({"load": load, "metrics": metrics})
         doc_entries.append(
@@ -219,33 +292,193 @@ def measure(
     }
 
 
-def write_baseline(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    final = out / BASELINE
-    tmp = out / f".{BASELINE}.tmp-{os.getpid()}"
+def _number(value: Any) -> float:
+    """A summary value as a float; NaN for a missing or non-numeric one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
     try:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _why(row: dict[str, Any]) -> str:
+    if not row.get("requests"):
+        return "no measured request: all dropped, unfinished or in the warm-up"
+    return "NaN or infinite"
+
+
+def write_baseline(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+    """baseline.json as the folder ``out_dir``, all or nothing (kvsim.results.writers:
+    staged beside it, swapped in when complete); NaN is refused here too."""
+    from kvsim.results.writers import BASELINE_FILES, write_folder
+
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"  # ValueError: a kvsim bug
+    (final,) = write_folder(
+        out_dir,
+        {BASELINE: lambda p: p.write_text(text, encoding="utf-8")},
+        flag="--out",
+        owned=BASELINE_FILES,
+    )
     return final
 
 
-def read_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
+def baseline_path(path: str | os.PathLike[str]) -> Path:
+    """The baseline file of ``--baseline``: the folder's baseline.json, or the file."""
     p = Path(path)
-    f = p / BASELINE if p.is_dir() else p
+    return p / BASELINE if p.is_dir() else p
+
+
+def read_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A baseline document, checked field by field (InputError naming the file and the
+    field), so that ``kvsim check`` refuses a damaged one before running anything."""
+    p = Path(path)
+    f = baseline_path(p)
+    if not os.path.lexists(f):
+        raise InputError("no baseline.json here (make one with `kvsim baseline`)", where=str(p))
+    text = read_text(f, what="baseline", max_bytes=MAX_TABLE_BYTES)
     try:
-        doc = json.loads(f.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(
-            "no baseline.json here (make one with `kvsim baseline`)", where=str(p)
-        ) from None
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"not a baseline: {e.msg} at line {e.lineno}", where=str(f)) from None
-    if not isinstance(doc, dict) or "entries" not in doc:
-        raise InputError("not a kvsim baseline", where=str(f))
+        raise InputError(f"not a baseline: {e.msg}", where=f"{f}:{e.lineno}") from None
+    except (ValueError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise InputError(f"not a baseline: {_shown(reason)}", where=str(f)) from None
+    check_baseline_doc(doc, str(f))
     return doc
+
+
+def check_baseline_doc(doc: Any, where: str) -> None:
+    """Every field :func:`compare` reads, with its type; finite numbers only."""
+
+    def bad(field: str, what: str) -> None:
+        raise InputError(f"{field}: {what}" if field else what, where=where)
+
+    def kind(v: Any) -> str:
+        names = {"str": "text", "dict": "an object", "list": "a list", "bool": "true/false"}
+        return "null" if v is None else names.get(type(v).__name__, type(v).__name__)
+
+    def need(obj: Any, key: str, typ: type | tuple[type, ...], field: str) -> Any:
+        if not isinstance(obj, dict) or key not in obj:
+            bad(field, "missing")
+        v = obj[key]
+        if isinstance(v, bool) or not isinstance(v, typ):
+            names: dict[type, str] = {str: "text", list: "a list", dict: "an object"}
+            want = names.get(typ, "a number") if isinstance(typ, type) else "a number"
+            bad(field, f"expected {want}, got {kind(v)}")
+        return v
+
+    def finite(v: Any, field: str, positive: bool = False) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            bad(field, f"expected a number, got {kind(v)}")
+        try:
+            x = float(v)
+        except OverflowError:
+            x = math.inf
+        if not math.isfinite(x):
+            bad(field, "not a finite number (a baseline never records NaN or infinity)")
+        if positive and x <= 0:
+            bad(field, f"must be > 0, got {x:g}")
+        return x
+
+    if not isinstance(doc, dict):
+        bad("", f"not a kvsim baseline (expected a JSON object, got {kind(doc)})")
+    if "entries" not in doc:
+        bad("", "not a kvsim baseline (no entries)")
+    need(doc, "kvsim_version", str, "kvsim_version")
+    seeds = need(doc, "seeds", list, "seeds")
+    for i, s in enumerate(seeds):
+        if isinstance(s, bool) or not isinstance(s, int):
+            bad(f"seeds[{i}]", f"expected an integer, got {kind(s)}")
+    entries = need(doc, "entries", list, "entries")
+    if not entries:
+        bad("entries", "empty")
+    for i, e in enumerate(entries):
+        fe = f"entries[{i}]"
+        if not isinstance(e, dict):
+            bad(fe, f"expected an object, got {kind(e)}")
+        for key in ("id", "scenario", "hash"):
+            need(e, key, str, f"{fe}.{key}")
+        points = need(e, "points", list, f"{fe}.points")
+        for j, pt in enumerate(points):
+            fp = f"{fe}.points[{j}]"
+            if not isinstance(pt, dict):
+                bad(fp, f"expected an object, got {kind(pt)}")
+            finite(need(pt, "load", (int, float), f"{fp}.load"), f"{fp}.load", positive=True)
+            metrics = need(pt, "metrics", dict, f"{fp}.metrics")
+            for m, stats in metrics.items():
+                fm = f"{fp}.metrics.{_shown(m)}"
+                if not isinstance(stats, dict):
+                    bad(fm, f"expected an object, got {kind(stats)}")
+                lo, mean, hi = (
+                    finite(need(stats, k, (int, float), f"{fm}.{k}"), f"{fm}.{k}")
+                    for k in ("lo", "mean", "hi")
+                )
+                if not lo <= mean <= hi:
+                    bad(fm, f"expected lo <= mean <= hi, got {lo:g}, {mean:g}, {hi:g}")
+                if "values" in stats:
+                    vals = need(stats, "values", list, f"{fm}.values")
+                    for k, v in enumerate(vals):
+                        finite(v, f"{fm}.values[{k}]")
+
+
+def check_baseline(
+    suite: Suite, baseline: dict[str, Any], *, strict: bool = False, where: str = "--baseline"
+) -> list[str]:
+    """Match the suite to a (checked) baseline before anything runs: the same seeds, every
+    entry, scenario, load point and metric present. InputError on a mismatch; returns
+    notes (a scenario whose hash changed, another kvsim version)."""
+    notes = []
+    if baseline.get("seeds") != list(suite.seeds):
+        raise InputError(
+            f"the baseline used seeds {_shown(str(baseline.get('seeds')))}, the suite "
+            f"{suite.seeds}; make a new baseline",
+            where=where,
+        )
+    if baseline.get("kvsim_version") != __version__:
+        notes.append(
+            f"baseline made by kvsim {_shown(str(baseline.get('kvsim_version')))}, "
+            f"this is {__version__}"
+        )
+    base_entries = {e["id"]: e for e in baseline["entries"]}
+    for e in suite.entries:
+        b = base_entries.get(e.id)
+        if b is None:
+            raise InputError(
+                f"entry {e.id!r} is not in the baseline (its entries: "
+                f"{_shown(', '.join(base_entries), 200)}); was it made from another suite?",
+                where=where,
+            )
+        if b["scenario"] != e.scenario:
+            raise InputError(
+                f"entry {e.id!r}: the baseline was made from scenario "
+                f"{_shown(b['scenario'])!r}, the suite runs {e.scenario!r}",
+                where=where,
+            )
+        if b["hash"] != e.digest:
+            msg = (
+                f"entry {e.id!r}: scenario {e.scenario!r} differs from the "
+                f"baseline's (hash {_shown(b['hash'])} -> {e.digest})"
+            )
+            if strict:
+                raise InputError(msg, where=where)
+            notes.append(msg)
+        bpoints = {float(p["load"]): p for p in b["points"]}
+        for load in e.loads:
+            bp = bpoints.get(float(load))
+            if bp is None:
+                raise InputError(
+                    f"entry {e.id!r}: the baseline has no {load:g}x load "
+                    f"point (it has {_shown(str(sorted(bpoints)), 120)})",
+                    where=where,
+                )
+            for m in suite.metrics:
+                if m not in bp["metrics"]:
+                    raise InputError(
+                        f"entry {e.id!r} @ {load:g}x load: the baseline has no metric {m!r}",
+                        where=where,
+                    )
+    return notes
 
 
 @dataclass
@@ -260,13 +493,20 @@ class Comparison:
     tolerance: float
 
     @property
+    def missing(self) -> bool:
+        """The new run gave this metric no value (NaN: e.g. every request was dropped)."""
+        return not all(math.isfinite(self.new[k]) for k in ("mean", "lo", "hi"))
+
+    @property
     def gap(self) -> float:
-        """Distance between the two intervals (0 when they overlap)."""
+        """Distance between the two intervals (0 when they overlap; inf with no value)."""
+        if self.missing:
+            return math.inf
         return max(self.new["lo"] - self.base["hi"], self.base["lo"] - self.new["hi"], 0.0)
 
     @property
     def failed(self) -> bool:
-        return self.gap > self.tolerance
+        return self.missing or not self.gap <= self.tolerance
 
     @property
     def change(self) -> float:
@@ -275,12 +515,20 @@ class Comparison:
             (self.new["mean"] - b) / abs(b) if b else (0.0 if self.new["mean"] == b else math.inf)
         )
 
+    def change_text(self) -> str:
+        return "no value" if self.missing else f"{self.change:+.1%}"
+
     def line(self) -> str:
         """One line a person can act on."""
         unit = " s" if self.metric.endswith("_s") else ""
+        head = f"{self.entry} @ {self.load:g}x load: {self.metric} {self.base['mean']:.4g}{unit}"
+        if self.missing:
+            return (
+                f"{head} -> no value (NaN: no measured request, e.g. every request dropped "
+                f"or unfinished); baseline 95% CI [{self.base['lo']:.4g}, {self.base['hi']:.4g}]"
+            )
         return (
-            f"{self.entry} @ {self.load:g}x load: {self.metric} {self.base['mean']:.4g}{unit}"
-            f" -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}); baseline 95% CI "
+            f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}); baseline 95% CI "
             f"[{self.base['lo']:.4g}, {self.base['hi']:.4g}], new [{self.new['lo']:.4g}, "
             f"{self.new['hi']:.4g}], gap {self.gap:.3g} > tolerance {self.tolerance:.3g}"
         )
@@ -299,54 +547,24 @@ class CheckResult:
 def compare(
     suite: Suite, baseline: dict[str, Any], new: dict[str, Any], *, strict: bool = False
 ) -> CheckResult:
-    """Match the suite's entries to the baseline's and compare every metric."""
-    notes = []
-    base_entries = {e["id"]: e for e in baseline["entries"]}
+    """Match the suite's entries to the baseline's and compare every metric. A metric the
+    new runs gave no value (NaN) fails, whatever the tolerance."""
+    check_baseline_doc(baseline, "--baseline")
+    notes = check_baseline(suite, baseline, strict=strict)
     if baseline.get("seeds") != new["seeds"]:
         raise InputError(
             f"the baseline used seeds {baseline.get('seeds')}, the suite "
             f"{new['seeds']}; make a new baseline",
             where="--baseline",
         )
-    if baseline.get("kvsim_version") != __version__:
-        notes.append(
-            f"baseline made by kvsim {baseline.get('kvsim_version')}, this is {__version__}"
-        )
+    base_entries = {e["id"]: e for e in baseline["entries"]}
     comparisons = []
     for e in new["entries"]:
-        b = base_entries.get(e["id"])
-        if b is None:
-            raise InputError(
-                f"entry {e['id']!r} is not in the baseline (its entries: "
-                f"{', '.join(base_entries)}); was it made from another suite?",
-                where="--baseline",
-            )
-        if b["scenario"] != e["scenario"]:
-            raise InputError(
-                f"entry {e['id']!r}: the baseline was made from scenario "
-                f"{b['scenario']!r}, the suite runs {e['scenario']!r}",
-                where="--baseline",
-            )
-        if b["hash"] != e["hash"]:
-            msg = (
-                f"entry {e['id']!r}: scenario {e['scenario']!r} differs from the "
-                f"baseline's (hash {b['hash']} -> {e['hash']})"
-            )
-            if strict:
-                raise InputError(msg, where="--baseline")
-            notes.append(msg)
-        bpoints = {p["load"]: p for p in b["points"]}
+        b = base_entries[e["id"]]
+        bpoints = {float(p["load"]): p for p in b["points"]}
         for p in e["points"]:
-            bp = bpoints.get(p["load"])
-            if bp is None:
-                raise InputError(
-                    f"entry {e['id']!r}: the baseline has no {p['load']:g}x load "
-                    f"point (it has {sorted(bpoints)})",
-                    where="--baseline",
-                )
+            bp = bpoints[float(p["load"])]
             for m, tol in suite.metrics.items():
-                if m not in bp["metrics"]:
-                    raise InputError(f"the baseline has no metric {m!r}", where="--baseline")
                 base = bp["metrics"][m]
                 tolerance = max(tol.rel * abs(base["mean"]), tol.abs)
                 comparisons.append(
@@ -369,7 +587,7 @@ def terminal_table(result: CheckResult, metrics: Sequence[str]) -> str:
         cells = [entry, f"{load:g}x"]
         for m in metrics:
             c = cs[m]
-            cells.append(f"{'FAIL' if c.failed else 'ok'} {c.change:+.1%}")
+            cells.append(f"{'FAIL' if c.failed else 'ok'} {c.change_text()}")
         body.append(cells)
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in [head, *body]]
@@ -398,7 +616,7 @@ def markdown_report(result: CheckResult, suite: Suite) -> str:
     for c in result.comparisons:
         lines.append(
             f"| {c.entry} | {c.load:g}x | {c.metric} | {c.base['mean']:.4g} | "
-            f"{c.new['mean']:.4g} | {c.change:+.1%} | {c.gap:.3g} | "
+            f"{c.new['mean']:.4g} | {c.change_text()} | {c.gap:.3g} | "
             f"{c.tolerance:.3g} | {'FAIL' if c.failed else 'ok'} |"
         )
     return "\n".join(lines) + "\n"
@@ -435,10 +653,15 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
 
 
 def write_reports(result: CheckResult, suite: Suite, out_dir: str | os.PathLike[str]) -> list[Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / "kvsim-check.md"
-    xml = out / "kvsim-check.xml"
-    md.write_text(markdown_report(result, suite), encoding="utf-8")
-    xml.write_text(junit_report(result, suite), encoding="utf-8")
-    return [md, xml]
+    from kvsim.results.writers import REPORT_FILES, write_folder
+
+    md, xml = markdown_report(result, suite), junit_report(result, suite)
+    return write_folder(
+        out_dir,
+        {
+            "kvsim-check.md": lambda p: p.write_text(md, encoding="utf-8"),
+            "kvsim-check.xml": lambda p: p.write_text(xml, encoding="utf-8"),
+        },
+        flag="--report",
+        owned=REPORT_FILES,
+    )

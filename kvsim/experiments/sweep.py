@@ -20,20 +20,37 @@ resumes without duplicates. At the end ``results.parquet`` and ``results.csv`` h
 row per run, in expansion order: the swept values, the seed, ``status`` and ``error``,
 and every scalar summary metric. A failing run is recorded with its error and does not
 stop the others. Runs execute on local worker processes, or on a Dask cluster given its
-scheduler address; each run is deterministic, so the rows do not depend on either.
+scheduler address (``tcp://HOST:PORT``); each run is deterministic, so the rows do not
+depend on either.
+
+What is refused before any run (exit 2): a key that is not a scenario field path, ``seed``
+as a key (a sweep's seeds are ``seeds:`` or ``replications:``), a value listed twice, more
+than :data:`MAX_RUNS` runs (counted, not expanded), a malformed or unreachable scheduler
+address, a damaged journal line (named by file and line). A journal's torn last line (an
+interrupted write) is cut off before new rows are appended. Nothing is written before the
+first run finishes; the two tables are written whole, then renamed. SIGTERM stops a sweep
+like Ctrl-C, and worker processes exit when the sweep's process is gone, even after
+SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import itertools
 import json
+import math
 import os
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import signal
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
 from pydantic import Field
@@ -42,9 +59,16 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import PosInt, Record
 from kvsim.errors import InputError
+from kvsim.files import check_regular
 
 RESULTS = "results.parquet"
+TABLES = (RESULTS, "results.csv")
 JOURNAL = "runs.jsonl"
+MAX_RUNS = 100_000  # a sweep of more runs is refused before it is expanded
+MAX_JOURNAL_LINE = 1 << 20  # bytes; a journal row is a few kB
+# columns every row has; a swept field may not take one of these names
+RESERVED = ("run", "run_id", "seed", "status", "error")
+Seed = Annotated[int, Field(ge=0, strict=True)]
 
 
 class SweepSpec(Record):
@@ -55,7 +79,7 @@ class SweepSpec(Record):
     grid: dict[str, list[Any]] = Field({}, description="field path -> values; all combinations")
     zip: dict[str, list[Any]] = Field({}, description="field path -> values; advanced together")
     set: dict[str, Any] = Field({}, description="overrides applied to every run")
-    seeds: list[int] | None = Field(None, description="seeds of every configuration")
+    seeds: list[Seed] | None = Field(None, min_length=1, description="seeds of every configuration")
     replications: PosInt | None = Field(None, description="or: seeds base, base+1, ...")
 
 
@@ -92,53 +116,124 @@ class Sweep:
 
 
 def load_sweep(path: str | os.PathLike[str]) -> Sweep:
-    """Read and expand a sweep file (InputError on a malformed one)."""
+    """Read and expand a sweep file (InputError on a malformed one).
+
+    Everything that does not depend on a run is checked before any run exists: the keys
+    (scenario fields, not ``seed`` or a result column), the values (no empty list, no value
+    twice), and the number of runs (at most :data:`MAX_RUNS`, counted before expanding)."""
     from kvsim.api import load
 
     p = Path(path)
+    where = str(p)
     spec = load_record(SweepSpec, p)
     lengths = {len(v) for v in spec.zip.values()}
     if len(lengths) > 1:
         raise InputError(
             "zip: every list needs the same length; lengths: "
             + ", ".join(f"{k}: {len(v)}" for k, v in spec.zip.items()),
-            where=str(p),
+            where=where,
         )
-    for key, values in {**spec.grid, **spec.zip}.items():
-        if not values:
-            raise InputError(
-                f"{key}: needs at least one value",
-                where=str(p),
-            )
+    for section, values_of in (("grid", spec.grid), ("zip", spec.zip)):
+        for key, values in values_of.items():
+            if not values:
+                raise InputError(f"{section}.{key}: needs at least one value", where=where)
+            if section == "grid":
+                _no_repeats(f"grid.{key}", values, where)
+    for section in ("grid", "zip", "set"):
+        for key in getattr(spec, section):
+            _check_key(section, key, where)
+    if spec.zip:
+        _no_repeats("zip", list(zip(*spec.zip.values(), strict=True)), where)
     overlap = (set(spec.grid) & set(spec.zip)) | ((set(spec.grid) | set(spec.zip)) & set(spec.set))
     if overlap:
         raise InputError(
             f"{sorted(overlap)[0]}: swept twice (grid, zip and set must not share fields)",
-            where=str(p),
+            where=where,
+        )
+    keys = sorted({*spec.grid, *spec.zip, *spec.set})
+    for a, b in itertools.pairwise(keys):
+        if b.startswith(a + "."):  # sorted: a field and one inside it are neighbours
+            raise InputError(
+                f"{b}: set twice ({a} already sets the whole of {a}; give one of them)",
+                where=where,
+            )
+    if spec.seeds is not None and spec.replications is not None:
+        raise InputError("give seeds or replications, not both", where=where)
+    if spec.seeds is not None:
+        _no_repeats("seeds", spec.seeds, where)
+    n_seeds = len(spec.seeds) if spec.seeds is not None else (spec.replications or 1)
+    n_zip = len(next(iter(spec.zip.values()))) if spec.zip else 1
+    count = math.prod(len(v) for v in spec.grid.values()) * n_zip * n_seeds
+    if count > MAX_RUNS:
+        sizes = " x ".join(
+            [f"{len(v)} {k}" for k, v in spec.grid.items()]
+            + ([f"{n_zip} zip rows"] if spec.zip else [])
+            + [f"{n_seeds} seeds"]
+        )
+        raise InputError(
+            f"{count:,} runs ({sizes}); kvsim runs at most {MAX_RUNS:,} per sweep: "
+            "split it into several sweep files",
+            where=where,
         )
     base = (p.parent / spec.base).resolve()
-    if not base.is_file():
+    try:
+        check_regular(base, what="scenario")
+    except InputError as e:
         raise InputError(
-            f"base: scenario {spec.base!r} not found (looked for {base})",
-            where=str(p),
-        )
+            f"base: scenario {spec.base!r}: {e.reason} (looked for {base})", where=where
+        ) from None
     sc = load(base)  # the base itself must be valid; a bad swept value fails only its run
     base_hash = _digest(scenario_to_dict(sc))
-    if spec.seeds is not None and spec.replications is not None:
-        raise InputError("give seeds or replications, not both", where=str(p))
-    seeds = spec.seeds or [sc.seed + i for i in range(spec.replications or 1)]
+    seeds = spec.seeds or [sc.seed + i for i in range(n_seeds)]
     grid_keys = list(spec.grid)
     zip_keys = list(spec.zip)
     zip_rows = list(zip(*spec.zip.values(), strict=True)) if zip_keys else [()]
-    runs = []
+    runs: list[RunSpec] = []
+    fixed = tuple(spec.set.items())
     combos = itertools.product(itertools.product(*spec.grid.values()), zip_rows)
     for g, z in combos:
         params = tuple(zip(grid_keys, g, strict=True)) + tuple(zip(zip_keys, z, strict=True))
         for seed in seeds:
-            fixed = tuple(spec.set.items())
             run_id = _digest({"base": base_hash, "set": fixed, "params": params, "seed": seed})
             runs.append(RunSpec(len(runs), run_id, str(base), params, fixed, seed))
     return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs)
+
+
+def _check_key(section: str, key: str, where: str) -> None:
+    """A swept or set key must be a scenario field path (and not ``seed``: the seeds of a
+    sweep are its ``seeds`` or ``replications``, which every run's row records)."""
+    from kvsim.config.schema import Scenario
+
+    parts = key.split(".")
+    shown = json.dumps(key)[1:-1][:80]  # control characters escaped, length bounded
+    if key == "seed":
+        raise InputError(
+            f"{section}.seed: a sweep sets its seeds with `seeds: [...]` or "
+            "`replications: N` (every configuration runs with each seed), not as a field",
+            where=where,
+        )
+    if not all(part.strip() for part in parts):
+        raise InputError(f"{section}.{shown}: empty field name in the path", where=where)
+    if any(part != part.strip() for part in parts):
+        raise InputError(f"{section}.{shown}: spaces around a field name", where=where)
+    if parts[0] not in Scenario.model_fields or parts[0] == "source":
+        raise InputError(
+            f"{section}.{shown}: not a scenario field (top-level fields: "
+            f"{', '.join(f for f in Scenario.model_fields if f not in ('seed', 'source'))})",
+            where=where,
+        )
+
+
+def _no_repeats(what: str, values: list[Any], where: str) -> None:
+    seen: set[str] = set()
+    for v in values:
+        k = json.dumps(v, sort_keys=True, default=str)
+        if k in seen:
+            raise InputError(
+                f"{what}: {k[:80]} is listed twice (each run would be the same run)",
+                where=where,
+            )
+        seen.add(k)
 
 
 def _digest(obj: Any) -> str:
@@ -183,78 +278,301 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     return row
 
 
+def _failed_row(spec: RunSpec, error: str) -> dict[str, Any]:
+    """The row of a run that could not report its own failure."""
+    row: dict[str, Any] = {"run": spec.index, "run_id": spec.run_id, **dict(spec.params)}
+    row.update(seed=spec.seed, status="error", error=error)
+    return row
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """User text safe to echo on one line: control characters escaped, length bounded."""
+    out = json.dumps(text)[1:-1]
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 def read_journal(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Rows already finished, by run id (a torn last line from an interrupt is ignored)."""
+    """Rows already finished, by run id.
+
+    A last line without its newline is a write torn by an interrupt: it is left out here
+    (and :func:`repair_journal` cuts it off before new rows are appended). Any other line
+    that is not a JSON object with a ``run_id`` is damage a person must look at: an
+    InputError naming the file and line."""
     path = out_dir / JOURNAL
     done: dict[str, dict[str, Any]] = {}
-    if not path.exists():
+    if not os.path.lexists(path):
         return done
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done[row["run_id"]] = row
+    check_regular(path, what="sweep journal")
+    try:
+        with path.open("rb") as fh:
+            lineno = 0
+            while True:
+                raw = fh.readline(MAX_JOURNAL_LINE + 1)
+                if not raw:
+                    break
+                lineno += 1
+                where = f"{path}:{lineno}"
+                if len(raw) > MAX_JOURNAL_LINE:
+                    raise InputError(f"a journal line over {MAX_JOURNAL_LINE:,} bytes", where=where)
+                torn = not raw.endswith(b"\n")
+                row = _journal_row(raw, where, torn=torn)
+                if row is not None:
+                    done[row["run_id"]] = row
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", where=str(path)) from None
     return done
 
 
-def execute(todo: list[RunSpec], workers: int, scheduler: str | None) -> Iterator[dict[str, Any]]:
-    """Rows as runs complete, on local processes or a Dask cluster."""
-    if scheduler:
+def _journal_row(raw: bytes, where: str, *, torn: bool) -> dict[str, Any] | None:
+    """One journal line as a row; None for a blank line or a torn (unterminated) tail."""
+    try:
+        text = raw.decode("utf-8-sig")  # a BOM (a journal saved by an editor) is dropped
+    except UnicodeDecodeError as e:
+        if torn:
+            return None
+        raise InputError(f"not UTF-8 text ({e.reason})", where=where) from None
+    if not text.strip():
+        return None
+    try:
+        row = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        if torn:
+            return None
+        reason = e.msg if isinstance(e, json.JSONDecodeError) else type(e).__name__
+        raise InputError(
+            f"not a JSON row ({reason}); a damaged sweep journal: delete this line to "
+            "re-run its run",
+            where=where,
+        ) from None
+    if not isinstance(row, dict):
+        if torn:
+            return None
+        raise InputError(
+            f"a journal row must be a JSON object, got {type(row).__name__}", where=where
+        )
+    for key in ("run_id", "status"):
+        if not isinstance(row.get(key), str):
+            if torn:
+                return None
+            raise InputError(f"a journal row needs a text {key!r}", where=where)
+    return row
+
+
+def repair_journal(path: Path) -> None:
+    """Make the journal end at a line boundary before rows are appended to it: a torn tail
+    (an interrupted write) is cut off, a complete last row missing its newline gets one."""
+    try:
+        with path.open("rb+") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return
+            # find the start of the last line
+            pos = size
+            start = 0
+            while pos > 0:
+                step = min(65536, pos)
+                pos -= step
+                fh.seek(pos)
+                chunk = fh.read(step)
+                i = chunk.rfind(b"\n")
+                if i >= 0:
+                    start = pos + i + 1
+                    break
+            fh.seek(start)
+            tail = fh.read()
+            if _journal_row(tail, str(path), torn=True) is not None:
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
+            else:
+                fh.truncate(start)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", where=str(path)) from None
+
+
+def parse_scheduler(address: str) -> tuple[str, int]:
+    """(host, port) of a Dask scheduler address ``tcp://HOST:PORT`` (or ``HOST:PORT``);
+    anything else is refused before any work (other protocols need settings kvsim does
+    not pass, and ``inproc://`` only reaches schedulers inside the same process)."""
+    from urllib.parse import urlsplit
+
+    shown = json.dumps(address)[1:-1][:120]
+    where = f"--scheduler {shown}"
+    usage = "expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786"
+    text = address.strip()
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        raise InputError(f"not an address; {usage}", where=where)
+    if "://" not in text:
+        text = "tcp://" + text
+    scheme = text.split("://", 1)[0].lower()
+    if scheme != "tcp":
+        raise InputError(f"the {scheme}:// protocol is not supported; {usage}", where=where)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as e:
+        raise InputError(f"bad port ({e}); {usage}", where=where) from None
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise InputError(f"not an address; {usage}", where=where)
+    if not parts.hostname:
+        raise InputError(f"no host; {usage}", where=where)
+    if port is None:
+        raise InputError(f"no port; {usage}", where=where)
+    if not 0 < port < 65536:
+        raise InputError(f"port {port} is out of range (1-65535); {usage}", where=where)
+    return parts.hostname, port
+
+
+def connect(scheduler: str) -> Any:
+    """A Dask client on a reachable scheduler, or InputError (before any output exists)."""
+    host, port = parse_scheduler(scheduler)
+    where = f"--scheduler {scheduler}"
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise InputError(
+            "Dask is not installed: pip install 'kvsim[cluster]'", where="--scheduler"
+        ) from None
+    import logging
+    import socket
+
+    # Dask logs a lost connection with tracebacks of its own; kvsim reports it in one line
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except (OSError, UnicodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise InputError(f"cannot reach the Dask scheduler: {reason}", where=where) from None
+    try:
+        return Client(
+            f"tcp://{host}:{port}" if ":" not in host else f"tcp://[{host}]:{port}", timeout="10s"
+        )
+    except (OSError, TimeoutError) as e:
+        raise InputError(f"cannot reach the Dask scheduler: {e}", where=where) from None
+
+
+def _watch_parent(parent: int) -> None:
+    """In a worker process: exit as soon as the process that started it is gone, so that
+    killing a sweep (even with SIGKILL) never leaves workers running on their own."""
+
+    ppid = os.getppid()  # the sweep itself, or a fork server it started
+
+    def watch() -> None:
+        while os.getppid() == ppid and (parent == ppid or _alive(parent)):
+            time.sleep(0.2)
+        os._exit(1)
+
+    # Ctrl-C reaches the whole process group: the parent handles it and ends the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in ("SIGTERM", "SIGHUP"):  # not the parent's handlers (a fork copies them)
+        if hasattr(signal, sig):
+            signal.signal(getattr(signal, sig), signal.SIG_DFL)
+    threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """Local worker processes that exit when the parent process does."""
+    return ProcessPoolExecutor(
+        max_workers=workers, initializer=_watch_parent, initargs=(os.getpid(),)
+    )
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (on an interrupt), rather than
+    waiting for their runs to finish."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C (KeyboardInterrupt) while the block runs, so that a
+    terminated sweep, capacity search, baseline or check stops its workers and keeps
+    what finished, exactly as on an interrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def execute(
+    todo: list[RunSpec], workers: int, scheduler: str | None = None, *, client: Any = None
+) -> Generator[dict[str, Any], None, None]:
+    """Rows as runs complete, on local processes or a Dask cluster (``client``, or one
+    connected to ``scheduler``). Closing the iterator early stops the workers."""
+    if client is None and scheduler:
+        client = connect(scheduler)
+    if client is not None:
+        from dask.distributed import KilledWorker, as_completed
+
+        spec_of: dict[Any, RunSpec] = {}
         try:
-            from dask.distributed import Client, as_completed
-        except ImportError:
-            raise InputError(
-                "Dask is not installed: pip install 'kvsim[cluster]'", where="--scheduler"
-            ) from None
-        _check_reachable(scheduler)
-        try:
-            client = Client(scheduler, timeout="10s")
-        except OSError as e:
-            raise InputError(
-                f"cannot reach the Dask scheduler: {e}", where=f"--scheduler {scheduler}"
-            ) from None
-        try:
-            futures = [
-                client.submit(run_one, s, pure=False, key=f"kvsim-{s.run_id}-{s.index}")
-                for s in todo
-            ]
+            futures = []
+            for s in todo:
+                fut = client.submit(run_one, s, pure=False, key=f"kvsim-{s.run_id}-{s.index}")
+                spec_of[fut.key] = s
+                futures.append(fut)
             for fut in as_completed(futures):
-                yield fut.result()
+                try:
+                    row = fut.result()
+                except KilledWorker as e:  # this run killed its workers (out of memory?)
+                    row = _failed_row(spec_of[fut.key], f"KilledWorker: {e}")
+                yield row
+        except (OSError, TimeoutError, CancelledError) as e:  # the cluster went away
+            raise InputError(
+                f"lost the Dask cluster ({_shown(str(e) or type(e).__name__, 160)}); the runs "
+                "that finished "
+                "are kept: run the same command again to resume",
+                where=f"--scheduler {_shown(scheduler or '(a Dask client)')}",
+            ) from None
         finally:
             client.close()
         return
-    if workers <= 1:
+    if workers <= 1 or len(todo) <= 1:
         for s in todo:
             yield run_one(s)
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending: set[Future] = {pool.submit(run_one, s) for s in todo}
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield fut.result()
-        finally:
-            for fut in pending:
-                fut.cancel()
-
-
-def _check_reachable(address: str) -> None:
-    """Fail fast (and clearly) when a tcp:// scheduler address refuses connections."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(address)
-    if parts.scheme != "tcp" or not parts.hostname or not parts.port:
-        return  # other protocols: let Dask judge
+    pool = worker_pool(min(workers, len(todo)))
+    finished = False
     try:
-        socket.create_connection((parts.hostname, parts.port), timeout=5).close()
-    except OSError as e:
-        raise InputError(
-            f"cannot reach the Dask scheduler: {e.strerror or e}", where=f"--scheduler {address}"
-        ) from None
+        pending: set[Future] = {pool.submit(run_one, s) for s in todo}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                try:
+                    row = fut.result()
+                except BrokenProcessPool:
+                    raise InputError(
+                        "a worker process was killed (out of memory? a signal?); the runs "
+                        "that finished are kept: run the same command again to resume",
+                        where=f"--workers {workers}",
+                    ) from None
+                yield row
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            stop_pool(pool)
 
 
 def run_sweep(
@@ -269,11 +587,18 @@ def run_sweep(
     """Run the sweep's missing runs, journal each as it finishes, write the results table.
 
     ``progress(done, total)`` is called after each run. On KeyboardInterrupt the table of
-    the runs finished so far is written before the interrupt propagates.
+    the runs finished so far is written before the interrupt propagates. Nothing is
+    created before the first run finishes (or unless the folder already holds a journal):
+    a sweep refused or interrupted at once leaves no folder and no empty files.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     done = read_journal(out)
+    journal_path = out / JOURNAL
+    if os.path.lexists(journal_path) and not os.access(
+        journal_path, os.W_OK
+    ):  # refused before any run, not after
+        raise InputError("cannot write: permission denied", where=str(journal_path))
+    client = connect(scheduler) if scheduler else None  # refused before anything is written
     wanted = {r.run_id for r in sweep.runs}
     todo = [
         r
@@ -281,51 +606,133 @@ def run_sweep(
         if r.run_id not in done or (retry_failed and done[r.run_id].get("status") != "ok")
     ]
     finished = len(sweep.runs) - len(todo)
-    if progress:
-        progress(finished, len(sweep.runs))
+    journal = None
+    rows = execute(todo, workers, scheduler, client=client)
     try:
-        with (out / JOURNAL).open("a", encoding="utf-8") as journal:
-            for row in execute(todo, workers, scheduler):
-                journal.write(json.dumps(row, default=str) + "\n")
-                journal.flush()
+        with contextlib.closing(rows):
+            if progress:
+                progress(finished, len(sweep.runs))
+            for row in rows:
+                if journal is None:
+                    journal = _open_journal(out)
+                try:
+                    journal.write(json.dumps(row, default=str) + "\n")
+                    journal.flush()
+                except OSError as e:
+                    raise InputError(
+                        f"cannot write: {e.strerror or e}", where=str(journal_path)
+                    ) from None
                 done[row["run_id"]] = row
                 finished += 1
                 if progress:
                     progress(finished, len(sweep.runs))
     finally:
-        table = results_table(sweep, [done[i] for i in wanted if i in done])
-        write_table(table, out)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        if journal is not None:
+            with contextlib.suppress(OSError):
+                journal.close()
+        ran = [done[i] for i in wanted if i in done]
+        table = results_table(sweep, ran)
+        if out.is_dir() and (ran or journal is not None):
+            write_table(table, out)
     return table
+
+
+def _open_journal(out: Path) -> Any:
+    """The journal, opened for appending at a line boundary (the folder made if needed)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _clean_stale_temps(out)
+        path = out / JOURNAL
+        if os.path.lexists(path):
+            check_regular(path, what="sweep journal")
+            repair_journal(path)
+        return path.open("a", encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", where=str(out)) from None
 
 
 def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows in expansion order; swept columns first, then the metrics."""
     df = pd.DataFrame(list(rows))
     if df.empty:
-        return pd.DataFrame(columns=["run", "run_id", *sweep.columns, "seed", "status", "error"])
+        return pd.DataFrame(
+            columns=list(
+                dict.fromkeys(["run", "run_id", *sweep.columns, "seed", "status", "error"])
+            )
+        )
     index = {r.run_id: r.index for r in sweep.runs}
     df["run"] = df["run_id"].map(index)
     df = df.sort_values("run", kind="stable").reset_index(drop=True)
-    first = ["run", "run_id", *sweep.columns, "seed", "status", "error"]
+    first = list(dict.fromkeys(["run", "run_id", *sweep.columns, "seed", "status", "error"]))
     rest = [c for c in df.columns if c not in first]
     df = df[[c for c in first if c in df.columns] + rest]
-    for col in sweep.columns:  # one type per column, or Parquet refuses it
-        values = df[col].dropna()
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            df[col] = df[col].map(lambda v: v if isinstance(v, str) else json.dumps(v))
+    for col in df.columns:  # one type per column, or Parquet refuses it
+        if col not in sweep.columns and df[col].dtype != object:
+            continue
+        kinds = {_kind(v) for v in df[col] if not _missing(v)}
+        numeric = kinds <= {"int", "float"}
+        if numeric or (col not in sweep.columns and len(kinds) == 1 and kinds <= {"str", "bool"}):
+            continue
+        df[col] = df[col].map(lambda v: v if isinstance(v, str) else json.dumps(v, default=str))
     return df
 
 
+def _kind(value: Any) -> str:
+    """The Parquet-relevant type of a table cell."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int" if -(2**63) <= value < 2**63 else "big"
+    if isinstance(value, float):
+        return "float"
+    return "str" if isinstance(value, str) else "other"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def write_table(df: pd.DataFrame, out: Path) -> None:
-    """results.parquet and results.csv, each written whole then renamed into place."""
-    for name, write in (
-        (RESULTS, lambda p: df.to_parquet(p, index=False)),
-        ("results.csv", lambda p: df.to_csv(p, index=False)),
-    ):
-        final = out / name
-        tmp = out / f".{name}.tmp-{os.getpid()}"
-        try:
-            write(tmp)
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+    """results.parquet and results.csv: both written whole beside the old ones, then renamed
+    into place one after the other, so a failed write leaves the old pair untouched (and
+    both are remade from the journal by the next run of the same command)."""
+    _clean_stale_temps(out)
+    writers = {
+        RESULTS: lambda p: df.to_parquet(p, index=False),
+        "results.csv": lambda p: df.to_csv(p, index=False),
+    }
+    temps = {name: out / f".{name}.tmp-{os.getpid()}" for name in TABLES}
+    try:
+        for name in TABLES:
+            writers[name](temps[name])
+        for name in TABLES:
+            os.replace(temps[name], out / name)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", where=str(out)) from None
+    finally:
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+
+def _clean_stale_temps(out: Path) -> None:
+    """Remove the temporary tables of sweeps that died before renaming them."""
+    for name in TABLES:
+        for tmp in out.glob(f".{name}.tmp-*"):
+            pid = tmp.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError as e:
+        return e.errno == errno.EPERM
+    return True

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from kvsim.errors import InputError
+from kvsim.files import check_regular, is_regular
 
 PROFILE_DIR = Path(__file__).parent
 DEFAULT_PROFILE = "b300-pcp8-glm5"
@@ -34,11 +35,14 @@ def profile_path(name: str, scenario_dir: Path | None = None) -> Path:
         p = Path(name)
         if not p.is_absolute() and scenario_dir is not None:
             p = scenario_dir / p
-        if not p.is_file():
-            raise InputError(f"profile file {name!r} not found (looked for {p})")
+        if not is_regular(p):  # missing, a folder, a device, a FIFO, a symlink loop
+            try:
+                check_regular(p)
+            except InputError as e:
+                raise InputError(f"profile file {name!r}: {e.reason} (looked for {p})") from None
         return p
     p = PROFILE_DIR / f"{name}.yaml"
-    if not p.is_file():
+    if "/" in name or "\\" in name or not is_regular(p):
         names = ", ".join(x["name"] for x in list_profiles())
         raise InputError(f"unknown profile {name!r}; shipped profiles: {names}")
     return p

@@ -256,39 +256,36 @@ def reproduce(
 
 
 def write(rep: Reproduction, out: str | Path) -> list[Path]:
-    """reproduction.csv, reproduction.md and a TTFT CDF plot per configuration."""
+    """reproduction.csv, reproduction.md and a TTFT CDF plot per configuration, written
+    as the folder ``out`` all or nothing."""
     import pandas as pd
 
     from kvsim.plots import ttft_cdf_plot
+    from kvsim.results.writers import REPRODUCTION_FILES, Writer, write_folder
 
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    plots = []
-    for name, res in rep.runs.items():
+    def cdf(name: str, res: Results) -> Writer:
         df = res.requests
-        path = out_dir / f"ttft_cdf_{name}.png"
-        ttft_cdf_plot(
+        return lambda p: ttft_cdf_plot(
             {name: df.loc[~df["warmup"], "ttft_s"]},
-            path,
+            p,
             f"{res.scenario.name}: TTFT CDF ({CONFIGS.get(name, 'micro stream')})",
         )
-        plots.append(path.name)
-        written.append(path)
-    overview = out_dir / "ttft_cdf_overview.png"
-    ttft_cdf_plot(
+
+    plots: dict[str, Writer] = {f"ttft_cdf_{n}.png": cdf(n, r) for n, r in rep.runs.items()}
+    overview = "ttft_cdf_overview.png"
+    plots[overview] = lambda p: ttft_cdf_plot(
         {
             n: rep.runs[n].requests.loc[~rep.runs[n].requests["warmup"], "ttft_s"]
             for n in ("no-remote", "remote-sync", "high-hit-sync", "sharded-async")
         },
-        overview,
+        p,
         "remote-KV-tier study: TTFT CDF per configuration",
     )
-    written.append(overview)
-    csv_path = out_dir / "reproduction.csv"
-    pd.DataFrame(rep.records(), columns=["figure", "paper", "kvsim", "unit", "ratio"]).to_csv(
-        csv_path, index=False
-    )
-    md_path = out_dir / "reproduction.md"
-    md_path.write_text(markdown(rep, [overview.name, *plots]), encoding="utf-8")
-    return [csv_path, md_path, *written]
+    table = pd.DataFrame(rep.records(), columns=["figure", "paper", "kvsim", "unit", "ratio"])
+    figures = [overview, *(n for n in plots if n != overview)]
+    files: dict[str, Writer] = {
+        "reproduction.csv": lambda p: table.to_csv(p, index=False),
+        "reproduction.md": lambda p: p.write_text(markdown(rep, figures), encoding="utf-8"),
+        **plots,
+    }
+    return write_folder(out, files, flag="--out", owned=REPRODUCTION_FILES)

@@ -1,14 +1,35 @@
-"""Writers: a run's summary and per-request table to a folder, all or nothing.
+"""Writing output folders and files, all or nothing.
 
-Every file is written under a temporary name and renamed into place only when all of them
-are written, so a folder never holds a half-written result that looks complete; a table
-left by an earlier run in the other format is removed, so the folder holds one run.
+Every command that writes a folder (``run --out``, ``capacity --out``, ``reproduce --out``,
+``baseline --out``, ``check --report``) goes through :func:`write_folder`: all files are
+written into a hidden staging folder beside the target (``.NAME.kvsim-PID.stage``), and
+only when every one of them is complete is the staging folder swapped into place in one
+step (``renameat2(RENAME_EXCHANGE)`` on Linux; elsewhere rename the old folder away,
+rename the new one in). So a folder never holds new files beside old ones, a crash or a
+full disk leaves the old folder as it was (or no folder at all), and the folder is created
+only when its results are complete. Single files (plots) go through :func:`write_file`:
+a hidden temporary file renamed into place.
+
+A kill (SIGKILL, power loss) can leave a staging folder or temporary file behind; every
+later write into the same folder removes those of processes that are no longer running.
+
+kvsim never deletes or moves files it did not write: a target folder that holds anything
+but the files this command writes (and their plots) is refused up front, as is the
+current folder or one of its ancestors (``--out .``), with the names of the foreign files.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import fnmatch
 import json
 import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -19,65 +40,324 @@ from kvsim.errors import InputError
 from kvsim.results.records import Results, json_ready
 
 Format = Literal["parquet", "csv"]
+Writer = Callable[[Path], object]
+
+_PLOT_EXT = ("png", "svg", "pdf")
+
+
+def _plots(*stems: str) -> tuple[str, ...]:
+    return tuple(f"{s}.{e}" for s in stems for e in _PLOT_EXT)
+
+
+#: The files each kind of folder holds (globs): what kvsim may replace in it.
+RUN_FILES = (
+    "summary.json",
+    "requests.parquet",
+    "requests.csv",
+    "scenario.yaml",
+    *_plots("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline"),
+)
+CAPACITY_FILES = ("capacity.csv", *_plots("capacity"))
+REPRODUCTION_FILES = ("reproduction.csv", "reproduction.md", *_plots("ttft_cdf_*"))
+BASELINE_FILES = ("baseline.json",)
+REPORT_FILES = ("kvsim-check.md", "kvsim-check.xml")
+
+# A leftover of an interrupted write: ours (.NAME.kvsim-PID.stage|old|tmp) or an older
+# kvsim's (.NAME.tmp-PID, .STEM.tmp-PID.EXT), NAME (STEM.EXT) the file it was to become.
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.kvsim-(?P<pid>\d+)\.(?:stage|old|tmp)$")
+_OLD_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)(?P<ext>\.[A-Za-z0-9]+)?$")
+
+
+def _where(flag: str, path: str | os.PathLike[str]) -> str:
+    return f"{flag} {path}" if flag else str(path)
 
 
 def check_writable(path: str | os.PathLike[str], *, folder: bool, flag: str) -> Path:
-    """Refuse, before any work is done, an output path that cannot be written: a folder
-    that is a file (or under one), a file that is a folder, or no permission."""
+    """Refuse, before any work is done, an output path that cannot be written: an empty
+    name, a folder that is a file (or under one), a file that is a folder, or no
+    permission."""
+    if str(path).strip() == "":
+        raise InputError(
+            "empty path: name a folder" if folder else "empty path: name a file",
+            where=f"{flag} ''" if flag else "''",
+        )
     p = Path(path)
+    if os.path.islink(p) and not os.path.exists(p):
+        raise InputError("is a dangling symlink or a symlink loop", where=_where(flag, path))
     if str(path).endswith(os.sep) and not folder:
-        raise InputError("expected a file name, got a folder", where=f"{flag} {path}")
-    if p.exists() and p.is_dir() != folder:
-        what = "not a folder" if folder else "a folder"
-        raise InputError(f"exists and is {what}", where=f"{flag} {path}")
-    parent = p if folder else p.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise InputError(f"{parent} is a file, not a folder", where=f"{flag} {path}")
+        raise InputError("expected a file name, got a folder", where=_where(flag, path))
+    try:
+        if p.exists() and p.is_dir() != folder:
+            what = "not a folder" if folder else "a folder"
+            raise InputError(f"exists and is {what}", where=_where(flag, path))
+        parent = p if folder else p.parent
+        while not parent.exists():
+            if parent == parent.parent:
+                break
+            parent = parent.parent
+        if not parent.is_dir():
+            raise InputError(f"{parent} is a file, not a folder", where=_where(flag, path))
+    except OSError as e:  # a symlink loop, a name too long
+        raise InputError(e.strerror or str(e), where=_where(flag, path)) from None
+    except ValueError as e:  # an embedded NUL byte
+        raise InputError(f"bad path ({e})", where=_where(flag, repr(str(path)))) from None
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"no permission to write in {parent}", where=f"{flag} {path}")
+        raise InputError(f"no permission to write in {parent}", where=_where(flag, path))
+    return p
+
+
+def _target(path: str | os.PathLike[str]) -> Path:
+    """The absolute folder a write replaces (a symlink to a folder: the folder)."""
+    p = Path(os.path.abspath(path))
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
+    return p
+
+
+def _owns(name: str, owned: Collection[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in owned)
+
+
+def _leftover(entry: str, owned: Collection[str] | None) -> re.Match[str] | None:
+    """The match of a leftover of an interrupted kvsim write (one of ours anywhere; an
+    older kvsim's ``.NAME.tmp-PID`` only of an ``owned`` name)."""
+    m = _LEFTOVER.match(entry)
+    if m is not None:
+        return m
+    m = _OLD_LEFTOVER.match(entry)
+    if m is None or owned is None:
+        return None
+    return m if _owns(m.group("name") + (m.group("ext") or ""), owned) else None
+
+
+def foreign_files(folder: Path, owned: Collection[str]) -> list[str]:
+    """Entries of ``folder`` that are neither one of ``owned`` (globs) nor a leftover of
+    an interrupted kvsim write of one: files kvsim did not write there."""
+    out = []
+    for entry in sorted(os.listdir(folder)):
+        full = folder / entry
+        if _leftover(entry, owned) is not None and not full.is_symlink():
+            continue
+        if full.is_dir() and not full.is_symlink():
+            out.append(entry + "/")
+        elif not _owns(entry, owned):
+            out.append(entry)
+    return out
+
+
+def check_out_folder(path: str | os.PathLike[str], *, flag: str, owned: Collection[str]) -> Path:
+    """Refuse, before any work, a folder kvsim cannot write or replace without losing
+    someone's files: what :func:`check_writable` refuses, the current folder (or one
+    holding it), and a folder holding anything but ``owned`` files."""
+    check_writable(path, folder=True, flag=flag)
+    target = _target(path)
+    cwd = Path(os.getcwd())
+    if target == cwd or target in cwd.parents:
+        raise InputError(
+            "is the current folder (or holds it); name a new folder for the results",
+            where=_where(flag, path),
+        )
+    anchor = target.parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not os.access(anchor, os.W_OK | os.X_OK):  # the staging folder goes there
+        raise InputError(
+            f"no permission to write in {anchor} (kvsim stages the folder beside it)",
+            where=_where(flag, path),
+        )
+    if target.is_dir():
+        try:
+            if os.stat(target).st_dev != os.stat(target.parent).st_dev:
+                raise InputError(
+                    "is a mount point, which kvsim cannot replace; name a folder inside it",
+                    where=_where(flag, path),
+                )
+            foreign = foreign_files(target, owned)
+        except OSError as e:
+            raise InputError(e.strerror or str(e), where=_where(flag, path)) from None
+        if foreign:
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            shown = ", ".join(foreign[:5]) + more
+            raise InputError(
+                f"holds files kvsim did not write ({shown}); kvsim replaces the whole "
+                "folder, so name a new or empty one",
+                where=_where(flag, path),
+            )
+    return target
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def clean_leftovers(
+    folder: str | os.PathLike[str], owned: Collection[str] | None = None
+) -> list[str]:
+    """Remove what interrupted kvsim writes of processes no longer running left in
+    ``folder`` (staging folders, temporary files; an older kvsim's temporary files only
+    of ``owned`` names); return the names removed."""
+    removed: list[str] = []
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _leftover(entry, owned)
+        if m is None or _alive(int(m.group("pid"))):
+            continue
+        full = os.path.join(folder, entry)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+            removed.append(entry)
+        except OSError:
+            pass
+    return removed
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False  # a kernel or file system without it
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def write_folder(
+    path: str | os.PathLike[str],
+    writers: Mapping[str, Writer],
+    *,
+    flag: str = "--out",
+    owned: Collection[str] = (),
+) -> list[Path]:
+    """Write ``writers`` (file name -> function writing that file at the path it is
+    given, in order) as the folder ``path``, all or nothing; return the final paths.
+
+    An existing folder is replaced as a whole, only if it holds nothing but ``owned``
+    files (and ``writers``' names); otherwise, and on any write error, nothing changes
+    and :class:`InputError` names ``flag``.
+    """
+    owned = (*owned, *writers)
+    target = check_out_folder(path, flag=flag, owned=owned)
+    anchor = target.parent
+    while not anchor.exists():
+        anchor = anchor.parent
+    clean_leftovers(anchor)
+    if target.is_dir():
+        clean_leftovers(target, owned)
+    pid = os.getpid()
+    stage = anchor / f".{target.name[:80]}.kvsim-{pid}.stage"  # fits NAME_MAX
+    created: list[Path] = []
+    retired: Path | None = None  # the old folder, once swapped out
+    try:
+        stage.mkdir()
+        for name, write in writers.items():
+            write(stage / name)
+        # Only now, with every file complete, make the missing parents and swap it in.
+        missing = []
+        p = target.parent
+        while p != anchor:
+            missing.append(p)
+            p = p.parent
+        for p in reversed(missing):
+            p.mkdir()
+            created.append(p)
+        if target.is_dir():
+            if _exchange(stage, target):
+                retired = stage  # the old folder is now at the staging path
+            else:
+                retired = anchor / f".{target.name[:80]}.kvsim-{pid}.old"
+                os.rename(target, retired)
+                try:
+                    os.rename(stage, target)
+                except BaseException:
+                    os.rename(retired, target)  # put the old folder back
+                    raise
+        else:
+            os.rename(stage, target)
+    except OSError as e:
+        _undo(stage, created)
+        raise InputError(
+            f"cannot write results: {e.strerror or e}", where=_where(flag, path)
+        ) from None
+    except BaseException:
+        _undo(stage, created)
+        raise
+    if retired is not None:  # the new folder is in place: removing the old is best effort
+        shutil.rmtree(retired, ignore_errors=True)  # (what stays, a later write removes)
+    return [target / name for name in writers]
+
+
+def _undo(stage: Path, created: list[Path]) -> None:
+    shutil.rmtree(stage, ignore_errors=True)
+    for p in reversed(created):
+        with contextlib.suppress(OSError):
+            p.rmdir()
+
+
+def write_file(path: str | os.PathLike[str], write: Writer, *, flag: str = "") -> Path:
+    """Write one file all or nothing: into a hidden temporary file beside it, renamed
+    into place when complete (leftovers of dead processes are removed first)."""
+    p = Path(path)
+    folder = p.parent
+    clean_leftovers(folder)
+    tmp = folder / f".{p.name[:80]}.kvsim-{os.getpid()}.tmp"
+    try:
+        write(tmp)
+        os.replace(tmp, p)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", where=_where(flag, path)) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return p
 
 
 def write_results(
     results: Results, out_dir: str | os.PathLike[str], fmt: Format = "parquet"
 ) -> list[Path]:
-    """Write summary.json, requests.<fmt> and scenario.yaml; return the paths written."""
-    out = check_writable(out_dir, folder=True, flag="--out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(e.strerror or str(e), where=f"--out {out_dir}") from None
-    targets = {
-        "summary.json": lambda p: p.write_text(
-            json.dumps(json_ready(results.summary), indent=2) + "\n", encoding="utf-8"
-        ),
-        f"requests.{fmt}": lambda p: _write_table(results, p, fmt),
-        "scenario.yaml": lambda p: p.write_text(
-            yaml.safe_dump(scenario_to_dict(results.scenario), sort_keys=False),
-            encoding="utf-8",
-        ),
-    }
-    temps: list[tuple[Path, Path]] = []
-    try:
-        for name, write in targets.items():
-            final = out / name
-            tmp = out / f".{name}.tmp-{os.getpid()}"
-            temps.append((tmp, final))
-            write(tmp)
-        for tmp, final in temps:
-            os.replace(tmp, final)
-        stale = out / f"requests.{'csv' if fmt == 'parquet' else 'parquet'}"
-        stale.unlink(missing_ok=True)  # an older run's table in the other format
-    except OSError as e:
-        raise InputError(
-            f"cannot write results: {e.strerror or e}", where=f"--out {out_dir}"
-        ) from None
-    finally:
-        for tmp, _ in temps:
-            tmp.unlink(missing_ok=True)
-    return [final for _, final in temps]
+    """Write summary.json, requests.<fmt> and scenario.yaml as the folder ``out_dir``
+    (all or nothing; plots of an earlier run there go with it); return the paths."""
+    return write_folder(
+        out_dir,
+        {
+            "summary.json": lambda p: p.write_text(
+                json.dumps(json_ready(results.summary), indent=2) + "\n", encoding="utf-8"
+            ),
+            f"requests.{fmt}": lambda p: _write_table(results, p, fmt),
+            "scenario.yaml": lambda p: p.write_text(
+                yaml.safe_dump(scenario_to_dict(results.scenario), sort_keys=False),
+                encoding="utf-8",
+            ),
+        },
+        flag="--out",
+        owned=RUN_FILES,
+    )
 
 
 def _write_table(results: Results, path: Path, fmt: Format) -> None:

@@ -11,9 +11,10 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 from kvsim.config.schema import AzureWorkload, MooncakeWorkload, SyntheticWorkload, Workload
+from kvsim.errors import InputError
 from kvsim.workload.azure import read_azure
 from kvsim.workload.mooncake import read_mooncake
-from kvsim.workload.request import Request
+from kvsim.workload.request import MAX_ARRIVAL_S, Request
 from kvsim.workload.synthetic import generate
 
 __all__ = ["SOURCES", "Request", "open_workload", "shape"]
@@ -52,21 +53,32 @@ def shape(
         out = itertools.dropwhile(lambda r: r.arrival < start, out)
     if end is not None:
         out = itertools.takewhile(lambda r: r.arrival < end, out)
-    if start != 0 or time_scale != 1.0:
-        out = (
-            Request(
-                r.id,
-                (r.arrival - start) * time_scale,
-                r.input_tokens,
-                r.output_tokens,
-                r.hash_ids,
-                r.session,
-            )
-            for r in out
-        )
+    out = _retimed(out, start, time_scale)  # also checks every arrival, retimed or not
     if limit is not None:
         out = itertools.islice(out, limit)
     return iter(out)
+
+
+def _retimed(requests: Iterable[Request], start: float, time_scale: float) -> Iterator[Request]:
+    """Each request with only its arrival moved: ``_replace`` copies every other field, so a
+    field added to Request later is kept too (rebuilding the tuple once dropped tenants).
+    Every arrival is checked against MAX_ARRIVAL_S here, whatever made it that late (a time
+    scale, a bucket spread, a generator's rate), so no source can skip the check."""
+    retime = start != 0 or time_scale != 1.0
+    for r in requests:
+        t = (r.arrival - start) * time_scale if retime else r.arrival
+        if not t <= MAX_ARRIVAL_S:  # also NaN and inf
+            shaped = (
+                f"becomes {t:g} s after shaping"
+                if retime
+                else "is too late (a bucket_spread or arrival rate?)"
+            )
+            raise InputError(
+                f"request {r.id}: arrival {r.arrival:g} s {shaped}; kvsim keeps arrival times "
+                f"below {MAX_ARRIVAL_S:g} s (136 years)",
+                where="workload.time_scale" if retime else "workload",
+            )
+        yield r._replace(arrival=t) if retime else r
 
 
 def open_workload(cfg: Workload, seed: int) -> Iterator[Request]:

@@ -16,7 +16,14 @@ from pathlib import Path
 
 from kvsim.config.schema import MAX_TENANTS
 from kvsim.errors import InputError
-from kvsim.workload.request import MAX_HASH, MAX_TOKENS, Request
+from kvsim.workload.lines import trace_lines
+from kvsim.workload.request import (
+    MAX_ARRIVAL_S,
+    MAX_HASH,
+    MAX_TOKENS,
+    Request,
+    blocks_needed,
+)
 
 
 def _int_field(obj: dict, name: str, where: str, minimum: int, maximum: int = MAX_TOKENS) -> int:
@@ -27,11 +34,11 @@ def _int_field(obj: dict, name: str, where: str, minimum: int, maximum: int = MA
         if isinstance(v, float) and v.is_integer() and math.isfinite(v):
             v = int(v)
         else:
-            raise InputError(f"{name}: expected an integer, got {v!r}", where=where)
+            raise InputError(f"{name}: expected an integer, got {v!r:.40}", where=where)
     if v < minimum:
-        raise InputError(f"{name}: must be >= {minimum}, got {v}", where=where)
+        raise InputError(f"{name}: must be >= {minimum}, got {v!s:.40}", where=where)
     if v > maximum:
-        raise InputError(f"{name}: must be <= {maximum}, got {v}", where=where)
+        raise InputError(f"{name}: must be <= {maximum}, got {v!s:.40}", where=where)
     return v
 
 
@@ -44,17 +51,36 @@ def parse_line(text: str, where: str, block_tokens: int) -> Line:
         obj = json.loads(text.strip())
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON ({e.msg} at column {e.colno})", where=where) from None
+    except ValueError as e:  # e.g. an integer of over 4,300 digits
+        raise InputError(f"invalid JSON ({str(e)[:80]})", where=where) from None
+    except RecursionError:
+        raise InputError("invalid JSON (nested too deeply)", where=where) from None
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {type(obj).__name__}", where=where)
     ts = obj.get("timestamp")
     if ts is None:
         raise InputError("timestamp: missing field", where=where)
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
-        raise InputError(f"timestamp: expected a number of milliseconds, got {ts!r}", where=where)
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise InputError(
+            f"timestamp: expected a number of milliseconds, got {ts!r:.40}", where=where
+        )
+    try:
+        ts = float(ts)
+    except OverflowError:  # an integer too large for a float
+        ts = math.inf
+    if not math.isfinite(ts):
+        raise InputError("timestamp: expected a finite number of milliseconds", where=where)
     if ts < 0:
-        raise InputError(f"timestamp: must be >= 0, got {ts}", where=where)
+        raise InputError(f"timestamp: must be >= 0, got {ts:g}", where=where)
+    if ts / 1000.0 > MAX_ARRIVAL_S:
+        raise InputError(
+            f"timestamp: {ts:g} ms is past {MAX_ARRIVAL_S * 1000:g} ms (136 years); "
+            "timestamps are milliseconds since the start of the trace",
+            where=where,
+        )
     n_in = _int_field(obj, "input_length", where, 1)
     n_out = _int_field(obj, "output_length", where, 0)
+    need = blocks_needed(n_in, block_tokens, where, "input_length: ")
     ids = obj.get("hash_ids")
     if not isinstance(ids, list):
         raise InputError(f"hash_ids: expected a list of integers, got {ids!r:.40}", where=where)
@@ -63,7 +89,6 @@ def parse_line(text: str, where: str, block_tokens: int) -> Line:
             raise InputError(
                 f"hash_ids: expected integers in [0, 2**63), got {h!r:.40}", where=where
             )
-    need = -(-n_in // block_tokens)
     if len(ids) != need:
         raise InputError(
             f"hash_ids: {len(ids)} blocks, but input_length {n_in} needs {need} "
@@ -79,41 +104,30 @@ def read_mooncake(
 ) -> Iterator[Request]:
     """Requests of a Mooncake JSONL trace, in file order (which must be time order)."""
     p = Path(path)
-    try:
-        fh = p.open(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("trace file not found", where=str(p)) from None
-    except OSError as e:
-        raise InputError(e.strerror or str(e), where=str(p)) from None
     bucket: list[tuple[int, Line]] = []
     last = -math.inf
     count = 0
-    with fh:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                where = f"{p}:{lineno}"
-                rec = parse_line(line, where, block_tokens)
-                ts = rec[0]
-                if ts < last:
-                    raise InputError(
-                        f"timestamp: {ts * 1000:g} ms is before the previous line's "
-                        f"{last * 1000:g} ms (traces must be sorted by time)",
-                        where=where,
-                    )
-                if bucket_spread is not None and bucket and ts != last:
-                    yield from _spread(bucket, bucket_spread)
-                    bucket = []
-                last = ts
-                if bucket_spread is None:
-                    yield Request(lineno - 1, ts, rec[1], rec[2], rec[3], -1, rec[4])
-                else:
-                    bucket.append((lineno - 1, rec))
-                count += 1
-        except UnicodeDecodeError as e:
-            raise InputError(f"not UTF-8 text ({e.reason})", where=f"{p}:{lineno + 1}") from None
+    for lineno, line in enumerate(trace_lines(p), start=1):
+        if not line.strip():
+            continue
+        where = f"{p}:{lineno}"
+        rec = parse_line(line, where, block_tokens)
+        ts = rec[0]
+        if ts < last:
+            raise InputError(
+                f"timestamp: {ts * 1000:g} ms is before the previous line's "
+                f"{last * 1000:g} ms (traces must be sorted by time)",
+                where=where,
+            )
+        if bucket_spread is not None and bucket and ts != last:
+            yield from _spread(bucket, bucket_spread)
+            bucket = []
+        last = ts
+        if bucket_spread is None:
+            yield Request(lineno - 1, ts, rec[1], rec[2], rec[3], -1, rec[4])
+        else:
+            bucket.append((lineno - 1, rec))
+        count += 1
     if bucket:
         yield from _spread(bucket, bucket_spread or 0.0)
     if count == 0:

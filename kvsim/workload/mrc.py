@@ -16,36 +16,184 @@ a Fenwick tree over use times, each distinct block weighted by its tokens at its
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from kvsim.workload.request import Request
+from kvsim.errors import InputError
+from kvsim.workload.request import Request, check_request
+
+MAX_POINTS = 10_000  # points of a printed curve (a curve has at most that many steps to show)
 
 
-class _Fenwick:
-    """Prefix sums over positions 1..n with point updates."""
+_EMPTY = -1  # a free slot of the block table (block ids are >= 0)
+_FIB = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: Fibonacci hashing of block ids
+_M64 = (1 << 64) - 1
 
-    __slots__ = ("n", "tree")
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.tree = [0] * (n + 1)
+class _Uses:
+    """The last use of every distinct block, as a Fenwick tree of token counts over use
+    positions, in memory proportional to the distinct blocks (not to all uses).
 
-    def add(self, i: int, v: int) -> None:
-        tree, n = self.tree, self.n
-        while i <= n:
-            tree[i] += v
-            i += i & -i
+    Blocks live in an open-addressing table of flat arrays (id, position of last use,
+    tokens: 16 bytes a slot, at most 3/4 full; a dict of Python ints took ~110 bytes a
+    block). When the positions run out, the live ones (each block's last use) are
+    renumbered 1..D in order, which keeps every distance, and the tree is rebuilt with room
+    for as many again."""
 
-    def prefix(self, i: int) -> int:
-        tree = self.tree
-        s = 0
-        while i > 0:
-            s += tree[i]
-            i -= i & -i
-        return s
+    __slots__ = ("at", "cap", "count", "keys", "last", "pos", "shift", "size", "total", "tree")
+
+    MIN_CAP = 1 << 16  # positions and slots at least (tests lower it to compact often)
+
+    def __init__(self) -> None:
+        slots = 1 << max(4, (self.MIN_CAP - 1).bit_length())
+        self.keys = array("q", [_EMPTY]) * slots  # block id of each slot
+        self.last = array("i", bytes(4 * slots))  # position of its last use
+        self.size = array("i", bytes(4 * slots))  # its tokens (fixed by its first use)
+        self.shift = 64 - (slots.bit_length() - 1)
+        self.count = 0  # blocks in the table
+        self.cap = cap = self.MIN_CAP
+        self.tree = array("q", bytes(8 * (cap + 1)))  # Fenwick sums of tokens by position
+        self.at = array("i", bytes(4 * (cap + 1)))  # the slot whose block was used there
+        self.pos = 0  # the latest position used
+        self.total = 0  # tokens of all distinct blocks seen (the sum of the tree)
+
+    def slot(self, b: int) -> int:
+        """The slot holding block ``b``, or the free slot where it would go."""
+        keys = self.keys
+        mask = len(keys) - 1
+        i = ((b * _FIB) & _M64) >> self.shift
+        while True:
+            k = keys[i]
+            if k == b or k == _EMPTY:  # noqa: SIM109 (no tuple per probe)
+                return i
+            i = (i + 1) & mask
+
+    def feed(self, ids: tuple[int, ...], block: int, tail: int, steps: _Steps) -> None:
+        """One request: add the steps of its prefix hit to ``steps``, then use its blocks
+        (``distance`` and ``use`` inlined: this loop is the whole cost of a curve)."""
+        keys, last, size, tree = self.keys, self.last, self.size, self.tree
+        mask, shift, total = len(keys) - 1, self.shift, self.total
+        n = len(ids)
+        found: list[int] = []  # slots of the blocks of the hit prefix
+        running = pending = 0
+        before = held = -1  # the previous block's position and tree prefix sum there
+        for i in range(n):
+            b = ids[i]
+            j = ((b * _FIB) & _M64) >> shift
+            k = keys[j]
+            while k != b and k != _EMPTY:
+                j = (j + 1) & mask
+                k = keys[j]
+            if k == _EMPTY:
+                break
+            found.append(j)
+            q = last[j]
+            if q == before + 1:  # used right after the previous block: no tree walk
+                held += size[j]
+            else:
+                held = 0
+                x = q
+                while x > 0:
+                    held += tree[x]
+                    x &= x - 1
+            before = q
+            d = total - held + size[j]  # tokens held since its last use, its own included
+            if d > running:
+                if pending:
+                    steps.add(running, pending)
+                    pending = 0
+                running = d
+            pending += block if i < n - 1 else tail - 1  # the last token is computed
+        if pending:
+            steps.add(running, pending)
+        cap = self.cap
+        hits = len(found)
+        for i in range(n):
+            if self.pos == cap:
+                self._compact()
+                last, tree, cap = self.last, self.tree, self.cap
+            if i < hits:
+                j = found[i]
+            else:
+                b = ids[i]
+                j = ((b * _FIB) & _M64) >> shift
+                k = keys[j]
+                while k != b and k != _EMPTY:
+                    j = (j + 1) & mask
+                    k = keys[j]
+                if k == _EMPTY:
+                    if 4 * (self.count + 1) > 3 * len(keys):  # at most 3/4 full
+                        self._grow()
+                        keys, last, size = self.keys, self.last, self.size
+                        mask, shift = len(keys) - 1, self.shift
+                        j = ((b * _FIB) & _M64) >> shift
+                        while keys[j] != _EMPTY:
+                            j = (j + 1) & mask
+                    w = block if i < n - 1 else tail
+                    keys[j] = b
+                    size[j] = w
+                    self.count += 1
+                    self.total += w
+                    j = -1 - j  # new: nothing to take out of the tree
+            if j >= 0:
+                w = size[j]
+                q = last[j]
+                while q <= cap:
+                    tree[q] -= w
+                    q += q & -q
+            else:
+                j = -1 - j
+            self.pos = p = self.pos + 1
+            last[j] = p
+            self.at[p] = j
+            q = p
+            while q <= cap:
+                tree[q] += w
+                q += q & -q
+
+    def _grow(self) -> None:
+        """Twice the slots; every block moves to its new slot (and ``at`` follows)."""
+        keys, last, size = self.keys, self.last, self.size
+        slots = 2 * len(keys)
+        self.keys = array("q", [_EMPTY]) * slots
+        self.last = array("i", bytes(4 * slots))
+        self.size = array("i", bytes(4 * slots))
+        self.shift -= 1
+        at = self.at
+        for old in range(len(keys)):
+            b = keys[old]
+            if b != _EMPTY:
+                s = self.slot(b)
+                self.keys[s] = b
+                q = self.last[s] = last[old]
+                self.size[s] = size[old]
+                if q:
+                    at[q] = s
+
+    def _compact(self) -> None:
+        """Renumber the live positions 1..D in order and rebuild the tree around them."""
+        cap = max(2 * self.count, self.MIN_CAP)
+        at = array("i", bytes(4 * (cap + 1)))
+        tree = array("q", bytes(8 * (cap + 1)))
+        old_at, last, size = self.at, self.last, self.size
+        n = 0
+        for q in range(1, self.pos + 1):
+            s = old_at[q]
+            if last[s] == q:  # the block's last use (older ones are stale)
+                n += 1
+                at[n] = s
+                last[s] = n
+                tree[n] = size[s]
+        del old_at
+        self.at = at
+        for i in range(1, cap + 1):  # linear-time Fenwick build
+            j = i + (i & -i)
+            if j <= cap:
+                tree[j] += tree[i]
+        self.tree, self.cap, self.pos = tree, cap, n
 
 
 @dataclass(frozen=True)
@@ -79,7 +227,9 @@ class MissRatioCurve:
 
     def points(self, n: int = 24) -> list[dict[str, float | None]]:
         """Log-spaced points from one block to the working set, then an unlimited cache
-        (``capacity_tokens`` None)."""
+        (``capacity_tokens`` None); ``n`` from 2 to MAX_POINTS."""
+        if not 2 <= n <= MAX_POINTS:
+            raise InputError(f"must be between 2 and {MAX_POINTS:,}, got {n}", where="points")
         top = max(self.working_set_tokens, self.block_tokens)
         caps = np.unique(np.geomspace(self.block_tokens, top, n).round().astype(np.int64))
         out: list[dict[str, float | None]] = [
@@ -90,55 +240,61 @@ class MissRatioCurve:
 
 
 def miss_ratio_curve(requests: Iterable[Request], block_tokens: int) -> MissRatioCurve:
-    """The exact LRU hit-ratio curve of a request stream (see the module docstring)."""
-    reqs = list(requests)
-    uses = sum(len(r.hash_ids) for r in reqs)
-    tree = _Fenwick(uses)
-    last: dict[int, int] = {}  # block -> position of its last use (1-based)
-    size: dict[int, int] = {}  # block -> tokens (fixed by its first use, as in the store)
-    total = 0  # sum of the tree: tokens of distinct blocks seen so far
-    pos = 0
-    thresholds: list[int] = []
-    hits: list[int] = []
+    """The exact LRU hit-ratio curve of a request stream (see the module docstring).
+
+    The stream is read once and not kept: memory grows with the distinct blocks and the
+    distinct thresholds, not with the requests."""
+    uses = _Uses()
+    steps = _Steps()
     prompt = 0
-    for r in reqs:
+    for r in requests:
         ids = r.hash_ids
         n_in = r.input_tokens
         prompt += n_in
         nblocks = len(ids)
-        # lookup: running max of the stack distances along the prefix
-        running = 0
-        for i, b in enumerate(ids):
-            q = last.get(b)
-            if q is None:
-                break
-            d = total - tree.prefix(q) + size[b]  # distinct tokens used since, plus its own
-            if d > running:
-                running = d
-            tok = block_tokens if i < nblocks - 1 else n_in - (nblocks - 1) * block_tokens
-            if i == nblocks - 1:
-                tok -= 1  # a whole-prompt hit still computes its last token
-            if tok > 0:
-                thresholds.append(running)
-                hits.append(tok)
-        # the request's blocks are then used in order
-        for i, b in enumerate(ids):
-            pos += 1
-            q = last.get(b)
-            if q is None:
-                s = block_tokens if i < nblocks - 1 else n_in - (nblocks - 1) * block_tokens
-                size[b] = s
-                total += s
-            else:
-                s = size[b]
-                tree.add(q, -s)
-            tree.add(pos, s)
-            last[b] = pos
-    order = np.argsort(np.asarray(thresholds, dtype=np.int64), kind="stable")
-    th = np.asarray(thresholds, dtype=np.int64)[order]
-    cum = np.cumsum(np.asarray(hits, dtype=np.int64)[order])
-    # keep the last cumulative value at each distinct threshold
-    if th.size:
-        keep = np.append(th[1:] != th[:-1], True)
-        th, cum = th[keep], cum[keep]
+        tail = n_in - (nblocks - 1) * block_tokens  # tokens of the last block
+        if not 0 < tail <= block_tokens:
+            check_request(r, block_tokens)  # hash_ids do not fit input_tokens: says so
+        uses.feed(ids, block_tokens, tail, steps)
+    th, cum = steps.curve()
     return MissRatioCurve(th, cum, prompt, block_tokens)
+
+
+class _Steps:
+    """(threshold, hit tokens) pairs, merged into sorted distinct thresholds in batches so
+    that memory follows the distinct thresholds, not the hits."""
+
+    __slots__ = ("hits", "merged", "thresholds")
+
+    BATCH = 1 << 20
+
+    def __init__(self) -> None:
+        self.thresholds = array("q")
+        self.hits = array("q")
+        self.merged: tuple[np.ndarray, np.ndarray] = (
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        )
+
+    def add(self, threshold: int, tokens: int) -> None:
+        self.thresholds.append(threshold)
+        self.hits.append(tokens)
+        if len(self.hits) >= self.BATCH:
+            self._merge()
+
+    def _merge(self) -> None:
+        th = np.concatenate((self.merged[0], np.frombuffer(self.thresholds, dtype=np.int64)))
+        hits = np.concatenate((self.merged[1], np.frombuffer(self.hits, dtype=np.int64)))
+        self.thresholds, self.hits = array("q"), array("q")
+        if not th.size:
+            return
+        order = np.argsort(th, kind="stable")
+        th, hits = th[order], hits[order]
+        starts = np.flatnonzero(np.append(True, th[1:] != th[:-1]))
+        self.merged = (th[starts], np.add.reduceat(hits, starts))
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted distinct thresholds and the hit tokens at each threshold and above."""
+        self._merge()
+        th, hits = self.merged
+        return th, np.cumsum(hits)

@@ -28,23 +28,43 @@ class Request(NamedTuple):
 MAX_BLOCKS = 1 << 20  # blocks in one prompt: 512M tokens at 512-token blocks
 MAX_TOKENS = 1 << 30  # sanity ceiling on a trace's token counts (fits every table column)
 MAX_HASH = 1 << 63  # hash ids fit in 63 bits (tenant namespacing adds tenant * 2**64)
+# arrival times (s) below 2**32 (136 years) keep better than microsecond resolution in a
+# float; far later ones would round every TTFT (milliseconds) to nothing
+MAX_ARRIVAL_S = float(1 << 32)
 
 
-def check_request(req: Request, block_tokens: int) -> None:
-    """Refuse a request whose shape the simulator cannot serve (InputError)."""
-    if req.input_tokens < 1:
-        raise InputError(f"request {req.id}: input_tokens must be >= 1, got {req.input_tokens}")
-    need = -(-req.input_tokens // block_tokens)
+def blocks_needed(tokens: int, block_tokens: int, where: str, field: str = "") -> int:
+    """Blocks of ``block_tokens`` a prompt of ``tokens`` fills; InputError past MAX_BLOCKS."""
+    need = -(-tokens // block_tokens)
     if need > MAX_BLOCKS:
         raise InputError(
-            f"request {req.id}: {req.input_tokens} tokens make {need} blocks of {block_tokens}; "
-            f"kvsim handles up to {MAX_BLOCKS} blocks per prompt (raise block_tokens)"
+            f"{field}{tokens} tokens make {need} blocks of {block_tokens}; "
+            f"kvsim handles up to {MAX_BLOCKS} blocks per prompt (raise block_tokens)",
+            where=where,
         )
-    ids = req.hash_ids
-    if ids and (min(ids) < 0 or max(ids) >= MAX_HASH):
-        raise InputError(f"request {req.id}: hash_ids must be integers in [0, 2**63)")
-    if len(req.hash_ids) != need:
+    return need
+
+
+def check_request(req: Request, block_tokens: int, where: str | None = None) -> None:
+    """Refuse a request whose shape the simulator cannot serve (InputError).
+
+    ``where`` names the request's origin (``file:line``); without it, ``request <id>``.
+    Trace readers call this on every line, so a bad request is reported where it is."""
+    here = where if where is not None else f"request {req.id}"
+    t = req.arrival
+    if not 0.0 <= t <= MAX_ARRIVAL_S:  # also NaN
         raise InputError(
-            f"request {req.id}: {len(req.hash_ids)} hash_ids, but {req.input_tokens} tokens "
-            f"need {need} blocks of {block_tokens}"
+            f"arrival time {t:g} s is outside [0, {MAX_ARRIVAL_S:g}] s (136 years)", where=here
         )
+    if req.input_tokens < 1:
+        raise InputError(f"input_tokens must be >= 1, got {req.input_tokens}", where=here)
+    need = blocks_needed(req.input_tokens, block_tokens, here)
+    ids = req.hash_ids
+    if len(ids) != need:
+        raise InputError(
+            f"{len(ids)} hash_ids, but {req.input_tokens} tokens "
+            f"need {need} blocks of {block_tokens}",
+            where=here,
+        )
+    if ids and (min(ids) < 0 or max(ids) >= MAX_HASH):
+        raise InputError("hash_ids must be integers in [0, 2**63)", where=here)

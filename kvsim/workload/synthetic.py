@@ -34,8 +34,9 @@ from kvsim.config.schema import (
     SyntheticWorkload,
     UniformDist,
 )
+from kvsim.errors import InputError
 from kvsim.rng import stream
-from kvsim.workload.request import Request
+from kvsim.workload.request import MAX_ARRIVAL_S, MAX_BLOCKS, Request
 
 
 def sample(dist: IntDist, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -167,7 +168,17 @@ def _schedule(cfg: SyntheticWorkload, seed: int) -> tuple[np.ndarray, np.ndarray
             nth = np.partition(np.concatenate(time_parts), n - 1)[n - 1]
             if clock > nth:
                 break
+        if not clock <= MAX_ARRIVAL_S:  # also inf and NaN, where this loop would never end
+            raise _too_late(clock)
     return np.concatenate(turns_parts), np.concatenate(time_parts)
+
+
+def _too_late(t: float) -> InputError:
+    return InputError(
+        f"requests would arrive as late as {t:g} s; kvsim keeps arrival times below "
+        f"{MAX_ARRIVAL_S:g} s (136 years): raise the rate (or shorten sessions.think_time)",
+        where="workload.arrivals",
+    )
 
 
 def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
@@ -201,52 +212,79 @@ def generate(cfg: SyntheticWorkload, seed: int) -> Iterator[Request]:
         w = np.ones(t.count) if t.weights is None else np.asarray(t.weights, dtype=float)
         tenant_of = stream(seed, "tenants").choice(t.count, size=n_sessions, p=w / w.sum())
     order = np.lexsort((turn_of, session_of, times))[:n]
+    latest = float(times[order[-1]]) if len(order) else 0.0
+    if not latest <= MAX_ARRIVAL_S:
+        raise _too_late(latest)
     doc_fraction = cfg.documents.fraction if cfg.documents else 0.0
     shared = SharedIds(cfg)
     fresh = shared.first_fresh
     prefixes: dict[tuple[int, int, int], list[int]] = {}
     history: dict[int, tuple[int, int, list[int]]] = {}  # session -> (prompt, answer, ids)
     remaining = np.bincount(session_of[order], minlength=n_sessions).tolist()
-    # plain lists: indexing numpy arrays one element at a time is slow
-    session_l, time_l = session_of.tolist(), times.tolist()
-    new_l, out_l = new_tokens.tolist(), out_tokens.tolist()
-    sys_l, doc_l, tenant_l = sys_of.tolist(), doc_of.tolist(), tenant_of.tolist()
     sys_blocks = shared.sys_tokens // B  # a system prompt's whole blocks: its public prefix
     multi = cfg.sessions is not None
 
-    for rid, idx in enumerate(order.tolist()):
-        s = session_l[idx]
-        new = new_l[idx]
-        if s in history:
-            prompt, answer, ids = history[s]
-            length = prompt + answer + new
-            block_ids = ids[: prompt // B]
-        else:
-            sys_id, doc_id = sys_l[s], doc_l[s]
-            doc = min(int(doc_fraction * new), shared.max_doc_tokens) if doc_id >= 0 else 0
-            length = (shared.sys_tokens if sys_id >= 0 else 0) + new
-            key = (sys_id, doc_id, doc)
-            head = prefixes.get(key)
-            if head is None:
-                head = prefixes[key] = shared.prefix(sys_id, doc_id, doc)
-            block_ids = list(head)
-        need = -(-length // B) - len(block_ids)
-        block_ids.extend(range(fresh, fresh + need))
-        fresh += need
-        answer_tokens = out_l[idx]
-        remaining[s] -= 1
-        if remaining[s] > 0:
-            history[s] = (length, answer_tokens, block_ids)
-        else:
-            history.pop(s, None)
-        yield Request(
-            rid,
-            time_l[idx],
-            length,
-            answer_tokens,
-            tuple(block_ids),
-            s if multi else -1,
-            tenant_l[s],
-            sys_blocks if sys_l[s] >= 0 else 0,
-            remaining[s] == 0,
+    rid = 0
+    max_tokens = MAX_BLOCKS * B
+    for lo in range(0, len(order), _CHUNK):
+        # plain lists, a chunk at a time: indexing numpy arrays one element at a time is
+        # slow, and lists of every request at once would take ~4x the arrays' memory
+        idx = order[lo : lo + _CHUNK]
+        sess = session_of[idx]
+        session_l, time_l = sess.tolist(), times[idx].tolist()
+        new_l, out_l = new_tokens[idx].tolist(), out_tokens[idx].tolist()
+        turn_l = turn_of[idx].tolist()
+        sys_l, doc_l, tenant_l = (
+            sys_of[sess].tolist(),
+            doc_of[sess].tolist(),
+            tenant_of[sess].tolist(),
         )
+        for k in range(len(session_l)):
+            s = session_l[k]
+            new = new_l[k]
+            sys_id = sys_l[k]
+            if s in history:
+                prompt, answer, ids = history[s]
+                length = prompt + answer + new
+                block_ids = ids[: prompt // B]
+            else:
+                doc_id = doc_l[k]
+                doc = min(int(doc_fraction * new), shared.max_doc_tokens) if doc_id >= 0 else 0
+                length = (shared.sys_tokens if sys_id >= 0 else 0) + new
+                key = (sys_id, doc_id, doc)
+                head = prefixes.get(key)
+                if head is None:
+                    head = prefixes[key] = shared.prefix(sys_id, doc_id, doc)
+                block_ids = list(head)
+            if length > max_tokens:  # a session's prompts grow turn by turn
+                raise InputError(
+                    f"generated request {rid} (turn {turn_l[k] + 1} of a session) has "
+                    f"{length} tokens: {-(-length // B)} blocks of {B}; kvsim handles up to "
+                    f"{MAX_BLOCKS} blocks per prompt (lower prompt_tokens or sessions.turns, "
+                    "or raise block_tokens)",
+                    where="workload",
+                )
+            need = -(-length // B) - len(block_ids)
+            block_ids.extend(range(fresh, fresh + need))
+            fresh += need
+            answer_tokens = out_l[k]
+            remaining[s] -= 1
+            if remaining[s] > 0:
+                history[s] = (length, answer_tokens, block_ids)
+            else:
+                history.pop(s, None)
+            yield Request(
+                rid,
+                time_l[k],
+                length,
+                answer_tokens,
+                tuple(block_ids),
+                s if multi else -1,
+                tenant_l[k],
+                sys_blocks if sys_id >= 0 else 0,
+                remaining[s] == 0,
+            )
+            rid += 1
+
+
+_CHUNK = 1 << 16  # requests whose fields are unpacked into lists at a time

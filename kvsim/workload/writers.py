@@ -9,25 +9,34 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from kvsim.errors import InputError
 from kvsim.workload.request import Request
 
 AZURE_EPOCH = datetime(2023, 11, 16, 18, 0, 0)
 
 
-def _write_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> int:
-    """Write lines to a temporary name, then rename; return how many lines were written."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+def _write_lines(lines: Iterable[str], path: str | os.PathLike[str], header: int = 0) -> int:
+    """Write lines all or nothing (kvsim's one file writer: a hidden temporary file renamed
+    into place, leftovers of killed writes removed); return how many requests were written
+    (lines less ``header``). A stream with no requests is refused, not written."""
+    from kvsim.results.writers import write_file
+
     n = 0
-    try:
+
+    def write(tmp: Path) -> None:
+        nonlocal n
         with tmp.open("w", encoding="utf-8") as fh:
             for line in lines:
                 fh.write(line)
                 n += 1
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return n
+        if n <= header:
+            raise InputError(
+                "no requests to write (check workload.window and workload.limit)",
+                where=str(path),
+            )
+
+    write_file(path, write)
+    return n - header
 
 
 def _mooncake_lines(requests: Iterable[Request]) -> Iterator[str]:
@@ -58,4 +67,4 @@ def write_mooncake(requests: Iterable[Request], path: str | os.PathLike[str]) ->
 
 def write_azure(requests: Iterable[Request], path: str | os.PathLike[str]) -> int:
     """Azure 2023 CSV (wall-clock timestamps from an arbitrary epoch; prefixes are lost)."""
-    return _write_lines(_azure_lines(requests), path) - 1  # the header
+    return _write_lines(_azure_lines(requests), path, header=1)

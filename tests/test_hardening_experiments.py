@@ -1,0 +1,722 @@
+"""Hardening round 2 (issue 11) for sweeps, suites, baselines, the regression gate and
+capacity: NaN never passes the gate, seeds are not grid keys, workers die with their
+parent, baselines are checked before anything runs, grids are counted before they are
+expanded, sweep folders are all-or-nothing, journals are repaired or refused, scheduler
+addresses are checked first."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvsim.cli import main
+from kvsim.errors import InputError
+from kvsim.experiments import regression
+from kvsim.experiments.regression import (
+    CheckResult,
+    Comparison,
+    check_baseline_doc,
+    compare,
+    load_suite,
+    read_baseline,
+    terminal_table,
+)
+from kvsim.experiments.sweep import (
+    JOURNAL,
+    MAX_RUNS,
+    RESULTS,
+    load_sweep,
+    parse_scheduler,
+    read_journal,
+    run_sweep,
+)
+
+from conftest import ROOT, SCENARIOS
+
+MICRO = SCENARIOS / "paper" / "micro.yaml"
+DROP_ALL = "faults=[{kind: engine_down, engine: 0, at: 0 s, requests: drop}]"
+SUITE = f"""
+name: tiny
+seeds: [0, 1]
+entries:
+  - scenario: {MICRO}
+    name: micro
+    set: {{workload.requests: 30, run.warmup: 0 s}}
+    loads: [1.0]
+"""
+
+
+def one_line_error(capsys) -> str:
+    """The error line (after any progress lines: `N runs: ...`)."""
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err, err
+    err = err.splitlines()[-1] if err else err
+    assert err.startswith("kvsim: error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    suite = d / "suite.yaml"
+    suite.write_text(SUITE)
+    assert main(["baseline", str(suite), "--out", str(d / "base"), "--workers", "1"]) == 0
+    return suite, d / "base"
+
+
+# ---- class 2: NaN never passes the gate; a baseline never records NaN -------------------
+
+
+def _cmp(new_mean: float, base_mean: float = 1.0, tol: float = 1e9) -> Comparison:
+    base = {"mean": base_mean, "lo": base_mean, "hi": base_mean}
+    new = {"mean": new_mean, "lo": new_mean, "hi": new_mean}
+    return Comparison("e", 1.0, "ttft_p99_s", base, new, tol)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_metric_with_no_value_fails_the_gate_whatever_the_tolerance(value):
+    c = _cmp(value)
+    assert c.failed and c.missing
+    table = terminal_table(CheckResult([c], []), ["ttft_p99_s"])
+    assert "FAIL no value" in table and "nan" not in table.lower().replace("no value", "")
+    assert "no value" in c.line() and "nan%" not in c.line()
+    assert not _cmp(1.0).failed  # and a finite unchanged value still passes
+
+
+def test_check_where_every_request_is_dropped_fails_not_ok_nan(tiny, capsys):
+    suite, base = tiny
+    rc = main(["check", str(suite), "--baseline", str(base), "--workers", "1", "--set", DROP_ALL])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "+nan%" not in out and "ok +nan" not in out
+    assert "FAIL no value" in out and "FAILED" in out and "REGRESSION" in out
+
+
+def test_baseline_refuses_to_record_nan(tmp_path, capsys):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE)
+    out = tmp_path / "base"
+    suite.write_text(
+        SUITE.replace("run.warmup: 0 s", f"run.warmup: 0 s, {DROP_ALL.replace('=', ': ')}")
+    )
+    assert main(["baseline", str(suite), "--out", str(out), "--workers", "1"]) == 2
+    err = one_line_error(capsys)
+    assert "no value" in err and "NaN" in err and "micro" in err
+    assert not out.exists()
+
+
+def test_a_zero_request_point_has_no_value_even_for_finite_metrics(tmp_path, capsys):
+    # gpu_busy_frac and hit_ratio are 0.0, not NaN, when nothing is measured: still no value
+    suite = tmp_path / "suite.yaml"
+    body = SUITE.replace(
+        "run.warmup: 0 s", f"run.warmup: 0 s, {DROP_ALL.replace('=', ': ')}"
+    ).replace("seeds: [0, 1]", "seeds: [0, 1]\nmetrics: {gpu_busy_frac: {}, hit_ratio: {}}")
+    suite.write_text(body)
+    assert main(["baseline", str(suite), "--out", str(tmp_path / "b"), "--workers", "1"]) == 2
+    assert "no measured request" in one_line_error(capsys)
+
+
+def test_write_baseline_never_writes_nan(tmp_path):
+    with pytest.raises(ValueError):
+        regression.write_baseline({"entries": [], "x": math.nan}, tmp_path / "b")
+    assert not (tmp_path / "b" / "baseline.json").exists()
+
+
+def test_a_baseline_file_holding_nan_is_refused(tiny, tmp_path, capsys):
+    suite, base = tiny
+    doc = json.loads((base / "baseline.json").read_text())
+    doc["entries"][0]["points"][0]["metrics"]["ttft_p99_s"]["mean"] = math.nan
+    bad = tmp_path / "baseline.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["check", str(suite), "--baseline", str(bad)]) == 2
+    err = one_line_error(capsys)
+    assert "entries[0].points[0].metrics.ttft_p99_s.mean" in err and "finite" in err
+
+
+# ---- class 6: the baseline is checked before anything runs ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda d: d.pop("seeds"), "seeds: missing"),
+        (lambda d: d.update(entries={}), "entries: expected a list"),
+        (lambda d: d["entries"][0].update(points=[1]), "points[0]: expected an object"),
+        (lambda d: d["entries"][0]["points"][0].update(load="1x"), "load: expected a number"),
+        (lambda d: d["entries"][0]["points"][0].update(load=0), "load: must be > 0"),
+        (lambda d: d["entries"][0]["points"][0]["metrics"].update(ttft_p99_s=[]), "ttft_p99_s"),
+        (lambda d: d["entries"][0]["points"][0]["metrics"]["ttft_p50_s"].pop("hi"), "hi: missing"),
+        (lambda d: d["entries"][0]["points"][0]["metrics"]["ttft_p50_s"].update(lo=9), "lo <="),
+        (lambda d: d["entries"][0].update(id=7), "entries[0].id: expected text"),
+        (lambda d: d["entries"][0]["points"][0].update(load=2.0), "no 1x load point"),
+        (lambda d: d["entries"][0]["points"][0]["metrics"].pop("hit_ratio"), "no metric"),
+    ],
+)
+def test_a_malformed_baseline_is_refused_before_the_suite_runs(
+    tiny, tmp_path, capsys, monkeypatch, mutate, fragment
+):
+    suite, base = tiny
+    doc = json.loads((base / "baseline.json").read_text())
+    mutate(doc)
+    (tmp_path / "baseline.json").write_text(json.dumps(doc))
+
+    def no_runs(*a, **k):
+        raise AssertionError("the suite ran before the baseline was checked")
+
+    monkeypatch.setattr(regression, "measure", no_runs)
+    assert main(["check", str(suite), "--baseline", str(tmp_path)]) == 2
+    err = one_line_error(capsys)
+    assert fragment in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "{", "[]", "null", '"x"', "[" * 100_000, '{"entries": 1e999}', "1" * 5000, "\ufeff{}"],
+)
+def test_baseline_text_that_is_not_a_baseline(tmp_path, text, capsys):
+    f = tmp_path / "baseline.json"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        read_baseline(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_baseline_that_is_a_folder_or_a_fifo(tmp_path):
+    (tmp_path / "a" / "baseline.json").mkdir(parents=True)
+    with pytest.raises(InputError, match="folder"):
+        read_baseline(tmp_path / "a")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="FIFO"):
+        read_baseline(fifo)  # must not block
+
+
+# ---- classes 4, 8, 10: sweep and suite files -------------------------------------------
+
+
+def _sweep(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(f"base: {SCENARIOS / 'quickstart.yaml'}\n{body}")
+    return p
+
+
+@pytest.mark.parametrize(
+    ("body", "fragments"),
+    [
+        ("grid: {seed: [1, 2]}\n", ("grid.seed", "seeds: [...]", "replications")),
+        ("zip: {seed: [1, 2], cluster.engines: [1, 2]}\n", ("zip.seed", "seeds")),
+        ("set: {seed: 3}\n", ("set.seed", "seeds")),
+        ("grid: {status: [a, b]}\n", ("grid.status", "not a scenario field")),
+        ("grid: {run_id: [a]}\n", ("not a scenario field",)),
+        ("grid: {ttft_p99_s: [1]}\n", ("not a scenario field",)),
+        ("grid: {'cluster..engines': [1]}\n", ("empty field name",)),
+        ("grid: {cluster.engines: [1, 1]}\n", ("listed twice",)),
+        ("zip: {cluster.engines: [1, 1], remote.servers: [2, 2]}\n", ("zip", "listed twice")),
+        ("seeds: [1, 1]\n", ("seeds", "listed twice")),
+        ("seeds: []\n", ("seeds",)),
+        ("seeds: [-1]\n", ("seeds",)),
+        ("replications: 0\n", ("replications",)),
+        ("replications: 1000000000000\n", ("1,000,000,000,000 runs", "at most")),
+    ],
+)
+def test_sweep_file_mistakes_round_2(tmp_path, capsys, body, fragments):
+    out = tmp_path / "out"
+    assert main(["sweep", str(_sweep(tmp_path, body)), "--out", str(out), "--quiet"]) == 2
+    err = one_line_error(capsys)
+    for f in fragments:
+        assert f in err
+    assert not out.exists()
+
+
+def test_a_huge_grid_is_counted_not_expanded(tmp_path):
+    keys = [
+        "workload.arrivals.rate",
+        "cluster.engines",
+        "remote.servers",
+        "remote.bandwidth",
+        "remote.t0",
+        "tiers.host.capacity",
+        "tiers.nvme.capacity",
+    ]
+    grid = "\n".join(f"  {k}: [{', '.join(str(i + 1) for i in range(60))}]" for k in keys)
+    p = _sweep(tmp_path, f"grid:\n{grid}\n")
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError) as e:
+            load_sweep(p)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f"{60**7:,} runs" in str(e.value) and f"{MAX_RUNS:,}" in str(e.value)
+    assert peak < 50 * 2**20  # refused from the count: no expansion
+
+
+def test_a_sweep_at_the_limit_still_loads(tmp_path):
+    p = _sweep(tmp_path, "grid:\n  cluster.engines: [1, 2]\nreplications: 3\n")
+    assert len(load_sweep(p).runs) == 6
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ("loads: [1.0]", "loads: [0]"),
+        ("loads: [1.0]", "loads: [-1]"),
+        ("loads: [1.0]", "loads: [.inf]"),
+        ("loads: [1.0]", "loads: [.nan]"),
+        ("loads: [1.0]", "loads: [1, 1.0]"),
+        ("seeds: [0, 1]", "seeds: [-1]"),
+        ("seeds: [0, 1]", "seeds: [0, 0]"),
+        ("seeds: [0, 1]", "seeds: [0, 1]\nmetrics: {seed: {}}"),
+        ("seeds: [0, 1]", "seeds: [0, 1]\nmetrics: {engines: {}}"),
+        ("seeds: [0, 1]", "seeds: [0, 1]\nmetrics: {ttft_p99_s: {rel: .inf}}"),
+        ("seeds: [0, 1]", "seeds: [0, 1]\nmetrics: {ttft_p99_s: {abs: -1}}"),
+    ],
+)
+def test_suite_numbers_round_2(tmp_path, capsys, change, fragment):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE.replace(change, fragment))
+    out = tmp_path / "out"
+    assert main(["baseline", str(suite), "--out", str(out), "--workers", "1"]) == 2
+    one_line_error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["--workers", "0"], ["--workers", "-2"]])
+def test_worker_counts_below_one_are_refused(tmp_path, capsys, argv):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE)
+    assert main(["baseline", str(suite), "--out", str(tmp_path / "o"), *argv]) == 2
+    assert "--workers" in one_line_error(capsys)
+    sweep = _sweep(tmp_path, "grid: {cluster.engines: [1, 2]}\n")
+    assert main(["capacity", "--sweep", str(sweep), "--slo", "ttft_p99<=2s", *argv]) == 2
+    assert "--workers" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("slo", ["seed<=3", "engines>=1", "ttft_p99<=nan", "hit_ratio>=inf"])
+def test_slo_on_settings_or_non_finite_thresholds_is_refused(capsys, slo):
+    assert main(["capacity", str(SCENARIOS / "quickstart.yaml"), "--slo", slo]) == 2
+    err = one_line_error(capsys)
+    assert "--slo" in err
+    assert ", seed," not in err and ", engines," not in err
+
+
+# ---- class 13: the sweep journal --------------------------------------------------------
+
+TINY_SWEEP = f"""
+base: {MICRO}
+grid:
+  cluster.load_policy: [sync, async]
+set: {{workload.requests: 20, run.warmup: 0 s}}
+replications: 2
+"""
+
+
+def test_a_torn_last_line_is_cut_and_the_next_row_is_not_lost(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    sweep = load_sweep(p)
+    out = tmp_path / "out"
+    calls = []
+
+    def stop_after_two(done, total):
+        calls.append(done)
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, out, workers=1, progress=stop_after_two)
+    journal = out / JOURNAL
+    lines = journal.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2
+    journal.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])  # torn mid-row
+    assert len(read_journal(out)) == 1  # the torn tail is not a row
+    df = run_sweep(sweep, out, workers=1)
+    assert len(df) == 4 and df["run_id"].is_unique and (df["status"] == "ok").all()
+    rows = [json.loads(x) for x in journal.read_text().splitlines()]  # every line parses
+    assert len(rows) == 4 and len({r["run_id"] for r in rows}) == 4
+    # a complete last row missing only its newline is kept, and the next row starts anew
+    kept = journal.read_bytes().splitlines(keepends=True)[:3]
+    journal.write_bytes(b"".join(kept).rstrip(b"\n"))
+    assert len(read_journal(out)) == 3
+    assert len(run_sweep(sweep, out, workers=1)) == 4
+    rows = [json.loads(x) for x in journal.read_text().splitlines()]
+    assert len(rows) == 4 and len({r["run_id"] for r in rows}) == 4
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"[1, 2]\n", "must be a JSON object"),
+        (b'{"status": "ok"}\n', "run_id"),
+        (b'{"run_id": 5, "status": "ok"}\n', "run_id"),
+        (b'{"run_id": "x"}\n', "status"),
+        (b"\xff\xfe{}\n", "UTF-8"),
+        (b"not json\n", "not a JSON row"),
+        (b'{"run_id": "x", "status": "ok"}\n' + b"[" * 200_000 + b"\n", "not a JSON row"),
+    ],
+)
+def test_a_damaged_journal_is_refused_naming_file_and_line(tmp_path, capsys, content, fragment):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / JOURNAL).write_bytes(b'{"run_id": "a", "status": "ok"}\n' + content)
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    err = one_line_error(capsys)
+    assert f"{JOURNAL}:2" in err or f"{JOURNAL}:3" in err
+    assert fragment in err
+    assert sorted(x.name for x in out.iterdir()) == [JOURNAL]  # nothing else written
+
+
+def test_a_journal_that_is_a_folder(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    (out / JOURNAL).mkdir(parents=True)
+    assert main(["sweep", str(p), "--out", str(out), "--quiet"]) == 2
+    assert "folder" in one_line_error(capsys)
+
+
+# ---- class 9 (sweeps): nothing half-written ---------------------------------------------
+
+
+def test_a_failed_table_write_leaves_the_old_pair_and_no_temp_files(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    before = {n: (out / n).read_bytes() for n in ("results.parquet", "results.csv")}
+    # a stale temporary table of a dead process is cleaned by the next run
+    (out / ".results.csv.tmp-999999999").write_text("junk")
+
+    def full_disk(self, path, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_disk)
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--retry-failed"]) == 2
+    assert "No space left" in one_line_error(capsys)
+    assert {n: (out / n).read_bytes() for n in before} == before
+    assert sorted(x.name for x in out.iterdir()) == sorted([JOURNAL, "results.csv", RESULTS])
+
+
+def test_an_interrupt_before_any_run_leaves_no_folder(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+
+    def stop_at_once(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(load_sweep(p), tmp_path / "out", workers=1, progress=stop_at_once)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- class 14 (sweeps): scheduler addresses ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "fragment"),
+    [
+        ("tcp://127.0.0.1:99999", "out of range"),
+        ("tcp://127.0.0.1:0", "out of range"),
+        ("tcp://127.0.0.1", "no port"),
+        ("127.0.0.1", "no port"),
+        ("tls://127.0.0.1:8786", "tls://"),
+        ("inproc://10.0.0.1/1234/1", "inproc://"),
+        ("ucx://host:1", "ucx://"),
+        ("scheduler", "no port"),
+        ("", "not an address"),
+        ("tcp://:8786", "no host"),
+        ("tcp://host:port", "bad port"),
+        ("tcp://h:1/path", "not an address"),
+        ("tcp://a b:1", "not an address"),
+        ("tcp://\x1b[31mred:1", "not an address"),
+    ],
+)
+def test_malformed_scheduler_addresses_are_refused_before_any_work(
+    tmp_path, capsys, monkeypatch, address, fragment
+):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    monkeypatch.setattr(
+        "kvsim.experiments.sweep.load_sweep",
+        lambda *a: (_ for _ in ()).throw(AssertionError("loaded before the address check")),
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--scheduler", address]) == 2
+    err = one_line_error(capsys)
+    assert fragment in err and "--scheduler" in err and "\x1b" not in err
+    assert not out.exists()
+
+
+def test_well_formed_scheduler_addresses_parse():
+    assert parse_scheduler("tcp://10.0.0.5:8786") == ("10.0.0.5", 8786)
+    assert parse_scheduler("localhost:8786") == ("localhost", 8786)
+    assert parse_scheduler("tcp://[::1]:8786") == ("::1", 8786)
+
+
+def test_an_unreachable_scheduler_leaves_no_files(tmp_path, capsys):
+    pytest.importorskip("dask.distributed")
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    rc = main(["sweep", str(p), "--out", str(out), "--quiet", "--scheduler", "tcp://127.0.0.1:1"])
+    assert rc == 2 and "Dask scheduler" in one_line_error(capsys)
+    assert not out.exists()
+    out.mkdir()  # an existing empty folder gains no empty journal or tables either
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--scheduler", "127.0.0.1:1"]) == 2
+    assert list(out.iterdir()) == []
+
+
+# ---- class 5: SIGTERM like Ctrl-C; workers die with their parent ------------------------
+
+SLOW_SWEEP = f"""
+base: {SCENARIOS / "quickstart.yaml"}
+grid:
+  cluster.engines: [1, 2, 3, 4]
+set: {{workload.requests: 3000}}
+replications: 3
+"""
+
+
+def _children(pid: int) -> set[int]:
+    kids = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.add(int(d.name))
+    return kids
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, set[int], Path]:
+    """A sweep on two workers, its stderr in a file (an orphaned worker holding a pipe
+    open would hang the test instead of failing it)."""
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SLOW_SWEEP)
+    out = tmp_path / "out"
+    err = (tmp_path / "stderr.txt").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "kvsim.cli", "sweep", str(spec), "--out", str(out), "--workers", "2"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        start_new_session=True,
+    )
+    err.close()
+    workers: set[int] = set()
+    for _ in range(3000):  # until both workers exist (bounded polls, no time asserted)
+        if proc.poll() is not None:
+            break
+        workers = _children(proc.pid)
+        if len(workers) >= 2:
+            break
+        time.sleep(0.02)
+    return proc, workers, out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_workers_exit_when_the_sweep_is_killed(tmp_path):
+    proc, workers, _ = _start_sweep(tmp_path)
+    if proc.poll() is not None:
+        pytest.skip("the sweep finished before it could be killed")
+    assert len(workers) >= 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for _ in range(200):  # the workers poll their parent every 0.2 s
+        if not any(_running(w) for w in workers):
+            break
+        time.sleep(0.05)
+    alive = [w for w in workers if _running(w)]
+    for w in alive:  # do not leave them behind if the test fails
+        os.kill(w, signal.SIGKILL)
+    assert not alive, f"orphaned workers: {alive}"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
+    proc, workers, out = _start_sweep(tmp_path)
+    if proc.poll() is not None:
+        pytest.skip("the sweep finished before it could be stopped")
+    os.kill(proc.pid, signal.SIGTERM)  # the parent only, as a service manager does
+    try:
+        proc.wait(timeout=300)  # a guard against a hang, not a timing assertion
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    err = (tmp_path / "stderr.txt").read_text()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    for _ in range(200):
+        if not any(_running(w) for w in workers):
+            break
+        time.sleep(0.05)
+    assert not [w for w in workers if _running(w)]
+    if (out / JOURNAL).exists():  # what finished is kept, as after Ctrl-C
+        n = (out / JOURNAL).read_text().count("\n")
+        assert len(pd.read_parquet(out / "results.parquet")) == n
+
+
+def test_check_baseline_doc_accepts_a_real_baseline(tiny):
+    suite, base = tiny
+    doc = read_baseline(base)
+    check_baseline_doc(doc, "x")
+    s = load_suite(suite)
+    new = json.loads(json.dumps(doc))
+    assert not compare(s, doc, new).failures
+
+
+# ---- our own attack round after the fixes: new cases of the same classes ----------------
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("grid:\n  cluster: [{engines: 1}]\n  cluster.engines: [2]\n", "set twice"),
+        ("grid: {cluster.engines: [1]}\nset: {cluster: {engines: 3}}\n", "set twice"),
+        ("grid:\n  'cluster. engines': [2]\n", "spaces around a field name"),
+        ("grid:\n  source: [a]\n", "not a scenario field"),
+        ('grid:\n  "\\e[31mred": [1]\n', "not a scenario field"),
+    ],
+)
+def test_attack_round_sweep_keys(tmp_path, capsys, body, fragment):
+    out = tmp_path / "out"
+    assert main(["sweep", str(_sweep(tmp_path, body)), "--out", str(out), "--quiet"]) == 2
+    err = one_line_error(capsys)
+    assert fragment in err and "\x1b" not in err
+    assert not out.exists()
+
+
+def test_attack_round_odd_grid_values_make_a_parquet_table(tmp_path, capsys):
+    # a YAML date and an integer beyond 64 bits: each run fails cleanly and the table of
+    # those rows still writes (one type per column)
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        f"base: {MICRO}\ngrid:\n  workload.requests: [2020-01-01, {10**30}]\n"
+        "set: {run.warmup: 0 s}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    df = pd.read_parquet(out / RESULTS)
+    assert df["status"].tolist() == ["error", "error"]
+    assert df["workload.requests"].tolist() == ['"2020-01-01"', str(10**30)]
+
+
+def test_attack_round_a_journal_with_a_bom_and_crlf_resumes(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    sweep = load_sweep(p)
+    out = tmp_path / "out"
+    run_sweep(sweep, out, workers=1)
+    journal = out / JOURNAL
+    journal.write_bytes(b"\xef\xbb\xbf" + journal.read_bytes().replace(b"\n", b"\r\n"))
+    assert len(read_journal(out)) == 4  # an editor's BOM and line ends are not damage
+
+
+def test_attack_round_a_read_only_journal_is_refused_before_any_run(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / JOURNAL).write_text("")
+    (out / JOURNAL).chmod(0o444)
+    real_access = os.access
+    monkeypatch.setattr(  # as for a user who is not root
+        os, "access", lambda f, mode: False if str(f).endswith(JOURNAL) else real_access(f, mode)
+    )
+    monkeypatch.setattr("kvsim.experiments.sweep.run_one", lambda s: pytest.fail("it ran"))
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    assert "cannot write" in one_line_error(capsys)
+
+
+def test_attack_round_a_suite_is_counted_before_its_scenarios_load(tmp_path, capsys):
+    loads = ", ".join(str(1 + i / 1e6) for i in range(1001))
+    seeds = ", ".join(str(i) for i in range(100))
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"seeds: [{seeds}]\nentries:\n  - scenario: {MICRO}\n    loads: [{loads}]\n")
+    assert main(["baseline", str(suite), "--out", str(tmp_path / "o")]) == 2
+    err = one_line_error(capsys)
+    assert "100,100 runs" in err and "at most 100,000" in err
+
+
+def test_attack_round_a_run_refused_at_a_tiny_load_names_the_suite(tmp_path, capsys):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SUITE.replace("loads: [1.0]", "loads: [1e-300]"))
+    assert main(["baseline", str(suite), "--out", str(tmp_path / "o"), "--workers", "1"]) == 2
+    err = one_line_error(capsys)
+    assert "suite.yaml: entry 'micro' @ 1e-300x load" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_attack_round_sigterm_and_sighup_interrupt_like_ctrl_c(sig):
+    from kvsim.experiments.sweep import sigterm_as_interrupt
+
+    if not hasattr(signal, sig):
+        pytest.skip(f"no {sig} here")
+    before = signal.getsignal(getattr(signal, sig))
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), getattr(signal, sig))
+        for _ in range(1000):  # the handler runs at the next bytecode boundary
+            time.sleep(0.001)
+    assert signal.getsignal(getattr(signal, sig)) == before  # restored afterwards
+
+
+def test_attack_round_a_seed_override_in_a_suite_is_refused_not_ignored(tiny, tmp_path, capsys):
+    # the runs take the suite's seeds, so a seed override would be silently ignored
+    suite, base = tiny
+    assert main(["check", str(suite), "--baseline", str(base), "--set", "seed=5"]) == 2
+    err = one_line_error(capsys)
+    assert "--set seed=5" in err and "seeds" in err
+    bad = tmp_path / "suite.yaml"
+    bad.write_text(SUITE.replace("run.warmup: 0 s}", "run.warmup: 0 s, seed: 5}"))
+    assert main(["baseline", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "entries[0]" in (err := one_line_error(capsys)) and "set.seed" in err
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_attack_round_a_killed_worker_is_one_line_and_keeps_what_finished(tmp_path):
+    proc, workers, out = _start_sweep(tmp_path)
+    if proc.poll() is not None or not workers:
+        pytest.skip("the sweep finished before a worker could be killed")
+    os.kill(min(workers), signal.SIGKILL)  # e.g. the kernel's out-of-memory killer
+    try:
+        proc.wait(timeout=300)  # a guard against a hang, not a timing assertion
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    err = (tmp_path / "stderr.txt").read_text().strip()
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("kvsim: error: --workers 2: a worker process")
+    for _ in range(200):
+        if not any(_running(w) for w in workers):
+            break
+        time.sleep(0.05)
+    assert not [w for w in workers if _running(w)]
+    if (out / JOURNAL).exists():
+        n = (out / JOURNAL).read_text().count("\n")
+        assert len(pd.read_parquet(out / RESULTS)) == n
