@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from kvsim import __version__, compiled
-from kvsim.errors import InputError
+from kvsim.errors import InputError, clean
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         where = self.prog.removeprefix("kvsim").strip()
         head = f"{where}: " if where else ""
-        self.exit(2, f"kvsim: error: {head}{one_line(message)} (see `{self.prog} --help`)\n")
+        self.exit(2, f"kvsim: error: {head}{clean(message)} (see `{self.prog} --help`)\n")
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -60,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
             head = f"{where}: " if where else ""
             self.exit(
                 2,
-                f"kvsim: error: {head}unrecognized arguments: {one_line(' '.join(extra))} "
+                f"kvsim: error: {head}unrecognized arguments: {clean(' '.join(extra))} "
                 f"(see `{' '.join(words)} --help`)\n",
             )
         return parsed
@@ -889,7 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handlers[args.command](args)
     except InputError as e:
-        print(f"kvsim: error: {one_line(str(e))}", file=sys.stderr)
+        print(f"kvsim: error: {clean(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
@@ -899,12 +899,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
-
-
-def one_line(text: str) -> str:
-    """A message as one printable line: newlines, terminal escapes and other control
-    characters in a name the user gave are shown escaped (\\n, \\x1b), not obeyed."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,13 @@ def clean(text: str, limit: int = 2000) -> str:
     return text + cut
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A user's value as a message quotes it: ``repr`` (a list by its length), cut to
+    ``limit`` characters; :class:`InputError` escapes what is unsafe."""
+    text = f"a list of {len(value)}" if isinstance(value, list) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class InputError(Exception):
     """A user mistake, reported as ``where: what`` on one line (exit code 2)."""
 

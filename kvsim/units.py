@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import re
 
+from kvsim.errors import shown
+
 # unit -> (multiplier, divisor): value = number * multiplier / divisor, so that "80 us"
 # is exactly 80 / 1e6 and sub-unit scales add no rounding noise
 _BYTE_UNITS: dict[str, tuple[float, float]] = {
@@ -63,31 +65,25 @@ RATE_EXAMPLE = '"5/s" or "300/min"'
 def _split(value: object, what: str, example: str) -> tuple[float, str]:
     """Split "10.76 GB/s" into (10.76, "GB/s"); refuse bare numbers and non-finite values."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"expected a {what} such as {example}, got {_shown(value)}")
+        raise ValueError(f"expected a {what} such as {example}, got {shown(value)}")
     if isinstance(value, (int, float)):
-        raise ValueError(f"missing unit: expected a {what} such as {example}, got {_shown(value)}")
+        raise ValueError(f"missing unit: expected a {what} such as {example}, got {shown(value)}")
     m = _NUMBER_UNIT.fullmatch(value.strip())
     if not m:
-        raise ValueError(f"expected a {what} such as {example}, got {_shown(value)}")
+        raise ValueError(f"expected a {what} such as {example}, got {shown(value)}")
     number = float(m.group(1))
     if not math.isfinite(number):  # digits beyond a float's range, e.g. 1e999
-        raise ValueError(f"expected a finite {what}, got {_shown(value)}")
+        raise ValueError(f"expected a finite {what}, got {shown(value)}")
     unit = m.group(2)
     if not unit:
-        raise ValueError(f"missing unit: expected a {what} such as {example}, got {_shown(value)}")
+        raise ValueError(f"missing unit: expected a {what} such as {example}, got {shown(value)}")
     return number, unit
-
-
-def _shown(value: object, limit: int = 80) -> str:
-    """``repr`` of a user's value, cut to ``limit`` characters for a one-line message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _finite(result: float, value: object, what: str) -> float:
     """Refuse a value whose number is finite but overflows once scaled (1e300 EB)."""
     if not math.isfinite(result):
-        raise ValueError(f"{what} {_shown(value)} is too large to represent")
+        raise ValueError(f"{what} {shown(value)} is too large to represent")
     return result
 
 
@@ -112,7 +108,7 @@ def _unknown(
         ]
         hint = f" (units are case-sensitive: did you mean {' or '.join(named)}?)"
     return ValueError(
-        f"unknown {what} unit {_shown(unit + suffix)}{hint}; expected a {what} such as {example}"
+        f"unknown {what} unit {shown(unit + suffix)}{hint}; expected a {what} such as {example}"
     )
 
 
@@ -134,7 +130,7 @@ def parse_bandwidth(value: object) -> float:
         base, suffix = unit[:-2], "ps"
     else:
         raise ValueError(
-            f"unknown bandwidth unit {_shown(unit)}; "
+            f"unknown bandwidth unit {shown(unit)}; "
             f"expected a bandwidth such as {BANDWIDTH_EXAMPLE}"
         )
     if base not in _RATE_BASE_UNITS:
@@ -158,9 +154,7 @@ def parse_rate(value: object) -> float:
         if unit.startswith(prefix + "/"):
             unit = unit[len(prefix) :]
     if not unit.startswith("/") or unit[1:] not in _TIME_UNITS:
-        raise ValueError(
-            f"unknown rate unit {_shown(unit)}; expected a rate such as {RATE_EXAMPLE}"
-        )
+        raise ValueError(f"unknown rate unit {shown(unit)}; expected a rate such as {RATE_EXAMPLE}")
     mul, div = _TIME_UNITS[unit[1:]]
     return _finite(number * div / mul, value, "rate")
 

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kvsim.config.schema import Scenario, cross_checks
-from kvsim.errors import InputError
+from kvsim.errors import InputError, shown
 from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, is_regular, read_text
 from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
@@ -97,7 +97,7 @@ class _Loader(yaml.SafeLoader):
         except (ValueError, ArithmeticError, LookupError, TypeError) as e:  # 30 February, !!int ""
             first = (str(e).splitlines() or [type(e).__name__])[0]
             raise InputError(
-                f"bad value {_shown(node.value)}: {first}", where=self.at(node.start_mark)
+                f"bad value {shown(node.value)}: {first}", where=self.at(node.start_mark)
             ) from None
 
     def construct_bounded_int(self, node: Any) -> Any:
@@ -112,12 +112,6 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
-
-
-def _shown(value: Any, limit: int = 80) -> str:
-    """``repr`` of a user's value, cut to ``limit`` characters for a one-line message."""
-    text = repr(value) if not isinstance(value, list) else f"a list of {len(value)}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse(text: str, where: str, *, lines: bool = True, budget: Budget | None = None) -> Any:
@@ -372,7 +366,7 @@ def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
         try:
             check_regular(path)
         except InputError as e:
-            raise InputError(f"timing table {_shown(str(path))}: {e.reason}", where=where) from None
+            raise InputError(f"timing table {shown(str(path))}: {e.reason}", where=where) from None
     text = read_text(path, what="timing table", max_bytes=MAX_TABLE_BYTES)
     cells: dict[tuple[int, int], float] = {}
     rows = (line for line in io.StringIO(text, newline="") if not line.lstrip().startswith("#"))
@@ -394,7 +388,7 @@ def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
                 raise InputError("bad number in timing row", where=f"{path}:{i}") from None
             if not (math.isfinite(seconds) and seconds > 0):
                 raise InputError(
-                    f"seconds must be a finite number > 0, got {_shown(row['seconds'])}",
+                    f"seconds must be a finite number > 0, got {shown(row['seconds'])}",
                     where=f"{path}:{i}",
                 )
             cells[key] = seconds
@@ -451,7 +445,7 @@ def _load_chain(
             check_regular(parent_path)
         except InputError as e:
             raise InputError(
-                f"extends: {_shown(parent)}: {e.reason} (looked for {parent_path})", where=where
+                f"extends: {shown(parent)}: {e.reason} (looked for {parent_path})", where=where
             ) from None
     base, base_origins = _load_chain(parent_path, (*stack, real), budget)
     return merge_layers(base, base_origins, data, origins)
@@ -641,7 +635,7 @@ def _describe(
         return msg.replace("Input tag", "tag")
     got = err.get("input")
     if kind not in ("value_error",) and not isinstance(got, (dict, list)):
-        return f"{msg}, got {_shown(got)}"
+        return f"{msg}, got {shown(got)}"
     return msg
 
 
@@ -683,7 +677,7 @@ def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scen
             check_regular(w.path, what="trace file")
         except InputError as e:  # a folder, a FIFO, a device, a symlink loop, a bad name
             reason = " not found" if e.reason.endswith("not found") else f": {e.reason}"
-        problems.append((("workload", "path"), f"trace file {_shown(w.path)}{reason}"))
+        problems.append((("workload", "path"), f"trace file {shown(w.path)}{reason}"))
     if problems:
         path, msg = problems[0]
         raise InputError(f"{_dotted(path)}: {msg}", where=_where(origins, path, default_where))

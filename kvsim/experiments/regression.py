@@ -50,7 +50,7 @@ from kvsim import __version__
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import Record
-from kvsim.errors import InputError
+from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import OUTCOMES, load_overrides
 from kvsim.experiments.sweep import MAX_RUNS, RunSpec, Seed, execute, load_sweep
 from kvsim.files import MAX_TABLE_BYTES, read_text
@@ -125,14 +125,14 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     for m in spec.metrics:
         if m not in OUTCOMES:
             raise InputError(
-                f"metrics.{_shown(m)}: not an outcome metric; choose from {', '.join(OUTCOMES)}",
+                f"metrics.{clean(m)}: not an outcome metric; choose from {', '.join(OUTCOMES)}",
                 where=str(p),
             )
     if extra and "seed" in extra:
         raise InputError(
             "a suite runs every entry with each of its `seeds:`; the seed is not an "
             "override (change the suite's seeds and make a new baseline)",
-            where=f"--set seed={_shown(str(extra['seed']))}",
+            where=f"--set seed={clean(str(extra['seed']))}",
         )
     if len(set(spec.seeds)) < len(spec.seeds):
         raise InputError("seeds: a seed is listed twice", where=str(p))
@@ -187,12 +187,6 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     if dup:
         raise InputError(f"two entries are named {dup!r}; give them names", where=str(p))
     return Suite(spec.name or p.stem, p, list(spec.seeds), dict(spec.metrics), entries)
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    """User text safe to echo on one line: control characters escaped, length bounded."""
-    out = json.dumps(text)[1:-1]
-    return out if len(out) <= limit else out[:limit] + "..."
 
 
 def _portable(d: dict[str, Any], root: Path) -> dict[str, Any]:
@@ -343,7 +337,7 @@ def read_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"not a baseline: {e.msg}", where=f"{f}:{e.lineno}") from None
     except (ValueError, RecursionError) as e:
         reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
-        raise InputError(f"not a baseline: {_shown(reason)}", where=str(f)) from None
+        raise InputError(f"not a baseline: {clean(reason)}", where=str(f)) from None
     check_baseline_doc(doc, str(f))
     return doc
 
@@ -407,7 +401,7 @@ def check_baseline_doc(doc: Any, where: str) -> None:
             finite(need(pt, "load", (int, float), f"{fp}.load"), f"{fp}.load", positive=True)
             metrics = need(pt, "metrics", dict, f"{fp}.metrics")
             for m, stats in metrics.items():
-                fm = f"{fp}.metrics.{_shown(m)}"
+                fm = f"{fp}.metrics.{clean(m)}"
                 if not isinstance(stats, dict):
                     bad(fm, f"expected an object, got {kind(stats)}")
                 lo, mean, hi = (
@@ -431,13 +425,13 @@ def check_baseline(
     notes = []
     if baseline.get("seeds") != list(suite.seeds):
         raise InputError(
-            f"the baseline used seeds {_shown(str(baseline.get('seeds')))}, the suite "
+            f"the baseline used seeds {clean(str(baseline.get('seeds')))}, the suite "
             f"{suite.seeds}; make a new baseline",
             where=where,
         )
     if baseline.get("kvsim_version") != __version__:
         notes.append(
-            f"baseline made by kvsim {_shown(str(baseline.get('kvsim_version')))}, "
+            f"baseline made by kvsim {clean(str(baseline.get('kvsim_version')))}, "
             f"this is {__version__}"
         )
     base_entries = {e["id"]: e for e in baseline["entries"]}
@@ -446,19 +440,19 @@ def check_baseline(
         if b is None:
             raise InputError(
                 f"entry {e.id!r} is not in the baseline (its entries: "
-                f"{_shown(', '.join(base_entries), 200)}); was it made from another suite?",
+                f"{clean(', '.join(base_entries), 200)}); was it made from another suite?",
                 where=where,
             )
         if b["scenario"] != e.scenario:
             raise InputError(
                 f"entry {e.id!r}: the baseline was made from scenario "
-                f"{_shown(b['scenario'])!r}, the suite runs {e.scenario!r}",
+                f"{clean(b['scenario'])!r}, the suite runs {e.scenario!r}",
                 where=where,
             )
         if b["hash"] != e.digest:
             msg = (
                 f"entry {e.id!r}: scenario {e.scenario!r} differs from the "
-                f"baseline's (hash {_shown(b['hash'])} -> {e.digest})"
+                f"baseline's (hash {clean(b['hash'])} -> {e.digest})"
             )
             if strict:
                 raise InputError(msg, where=where)
@@ -469,7 +463,7 @@ def check_baseline(
             if bp is None:
                 raise InputError(
                     f"entry {e.id!r}: the baseline has no {load:g}x load "
-                    f"point (it has {_shown(str(sorted(bpoints)), 120)})",
+                    f"point (it has {clean(str(sorted(bpoints)), 120)})",
                     where=where,
                 )
             for m in suite.metrics:

@@ -58,7 +58,7 @@ from pydantic import Field
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import PosInt, Record
-from kvsim.errors import InputError
+from kvsim.errors import InputError, clean
 from kvsim.files import check_regular
 
 RESULTS = "results.parquet"
@@ -283,12 +283,6 @@ def _failed_row(spec: RunSpec, error: str) -> dict[str, Any]:
     row: dict[str, Any] = {"run": spec.index, "run_id": spec.run_id, **dict(spec.params)}
     row.update(seed=spec.seed, status="error", error=error)
     return row
-
-
-def _shown(text: str, limit: int = 120) -> str:
-    """User text safe to echo on one line: control characters escaped, length bounded."""
-    out = json.dumps(text)[1:-1]
-    return out if len(out) <= limit else out[:limit] + "..."
 
 
 def read_journal(out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -539,10 +533,10 @@ def execute(
                 yield row
         except (OSError, TimeoutError, CancelledError) as e:  # the cluster went away
             raise InputError(
-                f"lost the Dask cluster ({_shown(str(e) or type(e).__name__, 160)}); the runs "
+                f"lost the Dask cluster ({clean(str(e) or type(e).__name__, 160)}); the runs "
                 "that finished "
                 "are kept: run the same command again to resume",
-                where=f"--scheduler {_shown(scheduler or '(a Dask client)')}",
+                where=f"--scheduler {clean(scheduler or '(a Dask client)')}",
             ) from None
         finally:
             client.close()
