@@ -48,8 +48,16 @@ def run(
     """Run one scenario and return its Results.
 
     ``requests`` replaces the scenario's workload (any iterable of Request in time order);
-    ``progress`` is called with the number of requests finished since its last call.
+    ``progress`` is called with the number of requests finished since its last call
+    (None or False: no progress).
     """
+    if progress is False:  # "no progress", as the CLI's --quiet
+        progress = None
+    if progress is not None and not callable(progress):
+        raise TypeError(
+            f"progress: expected None or a function called with the number of requests "
+            f"finished, got {type(progress).__name__}"
+        )
     sc = load(scenario, overrides, seed)
     sim = Simulation(sc, requests=requests, progress=progress)
     return collect(sim.run(), sc)

@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
     v = sub.add_parser("validate", help="load and check a scenario; run nothing")
-    v.add_argument("scenario", type=_path)
+    v.add_argument("scenario", type=_path, help="scenario YAML file")
     _add_overrides(v)
 
     t = sub.add_parser("trace", help="trace tools")
@@ -220,7 +220,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="parallel searches with --sweep (local processes; default: one per core)",
     )
-    cp.add_argument("--json", action="store_true")
+    cp.add_argument("--json", action="store_true", help="print capacity.csv's rows as JSON")
 
     bl = sub.add_parser("baseline", help="record a suite's TTFT curves as a baseline")
     bl.add_argument(
@@ -237,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     ck = sub.add_parser(
         "check", help="re-run a suite and compare with a baseline (exit 1 on a regression)"
     )
-    ck.add_argument("suite", type=_path)
+    ck.add_argument("suite", type=_path, help="suite YAML (the one the baseline was made from)")
     ck.add_argument("--baseline", type=_path, required=True, help="folder made by `kvsim baseline`")
     _add_overrides(ck)
     ck.add_argument(
@@ -257,7 +257,7 @@ def _parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plot", help="draw the figures of a run's or a sweep's --out folder")
     pl.add_argument("folder", type=_path, help="a `kvsim run --out` or `kvsim sweep --out` folder")
-    pl.add_argument("--format", choices=("png", "svg"), default="png")
+    pl.add_argument("--format", choices=("png", "svg"), default="png", help="image format")
     pl.add_argument(
         "--x",
         type=_word,
@@ -277,7 +277,7 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print the figures as JSON")
 
     pr = sub.add_parser("profiles", help="list the shipped hardware/model profiles")
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print JSON")
     return p
 
 

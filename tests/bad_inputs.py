@@ -756,6 +756,35 @@ CASES: list[Case] = [
         files={"s.yaml": "base: {QS}\ngrid:\n  cluster.engines: [1, 2]\n"},
     ),
     # ---- round 2: outputs, plots, costmodel and other commands ----
+    C(
+        "a sweep file given to run",
+        ["run", "{TMP}/sw.yaml", "--out", "{OUT}", "--quiet"],
+        "this is a sweep file, not a scenario",
+        "kvsim sweep",
+        files={"sw.yaml": "base: {QS}\ngrid: {cluster.engines: [1, 2]}\n"},
+    ),
+    C(
+        "a scenario given to sweep",
+        ["sweep", "{QS}", "--out", "{OUT}", "--quiet"],
+        "this is a scenario file, not a sweep",
+        "base:",
+    ),
+    C(
+        "a suite given to validate",
+        ["validate", "{TMP}/suite.yaml"],
+        "this is a suite file, not a scenario",
+        "kvsim baseline",
+        files={"suite.yaml": "entries: [{scenario: {QS}}]\nloads: [1]\nseeds: [1]\n"},
+    ),
+    C(
+        "a trace given to run",
+        ["run", "{TMP}/t.jsonl", "--out", "{OUT}", "--quiet"],
+        "this is a trace file, not a scenario",
+        "workload.path",
+        files={
+            "t.jsonl": '{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}\n'
+        },
+    ),
     C("--out is an empty name", ["run", "{QS}", "--out", ""], "--out", "empty path"),
     C(
         "--report is an empty name",
@@ -769,7 +798,7 @@ CASES: list[Case] = [
         ["run", "{QS}", "--out", "{TMP}/mine"],
         "--out",
         "notes.txt",
-        "did not write",
+        "does not write",
         files={"mine/notes.txt": "mine"},
     ),
     C(

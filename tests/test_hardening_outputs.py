@@ -582,3 +582,14 @@ def test_readme_quotes_the_quickstart_summary_kvsim_prints():
     text = mf.README.read_text(encoding="utf-8")
     start, end = mf.readme_quickstart_block(text)
     assert text[start:end] == mf.quickstart_summary(), REGENERATE + " readme"
+
+
+def test_python_api_progress_false_is_off_and_junk_is_refused():
+    import kvsim
+
+    res = kvsim.run(
+        ROOT / "scenarios" / "quickstart.yaml", {"workload.requests": 600}, progress=False
+    )
+    assert res.summary["requests"] > 0
+    with pytest.raises(TypeError, match="progress"):
+        kvsim.run(ROOT / "scenarios" / "quickstart.yaml", {"workload.requests": 600}, progress=1)

@@ -639,12 +639,45 @@ def _describe(
     return msg
 
 
-def load_record(model: type[RecordT], path: str | os.PathLike[str]) -> RecordT:
+_KIND_HINTS = {
+    "sweep": "run it with `kvsim sweep FILE --out DIR` or `kvsim capacity --sweep FILE`",
+    "suite": "use it with `kvsim baseline` or `kvsim check`",
+    "scenario": "a sweep names it in `base:`, a suite under `entries:`",
+}
+
+
+def file_kind(data: Mapping[str, Any]) -> str | None:
+    """Which kind of kvsim file a mapping looks like, by keys only that kind has."""
+    if "entries" in data:
+        return "suite"
+    if "base" in data:
+        return "sweep"
+    if {"workload", "cluster", "tiers", "remote", "extends", "profile"} & set(data):
+        return "scenario"
+    return None
+
+
+def check_file_kind(data: Mapping[str, Any], expected: str, where: str) -> None:
+    """Refuse, with a pointer to the right command, a sweep, suite or scenario file given
+    where another kind is expected (its own fields would fail with less helpful lines)."""
+    kind = file_kind(data)
+    if kind is not None and kind != expected:
+        raise InputError(
+            f"this is a {kind} file, not a {expected}; {_KIND_HINTS[kind]}", where=where
+        )
+
+
+def load_record(
+    model: type[RecordT], path: str | os.PathLike[str], kind: str | None = None
+) -> RecordT:
     """Load a YAML file into any config record (sweep and suite files), with the same
-    one-line errors as scenarios: file, line, field path, reason."""
+    one-line errors as scenarios: file, line, field path, reason. ``kind`` ("sweep",
+    "suite") refuses another kind of kvsim file with a pointer to its command."""
     p = Path(path)
     data, origins = load_yaml(p)
     data = _require_mapping(data, str(p))
+    if kind is not None:
+        check_file_kind(data, kind, str(p))
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -691,8 +724,15 @@ def load_scenario(
 ) -> Scenario:
     """Load, merge (profile, extends, overrides) and validate a scenario file."""
     p = Path(path)
+    if p.suffix.lower() in (".jsonl", ".csv"):
+        raise InputError(
+            "this is a trace file, not a scenario; a scenario names it in workload.path "
+            "(see scenarios/mooncake-sample.yaml)",
+            where=str(p),
+        )
     budget = Budget()  # one for the whole chain and the profile
     data, origins = _load_chain(p, (), budget)
+    check_file_kind(data, "scenario", str(p))
     if overrides:
         apply_overrides(data, origins, overrides)
     if seed is not None:

@@ -121,7 +121,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     from kvsim import api
 
     p = Path(path)
-    spec = load_record(SuiteSpec, p)
+    spec = load_record(SuiteSpec, p, "suite")
     for m in spec.metrics:
         if m not in OUTCOMES:
             raise InputError(

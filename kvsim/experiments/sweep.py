@@ -125,7 +125,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
 
     p = Path(path)
     where = str(p)
-    spec = load_record(SweepSpec, p)
+    spec = load_record(SweepSpec, p, "sweep")
     lengths = {len(v) for v in spec.zip.values()}
     if len(lengths) > 1:
         raise InputError(

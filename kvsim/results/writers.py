@@ -179,8 +179,8 @@ def check_out_folder(path: str | os.PathLike[str], *, flag: str, owned: Collecti
             more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
             shown = ", ".join(foreign[:5]) + more
             raise InputError(
-                f"holds files kvsim did not write ({shown}); kvsim replaces the whole "
-                "folder, so name a new or empty one",
+                f"holds files this command does not write ({shown}); kvsim replaces the "
+                "whole folder, so name a new or empty one",
                 where=_where(flag, path),
             )
     return target
