@@ -122,3 +122,21 @@ def test_a_transfer_shorter_than_the_clock_resolution_still_finishes():
     f = fab.transfer([fab.link("a", 4e11)], 1.0)
     env.run(until=1e9 + 1)
     assert f.state == "finished" and f.end == pytest.approx(1e9)
+
+
+def test_a_link_that_stops_binding_frees_its_flows_to_their_caps():
+    # Regression (crashed with KeyError in the one-link fill): W leaving `a` makes `a` stop
+    # binding while Y, also on `a`, is held by the binding `b`; X (on `a` and `c`) is then on
+    # no binding link and runs at its cap. a = 100, b = 10, c = 50 B/s. Until W ends: b gives
+    # Y and Z 5 each; a's other 95 go to X and W, 47.5 each; W (47.5 B) ends at t = 1. Then
+    # X runs at its cap 50: 52.5 B left, t = 2.05. Y and Z (20 B at 5 B/s) end at t = 4.
+    ends, _ = run_flows(
+        [
+            (0, 47.5, ["a"], None),
+            (0, 100, ["a", "c"], None),
+            (0, 20, ["a", "b"], None),
+            (0, 20, ["b"], None),
+        ],
+        {"a": 100.0, "b": 10.0, "c": 50.0},
+    )
+    assert ends == [pytest.approx(1.0), pytest.approx(2.05), pytest.approx(4.0), pytest.approx(4.0)]

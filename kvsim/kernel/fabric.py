@@ -365,18 +365,24 @@ class Fabric:
         flows.sort(key=lambda f: f.cap)
         if len(links) == 1:  # the common case: water-filling on one link
             link = links[0]
+            members = link.members
             residual, demand = link.bandwidth, link.load
-            for i, f in enumerate(flows):
-                share = residual / demand
-                if f.cap < share:
+            share = 0.0
+            saturated = False
+            for f in flows:
+                k = members.get(f)
+                if k is None:  # reached through a link that no longer binds: its cap rules
                     self._set_rate(f, f.cap)
-                    k = link.members[f]
-                    residual -= f.cap * k
-                    demand -= k
-                else:
-                    for g in flows[i:]:
-                        self._set_rate(g, share)
-                    return
+                    continue
+                if not saturated:
+                    share = residual / demand
+                    if f.cap < share:
+                        self._set_rate(f, f.cap)
+                        residual -= f.cap * k
+                        demand -= k
+                        continue
+                    saturated = True  # this flow and every later member get the share
+                self._set_rate(f, share)
             return
         left = {link: link.bandwidth for link in links}
         wants = {link: link.load for link in links}
