@@ -3,8 +3,12 @@ beyond float round-off)."""
 
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvsim.kernel.fabric import Fabric, Link
+
+from conftest import examples
 
 
 def run_flows(specs, links_bw, latency=0.0):
@@ -140,3 +144,64 @@ def test_a_link_that_stops_binding_frees_its_flows_to_their_caps():
         {"a": 100.0, "b": 10.0, "c": 50.0},
     )
     assert ends == [pytest.approx(1.0), pytest.approx(2.05), pytest.approx(4.0), pytest.approx(4.0)]
+
+
+def _max_min_rates(paths, costs, bandwidth):
+    """Textbook progressive filling over every link (an independent restatement of the
+    fabric's rule): all unfrozen flows rise together; a link that fills freezes its flows."""
+    rates = {f: 0.0 for f in paths}
+    left = dict(bandwidth)
+    unfrozen = set(paths)
+    while unfrozen:
+        step = min(
+            left[ln] / sum(costs[f][i] for f in unfrozen for i, m in enumerate(paths[f]) if m == ln)
+            for ln in left
+            if any(ln in paths[f] for f in unfrozen)
+        )
+        for f in unfrozen:
+            rates[f] += step
+        for f in unfrozen:
+            for i, ln in enumerate(paths[f]):
+                left[ln] -= step * costs[f][i]
+        full = {ln for ln, v in left.items() if v <= 1e-9 * bandwidth[ln]}
+        unfrozen = {f for f in unfrozen if not full & set(paths[f])}
+    return rates
+
+
+def _fluid_finish_times(specs, bandwidth):
+    """Finish times of flows (start, size, links, costs) under max-min fair sharing."""
+    t, left, ends = 0.0, {}, {}
+    pending = sorted(range(len(specs)), key=lambda i: specs[i][0])
+    while pending or left:
+        paths = {i: specs[i][2] for i in left}
+        costs = {i: specs[i][3] for i in left}
+        rates = _max_min_rates(paths, costs, bandwidth) if left else {}
+        nxt_start = specs[pending[0]][0] if pending else float("inf")
+        nxt_end = min((left[i] / rates[i] for i in left), default=float("inf"))
+        dt = min(nxt_start - t, nxt_end)
+        for i in list(left):
+            left[i] -= rates[i] * dt
+            if left[i] <= 1e-9 * specs[i][1]:
+                ends[i] = t + dt
+                del left[i]
+        t += dt
+        while pending and specs[pending[0]][0] <= t:
+            i = pending.pop(0)
+            left[i] = specs[i][1]
+    return [ends[i] for i in range(len(specs))]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.data())
+def test_finish_times_match_an_independent_max_min_fair_fluid_model(data):
+    names = ["a", "b", "c", "d"][: data.draw(st.integers(2, 4))]
+    bandwidth = {n: float(data.draw(st.sampled_from([10, 25, 50, 100]))) for n in names}
+    specs = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        links = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+        costs = [float(data.draw(st.sampled_from([1, 1, 2]))) for _ in links]
+        start = float(data.draw(st.sampled_from([0, 0, 0.5, 1, 3])))
+        size = float(data.draw(st.sampled_from([5, 20, 47.5, 100])))
+        specs.append((start, size, links, costs))
+    ends, _ = run_flows(specs, bandwidth)
+    assert ends == pytest.approx(_fluid_finish_times(specs, bandwidth), rel=1e-6)
