@@ -261,6 +261,26 @@ def require_columns(df: Any, columns: Sequence[str], path: Path, numeric: bool =
             raise InputError(f"column(s) not numeric: {', '.join(bad)}", where=str(path))
 
 
+_TIME_COLUMNS = ("arrival_s", "start_s", "finish_s", "ttft_s", "queue_wait_s", "load_s")
+
+
+def _require_times(df: Any, path: Path) -> None:
+    """Refuse a requests table whose times kvsim cannot have written: negative, infinite
+    or past 2**32 s (NaN is a dropped request's, and fine)."""
+    for col in _TIME_COLUMNS:
+        if col not in df.columns:
+            continue
+        v = df[col].to_numpy(float)
+        bad = np.flatnonzero(~np.isnan(v) & ~((v >= 0) & (v <= 2.0**32)))
+        if len(bad):
+            row = int(bad[0])
+            line = f":{row + 2}" if path.suffix == ".csv" else f" (row {row})"
+            raise InputError(
+                f"column {col}: {v[row]!r} is not a time kvsim writes (>= 0 s, finite)",
+                where=f"{path}{line}",
+            )
+
+
 def read_summary(path: Path) -> dict[str, Any]:
     """A run's summary.json with the fields the plots use, checked."""
     import json
@@ -313,6 +333,7 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
             )
     df = read_table(table, "requests table")
     require_columns(df, RUN_COLUMNS, table)
+    _require_times(df, table)
     done = np.isfinite(df[["arrival_s", "start_s", "finish_s", "ttft_s"]].to_numpy(float)).all(1)
     df = df[done]
     m = df[~df["warmup"].astype(bool)]

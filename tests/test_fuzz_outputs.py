@@ -327,3 +327,19 @@ def test_write_folder_is_all_or_nothing_under_faults(before, deep, fault, error,
             assert mine == [], mine
         dead = [n for n in names if f".kvsim-{2**22 + 7}." in n]
         assert dead == [] or not ok or fault == "rmtree", dead  # they go with a write
+
+
+@pytest.mark.parametrize(("column", "value"), [("ttft_s", -5.0), ("arrival_s", np.inf)])
+def test_plot_refuses_times_kvsim_never_writes(folders, column, value):
+    # found by the attack round: a negative TTFT or an infinite arrival plotted with exit 0
+    # and matplotlib warnings; NaN (a dropped request) stays fine
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d) / "run"
+        shutil.copytree(folders["run"], folder)
+        table = folder / "requests.parquet"
+        df = pd.read_parquet(table)
+        df.loc[3, column] = value
+        df.to_parquet(table, index=False)
+        rc, err = _plot(folder)
+        assert rc == 2, err
+        assert f"column {column}" in err and "requests.parquet (row 3)" in err, err
