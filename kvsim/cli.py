@@ -635,15 +635,16 @@ def _sigterm_as_interrupt(handler: Callable[[argparse.Namespace], int]) -> Calla
 
 @_sigterm_as_interrupt
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from kvsim.experiments.sweep import load_sweep, parse_scheduler, run_sweep
-    from kvsim.results.writers import check_writable
+    from kvsim.experiments.sweep import SWEEP_FILES, load_sweep, parse_scheduler, run_sweep
+    from kvsim.results.writers import check_out_folder
 
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
     if args.scheduler is not None:
         parse_scheduler(args.scheduler)  # a malformed address: refused before any work
     sweep = load_sweep(args.sweep)
-    check_writable(args.out, folder=True, flag="--out")
+    # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
+    check_out_folder(args.out, flag="--out", owned=SWEEP_FILES)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -666,6 +667,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             retry_failed=args.retry_failed,
             progress=progress,
         )
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+            bar = None
+        print(
+            f"kvsim: interrupted: the finished runs are kept in {args.out}/runs.jsonl; run the "
+            "same command again to resume (results.parquet and results.csv are written once "
+            "every run has a row)",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         if bar is not None:
             bar.close()
@@ -894,6 +906,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # e.g. a workload too large for this machine: one line, no traceback
+        print(
+            f"kvsim: error: {args.command}: out of memory (lower workload.requests, a trace's "
+            "limit, or the sweep's grid)",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:  # e.g. `kvsim run ... | head`
         return 0
     finally:

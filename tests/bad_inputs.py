@@ -282,6 +282,19 @@ CASES: list[Case] = [
     Case("sweep: missing base", "sweep", "base: gone.yaml\n", ("gone.yaml", "not found")),
     # ---- round 2: YAML structure, file kinds, numbers in config ----
     S(
+        "YAML 1.1 base-60 number (1:0 is not 60)",
+        "cluster:\n  engines: 1:0\n",
+        "bad.yaml:",
+        "cluster.engines",
+        "integer",
+    ),
+    C(
+        "synthetic requests past 10 million (memory)",
+        ["run", "{QS}", "--set", "workload.requests=100000000"],
+        "workload.requests",
+        "10000000",
+    ),
+    S(
         "YAML alias bomb (billion laughs)",
         "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
         + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)),
@@ -449,6 +462,48 @@ CASES: list[Case] = [
         files={"suite.yaml": "entries: " + "[" * 5000 + "]" * 5000 + "\n"},
     ),
     # ---- round 2: traces ----
+    Case(
+        "Azure: token count with an underscore",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1_000,3\n",
+        (".csv:2", "ContextTokens", "ASCII digits"),
+    ),
+    Case(
+        "Azure: token count in Arabic-Indic digits",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,\u0661\u0662,3\n",
+        (".csv:2", "ContextTokens", "ASCII digits"),
+    ),
+    Case(
+        "Azure: row with more fields than the header",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1,000,3\n",
+        (".csv:2", "4 fields"),
+    ),
+    M(
+        "trace: a key given twice",
+        [
+            '{"timestamp": 0, "timestamp": 5, "input_length": 4, "output_length": 1, '
+            '"hash_ids": [1]}'
+        ],
+        ".jsonl:1",
+        "'timestamp': duplicate key",
+    ),
+    M(
+        "trace: shared_blocks past the prompt",
+        [
+            '{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1], '
+            '"session": 0, "shared_blocks": 2}'
+        ],
+        ".jsonl:1",
+        "shared_blocks",
+    ),
+    C(
+        "run: run.max_time before the first arrival",
+        ["run", "{QS}", "--set", "run.max_time=1 ms"],
+        "run.max_time",
+        "no request arrived",
+    ),
     S(
         "workload: a session's prompts outgrow the block limit",
         "workload:\n  block_tokens: 16\n  prompt_tokens: {dist: fixed, value: 16777216}\n"
@@ -540,6 +595,89 @@ CASES: list[Case] = [
         "no requests",
     ),
     # ---- round 2: sweeps, suites, baselines, journals, scheduler addresses ----
+    C(
+        "sweep journal: a row edited by hand (its checksum does not match)",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl:1",
+        "checksum",
+        "delete this line",
+        files={
+            "s.yaml": "base: {QS}\n",
+            "o/runs.jsonl": '{"run_id": "a", "status": "weird", "check": "26b605360cc8fe70"}\n',
+        },
+    ),
+    C(
+        "sweep journal: a row without a checksum",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "runs.jsonl:1",
+        "without its checksum",
+        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"run_id": "a", "status": "ok"}\n'},
+    ),
+    C(
+        "sweep --out: a folder holding the user's own files",
+        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
+        "--out",
+        "notes.txt",
+        files={"s.yaml": "base: {QS}\n", "o/notes.txt": "mine"},
+    ),
+    Case(
+        "sweep: a key below a field holding one value (seed.x)",
+        "sweep",
+        "base: {QS}\ngrid:\n  seed.x: [1, 2]\n",
+        ("grid.seed.x", "single value"),
+    ),
+    Case(
+        "sweep: a key naming no field (cluster.engins)",
+        "sweep",
+        "base: {QS}\ngrid:\n  cluster.engins: [1, 2]\n",
+        ("grid.cluster.engins", "no field"),
+    ),
+    *(
+        C(
+            f"check: baseline {label}",
+            ["check", "{TMP}/suite.yaml", "--baseline", "{TMP}/b"],
+            "baseline.json",
+            fragment,
+            files={
+                "suite.yaml": "entries:\n  - scenario: {QS}\n",
+                "b/baseline.json": '{"kvsim_version": "0", "seeds": [0, 1, 2], "entries": ['
+                + body
+                + "]}",
+            },
+        )
+        for label, body, fragment in (
+            (
+                "with an entry twice",
+                '{"id": "q", "scenario": "q", "hash": "x", "points": []}, '
+                '{"id": "q", "scenario": "q", "hash": "x", "points": []}',
+                "entries[1].id: entry 'q' is listed twice",
+            ),
+            (
+                "with a load point twice",
+                '{"id": "q", "scenario": "q", "hash": "x", "points": [{"load": 1, "metrics": {}}, '
+                '{"load": 1.0, "metrics": {}}]}',
+                "entries[0].points[1].load: load point 1 is listed twice",
+            ),
+            (
+                "with two values for three seeds",
+                '{"id": "q", "scenario": "q", "hash": "x", "points": [{"load": 1, "metrics": '
+                '{"ttft_p99_s": {"mean": 1, "lo": 1, "hi": 1, "values": [1, 1]}}}]}',
+                "metrics.ttft_p99_s.values: 2 values for 3 seeds",
+            ),
+            (
+                "with a mean that is not its values' mean",
+                '{"id": "q", "scenario": "q", "hash": "x", "points": [{"load": 1, "metrics": '
+                '{"ttft_p99_s": {"mean": 1, "lo": 0, "hi": 9, "values": [5, 5, 5]}}}]}',
+                "metrics.ttft_p99_s.mean: 1 is not the mean of its values",
+            ),
+            (
+                "with an absurd magnitude",
+                '{"id": "q", "scenario": "q", "hash": "x", "points": [{"load": 1, "metrics": '
+                '{"ttft_p99_s": {"mean": 1, "lo": -1e301, "hi": 1}}}]}',
+                "metrics.ttft_p99_s.lo: -1e+301 is out of range",
+            ),
+        )
+    ),
     Case(
         "sweep: seed as a grid key",
         "sweep",
@@ -590,7 +728,10 @@ CASES: list[Case] = [
         ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:2",
         "JSON object",
-        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"run_id": "a", "status": "ok"}\n[1]\n'},
+        files={
+            "s.yaml": "base: {QS}\n",
+            "o/runs.jsonl": '{"run_id": "a", "status": "ok", "check": "26b605360cc8fe70"}\n[1]\n',
+        },
     ),
     C(
         "sweep journal: a row without run_id",

@@ -335,7 +335,7 @@ def test_config_files_have_a_size_bound(tmp_path):
         "0x" + "f" * 1000,
         "0" + "7" * 1000,
         "0b" + "1" * 1000,
-        ":".join(["59"] * 1000),  # YAML 1.1 base 60
+        "!!int " + ":".join(["59"] * 1000),  # YAML 1.1 base 60 (plain, it is a string)
         "!!int '" + "7" * 5000 + "'",
     ],
     ids=["decimal", "negative", "underscores", "hex", "octal", "binary", "base60", "tagged"],
@@ -650,3 +650,79 @@ def test_text_that_reports_print_is_one_printable_line(tmp_path, body):
 def test_block_scalar_description_keeps_working(tmp_path):
     f = write(tmp_path / "s.yaml", f"extends: {QS}\ndescription: >\n  one line, folded\n")
     assert load_scenario(f).description == "one line, folded"
+
+
+# ---- round 2 (helper F): merge lists, base 60 -------------------------------------------
+
+long_keys = st.sampled_from(["capacity", "eviction", "servers", "timeout"])
+long_maps = st.dictionaries(long_keys, st.integers(0, 99), max_size=4)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    anchors=st.lists(long_maps, min_size=2, max_size=4),
+    uses=st.lists(
+        st.tuples(st.lists(st.integers(0, 3), min_size=1, max_size=4), long_maps),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_merge_lists_first_source_wins_property(tmp_path_factory, anchors, uses):
+    # multi-character keys: PyYAML 6.0.4 dedups merged keys by id() of the key string, so
+    # only interned one-letter keys came out right and `<<: [*b, *a]` gave *a's value.
+    # Expected by the merge-key spec: own keys, then the first source that sets a key.
+    lines = []
+    for i, m in enumerate(anchors):
+        body = ", ".join(f"{k}: {v}" for k, v in m.items())
+        lines.append(f"a{i}: &a{i} {{{body}}}")
+    expected = {f"a{i}": m for i, m in enumerate(anchors)}
+    line_of: dict[tuple, int] = {}
+    for j, (sources, own) in enumerate(uses):
+        idx = [s % len(anchors) for s in sources]
+        refs = ", ".join(f"*a{s}" for s in idx)
+        lines.append(f"u{j}:")
+        lines.append(f"  <<: [{refs}]")
+        want: dict = {}
+        for s in idx:
+            for k, v in anchors[s].items():
+                if k not in want:
+                    want[k] = v
+                    line_of[(f"u{j}", k)] = s + 1
+        for k, v in own.items():
+            lines.append(f"  {k}: {v}")
+            want[k] = v
+            line_of[(f"u{j}", k)] = len(lines)
+        expected[f"u{j}"] = want
+    text = "\n".join(lines) + "\n"
+    f = write(tmp_path_factory.mktemp("m") / "m.yaml", text)
+    data, origins = load_yaml(f)
+    assert data == expected
+    for path, line in line_of.items():  # the line recorded is the value's that won
+        assert origins[path].endswith(f":{line}")
+
+
+def test_merge_list_in_a_scenario_takes_the_first_source(tmp_path):
+    f = write(
+        tmp_path / "s.yaml",
+        f"extends: {QS}\ntiers:\n  gpu: &b {{capacity: 40 GB}}\n"
+        "  host: &a {capacity: 120 GB, eviction: lru}\n  nvme: {<<: [*b, *a]}\n",
+    )
+    sc = load_scenario(f)
+    assert sc.tiers.nvme.capacity == 40e9 and sc.tiers.nvme.eviction == "lru"
+
+
+@pytest.mark.parametrize("text", ["1:0", "1:30", "-2:00", "1:30.5", "190:20:30"])
+def test_base_60_numbers_are_strings(tmp_path, text, capsys):
+    data, _ = load_yaml(write(tmp_path / "n.yaml", f"a: {text}\n"))
+    assert data == {"a": text}
+    assert parse_override(f"x={text}") == (["x"], text)
+    f = write(tmp_path / "s.yaml", f"extends: {QS}\ncluster: {{engines: {text}}}\n")
+    rc, err = cli(["validate", str(f)], capsys)
+    assert rc == 2 and "s.yaml:2: cluster.engines" in err and "integer" in err
+    assert "!!int" not in refused(load_yaml, write(tmp_path / "t.yaml", "a: !!int 1:0\n"))
+
+
+def test_other_yaml_numbers_still_resolve(tmp_path):
+    text = "a: 1_000\nb: 0x1f\nc: 1.5e+3\nd: -3\ne: .inf\nf: 0b11\ng: 2.5\n"
+    data, _ = load_yaml(write(tmp_path / "n.yaml", text))
+    assert data == {"a": 1000, "b": 31, "c": 1500.0, "d": -3, "e": float("inf"), "f": 3, "g": 2.5}

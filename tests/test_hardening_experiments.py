@@ -6,12 +6,16 @@ addresses are checked first."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -25,6 +29,7 @@ from kvsim.experiments import regression
 from kvsim.experiments.regression import (
     CheckResult,
     Comparison,
+    check_baseline,
     check_baseline_doc,
     compare,
     load_suite,
@@ -35,6 +40,7 @@ from kvsim.experiments.sweep import (
     JOURNAL,
     MAX_RUNS,
     RESULTS,
+    journal_line,
     load_sweep,
     parse_scheduler,
     read_journal,
@@ -362,7 +368,7 @@ def test_a_torn_last_line_is_cut_and_the_next_row_is_not_lost(tmp_path):
         (b'{"run_id": "x"}\n', "status"),
         (b"\xff\xfe{}\n", "UTF-8"),
         (b"not json\n", "not a JSON row"),
-        (b'{"run_id": "x", "status": "ok"}\n' + b"[" * 200_000 + b"\n", "not a JSON row"),
+        (journal_line({"run_id": "x", "status": "ok"}).encode() + b"[" * 200_000 + b"\n", "JSON"),
     ],
 )
 def test_a_damaged_journal_is_refused_naming_file_and_line(tmp_path, capsys, content, fragment):
@@ -370,7 +376,7 @@ def test_a_damaged_journal_is_refused_naming_file_and_line(tmp_path, capsys, con
     p.write_text(TINY_SWEEP)
     out = tmp_path / "out"
     out.mkdir()
-    (out / JOURNAL).write_bytes(b'{"run_id": "a", "status": "ok"}\n' + content)
+    (out / JOURNAL).write_bytes(journal_line({"run_id": "a", "status": "ok"}).encode() + content)
     assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
     err = one_line_error(capsys)
     assert f"{JOURNAL}:2" in err or f"{JOURNAL}:3" in err
@@ -576,9 +582,8 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
             break
         time.sleep(0.05)
     assert not [w for w in workers if _running(w)]
-    if (out / JOURNAL).exists():  # what finished is kept, as after Ctrl-C
-        n = (out / JOURNAL).read_text().count("\n")
-        assert len(pd.read_parquet(out / "results.parquet")) == n
+    if (out / JOURNAL).exists():  # what finished is kept, as after Ctrl-C; no table of part
+        assert not (out / RESULTS).exists() and "again to resume" in err
 
 
 def test_check_baseline_doc_accepts_a_real_baseline(tiny):
@@ -717,6 +722,300 @@ def test_attack_round_a_killed_worker_is_one_line_and_keeps_what_finished(tmp_pa
             break
         time.sleep(0.05)
     assert not [w for w in workers if _running(w)]
-    if (out / JOURNAL).exists():
-        n = (out / JOURNAL).read_text().count("\n")
-        assert len(pd.read_parquet(out / RESULTS)) == n
+    if (out / JOURNAL).exists():  # the journal keeps what finished; no table of a part
+        assert not (out / RESULTS).exists()
+
+
+# ---- round 2 (attacker): scheduler handshakes, relative paths, tamper-evident journals,
+# ---- tables only when complete, guarded and locked folders, consistent baselines, keys
+
+
+@contextlib.contextmanager
+def _fake_scheduler(reply: bytes | None):
+    """A loopback server that accepts connections and answers ``reply`` (or nothing)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            held.append(conn)
+            if reply is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(reply)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        srv.close()
+
+
+@pytest.mark.parametrize(
+    "reply", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http"]
+)
+def test_a_peer_that_is_not_a_dask_scheduler_is_one_line_and_no_folder(
+    tmp_path, capsys, monkeypatch, reply
+):
+    pytest.importorskip("dask.distributed")
+    from kvsim.experiments import sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod, "CONNECT_TIMEOUT", 0.5)  # the hang is bounded by this
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    result: list[int] = []
+    with _fake_scheduler(reply) as address:
+        argv = ["sweep", str(p), "--out", str(out), "--quiet", "--scheduler", address]
+        t = threading.Thread(target=lambda: result.append(main(argv)), daemon=True)
+        t.start()
+        t.join(120)  # a guard that turns a hang into a failure, not a timing assertion
+    assert not t.is_alive(), "the sweep hangs on a peer that never answers"
+    assert result == [2]
+    err = one_line_error(capsys)
+    assert "not a Dask scheduler" in err and "--scheduler" in err
+    assert not out.exists()
+
+
+def _trace_folder(d: Path, requests: int) -> Path:
+    """A folder with a sweep's base scenario whose own trace is missing, and a trace."""
+    d.mkdir(parents=True)
+    lines = (ROOT / "traces" / "sample_chat.jsonl").read_text().splitlines()[:requests]
+    (d / "t.jsonl").write_text("\n".join(lines) + "\n")
+    text = (SCENARIOS / "mooncake-sample.yaml").read_text()
+    (d / "base.yaml").write_text(text.replace("../traces/sample_chat.jsonl", "missing.jsonl"))
+    (d / "sw.yaml").write_text(
+        "base: base.yaml\nset: {workload.path: t.jsonl}\ngrid:\n  cluster.engines: [1, 2]\n"
+    )
+    return d
+
+
+def test_relative_paths_in_a_sweep_follow_the_sweep_file_not_the_current_folder(
+    tmp_path, monkeypatch
+):
+    a = _trace_folder(tmp_path / "a", 20)
+    c = _trace_folder(tmp_path / "c", 30)  # the same sweep text, another trace
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    sa = load_sweep(a / "sw.yaml")  # the base's own trace is missing: the set replaces it
+    assert dict(sa.runs[0].fixed)["workload.path"] == str((a / "t.jsonl").resolve())
+    sc = load_sweep(c / "sw.yaml")
+    assert {r.run_id for r in sa.runs}.isdisjoint(r.run_id for r in sc.runs)
+    monkeypatch.chdir(a)
+    assert [r.run_id for r in load_sweep("sw.yaml").runs] == [r.run_id for r in sa.runs]
+    # grid and zip values too, and `workload: {path: ...}` written as a mapping
+    (a / "g.yaml").write_text(
+        f"base: {SCENARIOS / 'mooncake-sample.yaml'}\ngrid:\n  workload.path: [t.jsonl]\n"
+        "zip:\n  timing.table: [x.csv]\n"
+    )
+    g = load_sweep(a / "g.yaml")
+    assert dict(g.runs[0].params)["workload.path"] == str((a / "t.jsonl").resolve())
+    assert dict(g.runs[0].params)["timing.table"] == str((a / "x.csv").resolve())
+    (a / "g.yaml").write_text(
+        "base: base.yaml\nset: {workload: {kind: mooncake, path: t.jsonl}}\n"
+        "grid:\n  cluster.engines: [1, 2]\n"
+    )
+    g = load_sweep(a / "g.yaml")
+    assert dict(g.runs[0].fixed)["workload"]["path"] == str((a / "t.jsonl").resolve())
+
+
+def test_relative_paths_in_a_suite_entry_set_follow_the_suite_file(tmp_path, monkeypatch):
+    a = _trace_folder(tmp_path / "a", 20)
+    (a / "suite.yaml").write_text(
+        "seeds: [0]\nentries:\n  - scenario: base.yaml\n    set: {workload.path: t.jsonl}\n"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    suite = load_suite(a / "suite.yaml")
+    assert dict(suite.entries[0].overrides)["workload.path"] == str((a / "t.jsonl").resolve())
+    monkeypatch.chdir(a)
+    assert load_suite("suite.yaml").entries[0].digest == suite.entries[0].digest
+
+
+@pytest.fixture
+def finished_sweep(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    return p, out
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda r: r.update(ttft_p99_s=123.0), "checksum does not match"),
+        (lambda r: r.update(status="weird"), "checksum does not match"),
+        (lambda r: r.pop("check"), "without its checksum"),
+        (lambda r: (r.update(status="weird"), r.update(check=_check(r))), "neither ok nor"),
+        (lambda r: (r.update(seed=r["seed"] + 7), r.update(check=_check(r))), "not the seed"),
+        (
+            lambda r: (r.update({"cluster.load_policy": "x"}), r.update(check=_check(r))),
+            "cluster.load_policy",
+        ),
+    ],
+)
+def test_an_edited_journal_row_is_refused_naming_its_line(finished_sweep, capsys, edit, fragment):
+    p, out = finished_sweep
+    journal = out / JOURNAL
+    lines = journal.read_text().splitlines(keepends=True)
+    row = json.loads(lines[1])
+    edit(row)
+    lines[1] = json.dumps(row) + "\n"
+    journal.write_text("".join(lines))
+    before = journal.read_bytes()
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    err = one_line_error(capsys)
+    assert f"{JOURNAL}:2" in err and fragment in err and "delete this line" in err
+    assert journal.read_bytes() == before
+    # deleting the line re-runs that run, and the table is whole again
+    journal.write_text("".join(lines[:1] + lines[2:]))
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    df = pd.read_parquet(out / RESULTS)
+    assert len(df) == 4 and set(df["status"]) == {"ok"} and "check" not in df.columns
+
+
+def _check(row: dict) -> str:
+    from kvsim.experiments.sweep import _row_check
+
+    return _row_check({k: v for k, v in row.items() if k != "check"})
+
+
+def test_an_interrupted_sweep_leaves_no_table_that_looks_complete(finished_sweep):
+    p, out = finished_sweep
+    assert (out / RESULTS).exists() and (out / "results.csv").exists()
+    p.write_text(TINY_SWEEP.replace("replications: 2", "replications: 3"))  # 2 more runs
+
+    def stop_after_one_more(done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(load_sweep(p), out, workers=1, progress=stop_after_one_more)
+    assert not (out / RESULTS).exists() and not (out / "results.csv").exists()
+    assert (out / JOURNAL).read_text().count("\n") == 5
+    assert len(run_sweep(load_sweep(p), out, workers=1)) == 6
+    assert len(pd.read_csv(out / "results.csv")) == 6
+
+
+def test_the_interrupt_message_says_a_rerun_resumes(finished_sweep, capsys, monkeypatch):
+    from kvsim.experiments import sweep as sweep_mod
+
+    p, out = finished_sweep
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_mod, "run_sweep", interrupted)
+    assert main(["sweep", str(p), "--out", str(out), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "again to resume" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "foreign", ["results.csv.bak", "notes.txt", "summary.json", "requests.parquet"]
+)
+def test_a_sweep_out_folder_holding_other_files_is_refused(tmp_path, capsys, foreign):
+    p = tmp_path / "s.yaml"
+    p.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / foreign).write_text("mine")
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    err = one_line_error(capsys)
+    assert "--out" in err and foreign in err
+    assert sorted(x.name for x in out.iterdir()) == [foreign]
+
+
+def test_a_second_sweep_on_a_locked_folder_is_refused(finished_sweep, capsys):
+    fcntl = pytest.importorskip("fcntl")
+    from kvsim.experiments.sweep import LOCK
+
+    p, out = finished_sweep
+    assert not (out / LOCK).exists()  # a finished sweep leaves no lock file
+    before = (out / JOURNAL).read_bytes()
+    with (out / LOCK).open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sweep holds it
+        assert main(["sweep", str(p), "--out", str(out), "--quiet", "--retry-failed"]) == 2
+        assert "another kvsim sweep" in one_line_error(capsys)
+    assert (out / JOURNAL).read_bytes() == before
+    assert main(["sweep", str(p), "--out", str(out), "--quiet"]) == 0  # a stale lock file
+
+
+def _baseline_doc(tiny) -> dict:
+    return json.loads((tiny[1] / "baseline.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda d: d["entries"].append(d["entries"][0]), "entries[1].id: entry 'micro' is listed"),
+        (
+            lambda d: d["entries"][0]["points"].append(d["entries"][0]["points"][0]),
+            "entries[0].points[1].load: load point 1 is listed twice",
+        ),
+        (
+            lambda d: d["entries"][0]["points"][0]["metrics"]["ttft_p99_s"]["values"].pop(),
+            "metrics.ttft_p99_s.values: 1 values for 2 seeds",
+        ),
+        (
+            lambda d: d["entries"][0]["points"][0]["metrics"]["ttft_p99_s"].update(
+                mean=sum(d["entries"][0]["points"][0]["metrics"]["ttft_p99_s"]["values"]),
+                hi=1e9,
+            ),
+            "metrics.ttft_p99_s.mean",
+        ),
+        (
+            lambda d: d["entries"][0]["points"][0]["metrics"]["ttft_p99_s"].update(hi=1e301),
+            "metrics.ttft_p99_s.hi: 1e+301 is out of range",
+        ),
+    ],
+)
+def test_an_inconsistent_baseline_is_refused_with_its_field(tiny, edit, fragment):
+    doc = _baseline_doc(tiny)
+    check_baseline_doc(doc, "b.json")  # the real one passes
+    edit(doc)
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        check_baseline_doc(doc, "b.json")
+
+
+def test_a_baseline_of_another_suite_name_is_noted_and_refused_with_strict(tiny):
+    suite = load_suite(tiny[0])
+    doc = _baseline_doc(tiny)
+    assert not any("suite" in n for n in check_baseline(suite, doc))
+    doc["suite"] = "other"
+    assert any("suite 'other'" in n for n in check_baseline(suite, doc))
+    with pytest.raises(InputError, match="suite 'other'"):
+        check_baseline(suite, doc, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("key", "fragment"),
+    [
+        ("seed.x", "seed holds a single value"),
+        ("name.y", "name holds a single value"),
+        ("cluster.engines.z", "cluster.engines holds a single value"),
+        ("cluster.engins", "cluster has no field 'engins'"),
+    ],
+)
+def test_a_key_below_a_value_or_naming_no_field_is_refused_before_any_run(
+    tmp_path, capsys, key, fragment
+):
+    out = tmp_path / "out"
+    body = f"grid: {{{key}: [1, 2]}}\n"
+    assert main(["sweep", str(_sweep(tmp_path, body)), "--out", str(out), "--quiet"]) == 2
+    err = one_line_error(capsys)
+    assert f"grid.{key}" in err and fragment in err
+    assert not out.exists()

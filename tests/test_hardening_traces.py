@@ -464,3 +464,186 @@ def test_generated_requests_are_not_all_held_at_once():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---- round 2 (helper F) -------------------------------------------------------------------
+
+
+def test_synthetic_request_count_is_bounded_to_what_fits(capsys):
+    # 100 million requests (the old bound) needed over 8 GB up front: a MemoryError
+    err = refused(capsys, "validate", QS, "--set", "workload.requests=10000001")
+    assert "workload.requests" in err and "10000000" in err
+    assert load(QS, overrides=["workload.requests=10000000"]).workload.requests == 10_000_000
+
+
+@pytest.mark.parametrize("scenario", [QS, TENANTS, ROOT / "scenarios" / "fixed-16k-stream.yaml"])
+def test_synthetic_schedule_memory_per_request(scenario):
+    # everything generate() builds before its first request, per request: at the bound
+    # (10 million) this stays near 1 GB, under the 2 GB the bound promises
+    from kvsim.workload.synthetic import generate
+
+    n = 400_000  # large enough that fixed costs do not count
+    sc = load(scenario, overrides=[f"workload.requests={n}"])
+    tracemalloc.start()
+    try:
+        gen = generate(sc.workload, sc.seed)
+        next(gen)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak / n < 200, f"{peak / n:.0f} bytes a request"
+
+
+def test_memory_error_is_one_line(capsys, monkeypatch):
+    import kvsim.cli as cli_module
+
+    def exhausted(args):
+        raise MemoryError
+
+    monkeypatch.setattr(cli_module, "_cmd_validate", exhausted)
+    err = refused(capsys, "validate", QS)
+    assert "out of memory" in err
+
+
+@pytest.mark.parametrize(
+    ("cell", "fragment"),
+    [
+        ("1_000", "ASCII digits"),
+        ("\u0661\u0660", "ASCII digits"),  # Arabic-Indic 10
+        ("\uff11\uff10", "ASCII digits"),  # full-width 10
+        ("1e3", "ASCII digits"),
+        ("-5", "must be >= 1"),
+    ],
+)
+def test_azure_token_counts_are_ascii_integers(tmp_path, cell, fragment):
+    f = tmp_path / "a.csv"
+    f.write_text(HEADER + "2023-11-16 18:17:03.9,4,1\n" + f"2023-11-16 18:17:04.9,{cell},1\n")
+    with pytest.raises(InputError) as e:
+        list(read_azure(f))
+    assert (
+        e.value.where == f"{f}:3" and "ContextTokens" in str(e.value) and fragment in str(e.value)
+    )
+    ok = tmp_path / "ok.csv"
+    ok.write_text(HEADER + "2023-11-16 18:17:03.9, 10 ,+5\n")
+    assert [(r.input_tokens, r.output_tokens) for r in read_azure(ok)] == [(10, 5)]
+
+
+def test_azure_row_with_more_fields_than_the_header(tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_text(HEADER + "2023-11-16 18:17:03.9,4,1\n2023-11-16 18:17:04.9,1,000,5\n")
+    with pytest.raises(InputError) as e:
+        list(read_azure(f))
+    assert e.value.where == f"{f}:3" and "4 fields" in str(e.value)
+
+
+def test_mooncake_duplicate_key_is_refused(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(
+        mline(0) + '{"timestamp": 0, "timestamp": 5, "input_length": 4, '
+        '"output_length": 1, "hash_ids": [1]}\n'
+    )
+    with pytest.raises(InputError) as e:
+        list(read_mooncake(f))
+    assert e.value.where == f"{f}:2" and "'timestamp': duplicate key" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("more", "fragment"),
+    [
+        ({"session": -2}, "session: must be >= 0"),
+        ({"session": "a"}, "session: expected an integer"),
+        ({"session": 1, "shared_blocks": 2}, "shared_blocks: must be <= 1"),
+        ({"session": 1, "last_turn": 0}, "last_turn: expected true or false"),
+        ({"last_turn": False}, "needs a session"),
+    ],
+)
+def test_mooncake_session_fields_are_validated(tmp_path, more, fragment):
+    f = tmp_path / "t.jsonl"
+    f.write_text(mline(0, **more))
+    with pytest.raises(InputError) as e:
+        list(read_mooncake(f))
+    assert e.value.where == f"{f}:1" and fragment in str(e.value)
+
+
+def _close(a, b, path=""):
+    """Equal summaries, but for times: a generated trace rounds arrivals to whole ms."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, bool):
+        assert b == pytest.approx(a, rel=5e-3, abs=2e-3), path
+    else:
+        assert a == b, path
+
+
+def test_replay_of_a_generated_trace_gives_the_same_run(tmp_path, capsys):
+    # sessions, public prefixes and session ends survive `trace generate`: shared prefixes
+    # across tenants and session-end deletion give the same hits, stores and deletions
+    over = [
+        "workload.requests=400",
+        "tenancy.shared_prefixes=true",
+        "tenancy.delete_on_session_end=true",
+    ]
+    out = tmp_path / "g.jsonl"
+    argv = ["trace", "generate", str(TENANTS), str(out)]
+    for o in over:
+        argv += ["--set", o]
+    assert main(argv) == 0
+    capsys.readouterr()
+    reqs = list(read_mooncake(out))
+    assert any(r.session >= 0 for r in reqs) and any(r.shared_blocks for r in reqs)
+    assert any(not r.last_turn for r in reqs)
+    direct = api_run(TENANTS, over).summary
+    replay = api_run(TENANTS, [*over[1:], f"workload={{kind: mooncake, path: '{out}'}}"]).summary
+    assert sum(t["deletions"] for t in direct["tenants"].values()) > 0
+    _close(direct, replay)
+
+
+def test_a_plain_trace_stays_plain(tmp_path, capsys):
+    # single-turn requests without tenants: no kvsim fields, as in traces/sample_azure's kind
+    out = tmp_path / "g.jsonl"
+    argv = ["trace", "generate", str(QS), str(out), "--set", "workload.requests=20"]
+    assert (
+        main([*argv, "--set", "workload.sessions=null", "--set", "workload.system_prompts=null"])
+        == 0
+    )
+    for line in out.read_text().splitlines():
+        assert set(json.loads(line)) == {"timestamp", "input_length", "output_length", "hash_ids"}
+
+
+def test_trace_generate_writes_through_a_symlink(tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "t.jsonl"
+    target.write_text("old\n")
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(target)
+    argv = ["trace", "generate", str(QS), str(link), "--set", "workload.requests=5"]
+    assert main(argv) == 0
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert len(target.read_text().splitlines()) == 5
+    assert sorted(os.listdir(tmp_path / "real")) == ["t.jsonl"]  # no temporary left
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    capsys.readouterr()
+    err = refused(capsys, *argv[:3], str(loop), *argv[4:])
+    assert "symlink loop" in err and loop.is_symlink()
+    # write_file itself (every writer's) also writes through, or refuses a loop
+    from kvsim.results.writers import write_file
+
+    write_file(link, lambda p: p.write_text("new\n"))
+    assert link.is_symlink() and target.read_text() == "new\n"
+    with pytest.raises(InputError, match="symlink loop"):
+        write_file(loop, lambda p: p.write_text("x"))
+
+
+def test_max_time_before_the_first_arrival_names_run_max_time(capsys):
+    err = refused(capsys, "run", QS, "--set", "run.max_time=1 ms")
+    assert "run.max_time: no request arrived within 0.001 s" in err and "workload" not in err
+    # an empty window is still the workload's fault
+    err = refused(capsys, "run", QS, "--set", "workload.window.start=100000 s")
+    assert "workload: no requests to simulate" in err

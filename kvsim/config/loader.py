@@ -20,6 +20,7 @@ import difflib
 import io
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -108,10 +109,79 @@ class _Loader(yaml.SafeLoader):
                 f"(kvsim reads at most {MAX_INT_CHARS})",
                 where=self.at(node.start_mark),
             )
+        if ":" in text:  # `!!int 1:30`: no base 60 (YAML 1.2 has none)
+            raise InputError(
+                f"bad integer {shown(node.value)} (base-60 numbers are not read)",
+                where=self.at(node.start_mark),
+            )
         return self.construct_yaml_int(node)
+
+    def flatten_mapping(self, node: Any) -> None:
+        """Merge keys by the YAML merge-key rules: a mapping's own keys win, and of several
+        merged mappings (``<<: [*a, *b]``) the FIRST that sets a key wins. (PyYAML 6.0.4
+        keeps every merged pair, so there the last source would win.) The same choice as
+        :func:`_pairs`, which records the line of each key."""
+        merged: dict[Any, tuple[Any, Any]] = {}
+        own = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                if key_node.tag == "tag:yaml.org,2002:value":
+                    key_node.tag = "tag:yaml.org,2002:str"
+                own.append((key_node, value_node))
+                continue
+            if isinstance(value_node, yaml.MappingNode):
+                sources = [value_node]
+            elif isinstance(value_node, yaml.SequenceNode):
+                sources = value_node.value
+            else:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "expected a mapping or list of mappings for merging, but found "
+                    f"{value_node.id}",
+                    value_node.start_mark,
+                )
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"expected a mapping for merging, but found {source.id}",
+                        source.start_mark,
+                    )
+                self.flatten_mapping(source)
+                for pair in source.value:
+                    k = pair[0]
+                    key = (k.tag, k.value) if isinstance(k, yaml.ScalarNode) else id(k)
+                    merged.setdefault(key, pair)
+        node.value = list(merged.values()) + own  # own keys come last: they win
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
+
+# YAML 1.1's base-60 numbers (`1:30` = 90) are gone in YAML 1.2: a colon in a number is a
+# typo (`engines: 1:0` would be 60 engines), so such text stays a string and fails type
+# checks naming its field. The other int and float forms are PyYAML's.
+_NO_BASE60 = {
+    "tag:yaml.org,2002:int": re.compile(
+        r"""^(?:[-+]?0b[0-1_]+
+            |[-+]?0[0-7_]+
+            |[-+]?(?:0|[1-9][0-9_]*)
+            |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    ),
+    "tag:yaml.org,2002:float": re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+            |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+            |[-+]?\.(?:inf|Inf|INF)
+            |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+}
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, _NO_BASE60.get(tag, rx)) for tag, rx in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _parse(text: str, where: str, *, lines: bool = True, budget: Budget | None = None) -> Any:

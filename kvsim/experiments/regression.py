@@ -52,11 +52,12 @@ from kvsim.config.loader import load_record
 from kvsim.config.schema import Record
 from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import OUTCOMES, load_overrides
-from kvsim.experiments.sweep import MAX_RUNS, RunSpec, Seed, execute, load_sweep
+from kvsim.experiments.sweep import MAX_RUNS, RunSpec, Seed, absolute_paths, execute, load_sweep
 from kvsim.files import MAX_TABLE_BYTES, read_text
 from kvsim.results.metrics import mean_ci95
 
 BASELINE = "baseline.json"
+MAX_MAGNITUDE = 1e300  # a baseline number larger than this is damage, not a measurement
 
 
 class Tolerance(Record):
@@ -151,16 +152,23 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         if len(set(e.loads)) < len(e.loads):
             raise InputError("loads: a load point is listed twice", where=where)
         configs: list[tuple[str, dict[str, Any], str]] = []
+        # file names in `set` are relative to the suite file (as `scenario` is), never to
+        # the current folder, so that a check run elsewhere runs (and hashes) the same files
+        entry_set = absolute_paths(e.set, p.parent.resolve())
         if e.scenario is not None:
             sp = (p.parent / e.scenario).resolve()
-            configs.append((str(sp), dict(e.set), e.name or ""))
+            configs.append((str(sp), entry_set, e.name or ""))
         else:
             sw = load_sweep(p.parent / e.sweep)  # type: ignore[operator]
             fixed = dict(sw.runs[0].fixed)
             for cfg in sw.configurations():
                 label = ",".join(f"{k}={v}" for k, v in cfg.items())
                 configs.append(
-                    (sw.runs[0].base, {**fixed, **cfg, **e.set}, f"{e.name or sw.name}[{label}]")
+                    (
+                        sw.runs[0].base,
+                        {**fixed, **cfg, **entry_set},
+                        f"{e.name or sw.name}[{label}]",
+                    )
                 )
         runs += len(configs) * len(e.loads) * len(spec.seeds)
         if runs > MAX_RUNS:  # counted before any scenario of the entry is loaded
@@ -371,6 +379,8 @@ def check_baseline_doc(doc: Any, where: str) -> None:
             x = math.inf
         if not math.isfinite(x):
             bad(field, "not a finite number (a baseline never records NaN or infinity)")
+        if abs(x) > MAX_MAGNITUDE:
+            bad(field, f"{x:g} is out of range (a baseline number is within +-{MAX_MAGNITUDE:g})")
         if positive and x <= 0:
             bad(field, f"must be > 0, got {x:g}")
         return x
@@ -384,21 +394,37 @@ def check_baseline_doc(doc: Any, where: str) -> None:
     for i, s in enumerate(seeds):
         if isinstance(s, bool) or not isinstance(s, int):
             bad(f"seeds[{i}]", f"expected an integer, got {kind(s)}")
+    if "suite" in doc:
+        need(doc, "suite", str, "suite")
     entries = need(doc, "entries", list, "entries")
     if not entries:
         bad("entries", "empty")
+    ids: dict[str, int] = {}
     for i, e in enumerate(entries):
         fe = f"entries[{i}]"
         if not isinstance(e, dict):
             bad(fe, f"expected an object, got {kind(e)}")
         for key in ("id", "scenario", "hash"):
             need(e, key, str, f"{fe}.{key}")
+        if e["id"] in ids:
+            bad(
+                f"{fe}.id",
+                f"entry {clean(e['id'], 80)!r} is listed twice (entries[{ids[e['id']]}])",
+            )
+        ids[e["id"]] = i
         points = need(e, "points", list, f"{fe}.points")
+        loads: dict[float, int] = {}
         for j, pt in enumerate(points):
             fp = f"{fe}.points[{j}]"
             if not isinstance(pt, dict):
                 bad(fp, f"expected an object, got {kind(pt)}")
-            finite(need(pt, "load", (int, float), f"{fp}.load"), f"{fp}.load", positive=True)
+            load = finite(need(pt, "load", (int, float), f"{fp}.load"), f"{fp}.load", positive=True)
+            if load in loads:
+                bad(
+                    f"{fp}.load",
+                    f"load point {load:g} is listed twice ({fe}.points[{loads[load]}])",
+                )
+            loads[load] = j
             metrics = need(pt, "metrics", dict, f"{fp}.metrics")
             for m, stats in metrics.items():
                 fm = f"{fp}.metrics.{clean(m)}"
@@ -412,8 +438,15 @@ def check_baseline_doc(doc: Any, where: str) -> None:
                     bad(fm, f"expected lo <= mean <= hi, got {lo:g}, {mean:g}, {hi:g}")
                 if "values" in stats:
                     vals = need(stats, "values", list, f"{fm}.values")
-                    for k, v in enumerate(vals):
-                        finite(v, f"{fm}.values[{k}]")
+                    xs = [finite(v, f"{fm}.values[{k}]") for k, v in enumerate(vals)]
+                    if len(xs) != len(seeds):
+                        bad(
+                            f"{fm}.values",
+                            f"{len(xs)} values for {len(seeds)} seeds (one value per seed)",
+                        )
+                    avg = math.fsum(xs) / len(xs) if xs else mean
+                    if not math.isclose(avg, mean, rel_tol=1e-9, abs_tol=1e-12):
+                        bad(f"{fm}.mean", f"{mean:.17g} is not the mean of its values ({avg:.17g})")
 
 
 def check_baseline(
@@ -429,6 +462,14 @@ def check_baseline(
             f"{suite.seeds}; make a new baseline",
             where=where,
         )
+    if "suite" in baseline and baseline["suite"] != suite.name:
+        msg = (
+            f"the baseline was made from suite {clean(str(baseline['suite']), 80)!r}, this "
+            f"is suite {suite.name!r}"
+        )
+        if strict:
+            raise InputError(msg + "; make a new baseline", where=where)
+        notes.append(msg)
     if baseline.get("kvsim_version") != __version__:
         notes.append(
             f"baseline made by kvsim {clean(str(baseline.get('kvsim_version')))}, "

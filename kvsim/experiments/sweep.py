@@ -27,9 +27,13 @@ What is refused before any run (exit 2): a key that is not a scenario field path
 as a key (a sweep's seeds are ``seeds:`` or ``replications:``), a value listed twice, more
 than :data:`MAX_RUNS` runs (counted, not expanded), a malformed or unreachable scheduler
 address, a damaged journal line (named by file and line). A journal's torn last line (an
-interrupted write) is cut off before new rows are appended. Nothing is written before the
-first run finishes; the two tables are written whole, then renamed. SIGTERM stops a sweep
-like Ctrl-C, and worker processes exit when the sweep's process is gone, even after
+interrupted write) is cut off before new rows are appended; every row carries a checksum
+of its content, so an edited row is refused too (delete its line to re-run that run).
+Nothing is left before the first run finishes; the two tables are written whole, then
+renamed, and only once every run has a row (an interrupted sweep keeps only its journal).
+File names in ``set``/``grid``/``zip`` values are relative to the sweep file. One sweep
+at a time writes a folder (a lock), and only a new, empty or sweep folder. SIGTERM stops a
+sweep like Ctrl-C, and worker processes exit when the sweep's process is gone, even after
 SIGKILL.
 """
 
@@ -64,7 +68,19 @@ from kvsim.files import check_regular
 RESULTS = "results.parquet"
 TABLES = (RESULTS, "results.csv")
 JOURNAL = "runs.jsonl"
+LOCK = ".kvsim-sweep.lock"  # held (flock) by the sweep writing the folder
+#: what a sweep folder may hold (besides leftovers of interrupted writes): the journal, the
+#: tables, what `kvsim plot` and `kvsim capacity --sweep --out` write there, and the lock
+SWEEP_FILES = (
+    JOURNAL,
+    *TABLES,
+    LOCK,
+    "capacity.csv",
+    *(f"{stem}.{ext}" for stem in ("ttft_vs_load", "capacity") for ext in ("png", "svg", "pdf")),
+)
+CHECK = "check"  # a journal row's checksum of its own content
 MAX_RUNS = 100_000  # a sweep of more runs is refused before it is expanded
+CONNECT_TIMEOUT = 10.0  # seconds for the Dask handshake (kvsim waits 1.5 times as long)
 MAX_JOURNAL_LINE = 1 << 20  # bytes; a journal row is a few kB
 # columns every row has; a swept field may not take one of these names
 RESERVED = ("run", "run_id", "seed", "status", "error")
@@ -182,21 +198,52 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         raise InputError(
             f"base: scenario {spec.base!r}: {e.reason} (looked for {base})", where=where
         ) from None
-    sc = load(base)  # the base itself must be valid; a bad swept value fails only its run
+    # file names in values are relative to the sweep file (as `base` is), never to the
+    # current folder: made absolute here, so that the run ids follow the files used
+    folder = p.parent.resolve()
+    fixed_set = absolute_paths(spec.set, folder)
+    grid = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.grid.items()}
+    zipped = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.zip.items()}
+    # the base must be valid with the sweep's `set` (which may replace its trace, say); a
+    # bad swept value fails only its run
+    sc = load(base, fixed_set or None)
     base_hash = _digest(scenario_to_dict(sc))
     seeds = spec.seeds or [sc.seed + i for i in range(n_seeds)]
-    grid_keys = list(spec.grid)
-    zip_keys = list(spec.zip)
-    zip_rows = list(zip(*spec.zip.values(), strict=True)) if zip_keys else [()]
+    grid_keys = list(grid)
+    zip_keys = list(zipped)
+    zip_rows = list(zip(*zipped.values(), strict=True)) if zip_keys else [()]
     runs: list[RunSpec] = []
-    fixed = tuple(spec.set.items())
-    combos = itertools.product(itertools.product(*spec.grid.values()), zip_rows)
+    fixed = tuple(fixed_set.items())
+    combos = itertools.product(itertools.product(*grid.values()), zip_rows)
     for g, z in combos:
         params = tuple(zip(grid_keys, g, strict=True)) + tuple(zip(zip_keys, z, strict=True))
         for seed in seeds:
             run_id = _digest({"base": base_hash, "set": fixed, "params": params, "seed": seed})
             runs.append(RunSpec(len(runs), run_id, str(base), params, fixed, seed))
     return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs)
+
+
+# scenario fields that name files, and are resolved against the file that sets them
+PATH_FIELDS = (("workload", "path"), ("timing", "table"))
+
+
+def absolute_paths(overrides: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``overrides`` (field path -> value) with the relative file names they set (a trace,
+    a timing table, a profile file) made absolute against ``folder``, the folder of the
+    file that wrote them, whether given as ``workload.path: x`` or ``workload: {path: x}``."""
+
+    def fix(parts: tuple[str, ...], value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: fix((*parts, str(k)), v) for k, v in value.items()}
+        if not isinstance(value, str) or not value:
+            return value
+        is_profile_file = parts == ("profile",) and value.endswith((".yaml", ".yml"))
+        if parts in PATH_FIELDS or is_profile_file:
+            q = Path(os.path.expanduser(value))
+            return value if q.is_absolute() else str(folder / q)
+        return value
+
+    return {k: fix(tuple(k.split(".")), v) for k, v in overrides.items()}
 
 
 def _check_key(section: str, key: str, where: str) -> None:
@@ -222,6 +269,68 @@ def _check_key(section: str, key: str, where: str) -> None:
             f"{', '.join(f for f in Scenario.model_fields if f not in ('seed', 'source'))})",
             where=where,
         )
+    _check_below(section, parts, shown, where)
+
+
+def _check_below(section: str, parts: list[str], shown: str, where: str) -> None:
+    """A key must not go below a field that holds one value (``seed.x``, ``name.y``,
+    ``cluster.engines.z``) nor name a field its record does not have: every run would
+    fail, so the sweep is refused before any."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from kvsim.config.schema import Scenario
+
+    def models(annotation: Any) -> list[type[BaseModel]] | None:
+        """The records a field may hold; None when kvsim cannot tell (a mapping, say);
+        [] for a field holding one value."""
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            return models(typing.get_args(annotation)[0])
+        if origin in (typing.Union, types.UnionType):
+            found: list[type[BaseModel]] = []
+            for arg in typing.get_args(annotation):
+                if arg is type(None):
+                    continue
+                inner = models(arg)
+                if inner is None:
+                    return None
+                found += inner
+            return found
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        if origin in (dict, typing.Mapping) or annotation is Any or annotation is dict:
+            return None
+        return []  # a number, a text, a list: nothing below it
+
+    current: list[type[BaseModel]] | None = [Scenario]
+    for depth, part in enumerate(parts):
+        if current is None:
+            return
+        if not current:
+            above = ".".join(parts[:depth])
+            raise InputError(
+                f"{section}.{shown}: {above} holds a single value, with no fields below it",
+                where=where,
+            )
+        fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        if not fields:
+            raise InputError(
+                f"{section}.{shown}: {'.'.join(parts[:depth]) or 'the scenario'} has no "
+                f"field {json.dumps(part)[1:-1][:40]!r}",
+                where=where,
+            )
+        nxt: list[type[BaseModel]] = []
+        for f in fields:
+            inner = models(f.annotation)
+            if inner is None:
+                current = None
+                break
+            nxt += inner
+        else:
+            current = nxt
 
 
 def _no_repeats(what: str, values: list[Any], where: str) -> None:
@@ -286,14 +395,24 @@ def _failed_row(spec: RunSpec, error: str) -> dict[str, Any]:
 
 
 def read_journal(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Rows already finished, by run id.
+    """Rows already finished, by run id (see :func:`read_journal_lines`)."""
+    return {k: row for k, (_, row) in read_journal_lines(out_dir).items()}
+
+
+def read_journal_lines(out_dir: Path) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Rows already finished, by run id, with their line numbers (the last row of a run
+    wins: ``--retry-failed`` appends a run's new row).
+
+    Every row carries a checksum of its content: a row edited by hand (a metric, a seed, a
+    status), or one without a checksum, is refused by file and line, for a person to
+    delete it (its run is then done again).
 
     A last line without its newline is a write torn by an interrupt: it is left out here
     (and :func:`repair_journal` cuts it off before new rows are appended). Any other line
     that is not a JSON object with a ``run_id`` is damage a person must look at: an
     InputError naming the file and line."""
     path = out_dir / JOURNAL
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, tuple[int, dict[str, Any]]] = {}
     if not os.path.lexists(path):
         return done
     check_regular(path, what="sweep journal")
@@ -311,7 +430,7 @@ def read_journal(out_dir: Path) -> dict[str, dict[str, Any]]:
                 torn = not raw.endswith(b"\n")
                 row = _journal_row(raw, where, torn=torn)
                 if row is not None:
-                    done[row["run_id"]] = row
+                    done[row["run_id"]] = (lineno, row)
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror or e}", where=str(path)) from None
     return done
@@ -349,7 +468,40 @@ def _journal_row(raw: bytes, where: str, *, torn: bool) -> dict[str, Any] | None
             if torn:
                 return None
             raise InputError(f"a journal row needs a text {key!r}", where=where)
+    redo = "delete this line to re-run that run"
+    if not isinstance(row.get(CHECK), str):
+        if torn:
+            return None
+        raise InputError(
+            f"a journal row without its checksum (written by hand, or by an older kvsim); {redo}",
+            where=where,
+        )
+    if row[CHECK] != _row_check(row):
+        if torn:
+            return None
+        raise InputError(
+            f"this row was edited or damaged (its checksum does not match its content); {redo}",
+            where=where,
+        )
+    if row["status"] not in ("ok", "error"):
+        raise InputError(
+            f"status {clean(row['status'], 40)!r} is neither ok nor error; {redo}", where=where
+        )
+    del row[CHECK]
     return row
+
+
+def _row_check(row: dict[str, Any]) -> str:
+    """The checksum a journal row carries: of its content, as JSON, without the checksum."""
+    return _digest({k: v for k, v in row.items() if k != CHECK})
+
+
+def journal_line(row: dict[str, Any]) -> str:
+    """A row as a journal line, with its checksum (computed on what reading it gives back)."""
+    plain = json.loads(json.dumps(row, default=str))
+    plain.pop(CHECK, None)
+    plain[CHECK] = _row_check(plain)
+    return json.dumps(plain) + "\n"
 
 
 def repair_journal(path: Path) -> None:
@@ -443,12 +595,32 @@ def connect(scheduler: str) -> Any:
     except (OSError, UnicodeError) as e:
         reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise InputError(f"cannot reach the Dask scheduler: {reason}", where=where) from None
-    try:
-        return Client(
-            f"tcp://{host}:{port}" if ":" not in host else f"tcp://[{host}]:{port}", timeout="10s"
-        )
-    except (OSError, TimeoutError) as e:
-        raise InputError(f"cannot reach the Dask scheduler: {e}", where=where) from None
+    address = f"tcp://{host}:{port}" if ":" not in host else f"tcp://[{host}]:{port}"
+    # The handshake runs in a thread with a bounded wait: a peer that accepts the connection
+    # but never answers would hang Client() for ever, and one that is not a Dask scheduler
+    # (a web server, say) makes Dask fail in arbitrary ways (even a 3 EiB allocation).
+    box: dict[str, Any] = {}
+
+    def handshake() -> None:
+        try:
+            box["client"] = Client(address, timeout=f"{CONNECT_TIMEOUT}s")
+        except BaseException as e:  # reported by the caller, in one line
+            box["error"] = e
+
+    thread = threading.Thread(target=handshake, name="kvsim-dask-connect", daemon=True)
+    thread.start()
+    wait_s = CONNECT_TIMEOUT * 1.5  # Dask's own timeout first, when it works
+    thread.join(wait_s)
+    not_dask = "not a Dask scheduler, or kvsim cannot talk to it"
+    if thread.is_alive():
+        raise InputError(f"{not_dask}: no handshake within {wait_s:g} s", where=where)
+    if "error" in box:
+        e = box["error"]
+        if isinstance(e, KeyboardInterrupt):
+            raise e
+        reason = clean(str(e) or type(e).__name__, 160)
+        raise InputError(f"{not_dask} ({type(e).__name__}: {reason})", where=where)
+    return box["client"]
 
 
 def _watch_parent(parent: int) -> None:
@@ -580,20 +752,45 @@ def run_sweep(
 ) -> pd.DataFrame:
     """Run the sweep's missing runs, journal each as it finishes, write the results table.
 
-    ``progress(done, total)`` is called after each run. On KeyboardInterrupt the table of
-    the runs finished so far is written before the interrupt propagates. Nothing is
-    created before the first run finishes (or unless the folder already holds a journal):
-    a sweep refused or interrupted at once leaves no folder and no empty files.
+    ``progress(done, total)`` is called after each run. The results tables are written only
+    when every run of the sweep has a row: on KeyboardInterrupt (or any failure) only the
+    journal is kept, and tables left from before are removed, so that no table looks
+    complete while runs remain (running the same command again resumes). One sweep at a
+    time writes a folder (an exclusive lock; a second is refused). Nothing is left before
+    the first run finishes (or unless the folder already holds a journal): a sweep refused
+    or interrupted at once leaves no folder and no empty files.
     """
     out = Path(out_dir)
-    done = read_journal(out)
+    lines = read_journal_lines(out)
     journal_path = out / JOURNAL
     if os.path.lexists(journal_path) and not os.access(
         journal_path, os.W_OK
     ):  # refused before any run, not after
         raise InputError("cannot write: permission denied", where=str(journal_path))
+    by_id = {r.run_id: r for r in sweep.runs}
+    for run_id, (lineno, row) in lines.items():
+        if run_id in by_id:
+            _check_row_matches(row, by_id[run_id], f"{journal_path}:{lineno}")
+    done = {k: row for k, (_, row) in lines.items()}
     client = connect(scheduler) if scheduler else None  # refused before anything is written
-    wanted = {r.run_id for r in sweep.runs}
+    made = not out.exists()
+    lock = None
+    try:
+        lock = _lock_folder(out)
+        again = {k: n for k, (n, _) in read_journal_lines(out).items()} if lock is not None else {}
+        if lock is not None and again != {k: n for k, (n, _) in lines.items()}:
+            # another sweep appended rows before this one took the lock: start again
+            raise InputError(
+                "another kvsim sweep wrote to this folder meanwhile; run the command again",
+                where=str(out),
+            )
+    except BaseException:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        if lock is not None:
+            _unlock_folder(lock, out, remove=made and not os.path.lexists(journal_path))
+        raise
     todo = [
         r
         for r in sweep.runs
@@ -601,8 +798,10 @@ def run_sweep(
     ]
     finished = len(sweep.runs) - len(todo)
     journal = None
-    rows = execute(todo, workers, scheduler, client=client)
+    complete = False
+    table: pd.DataFrame | None = None
     try:
+        rows = execute(todo, workers, scheduler, client=client)
         with contextlib.closing(rows):
             if progress:
                 progress(finished, len(sweep.runs))
@@ -610,7 +809,7 @@ def run_sweep(
                 if journal is None:
                     journal = _open_journal(out)
                 try:
-                    journal.write(json.dumps(row, default=str) + "\n")
+                    journal.write(journal_line(row))
                     journal.flush()
                 except OSError as e:
                     raise InputError(
@@ -620,6 +819,11 @@ def run_sweep(
                 finished += 1
                 if progress:
                     progress(finished, len(sweep.runs))
+        ran = [done[r.run_id] for r in sweep.runs if r.run_id in done]
+        complete = len(ran) == len(sweep.runs)
+        table = results_table(sweep, ran)
+        if complete:
+            write_table(table, out)
     finally:
         if client is not None:
             with contextlib.suppress(Exception):
@@ -627,11 +831,75 @@ def run_sweep(
         if journal is not None:
             with contextlib.suppress(OSError):
                 journal.close()
-        ran = [done[i] for i in wanted if i in done]
-        table = results_table(sweep, ran)
-        if out.is_dir() and (ran or journal is not None):
-            write_table(table, out)
+        if not complete:  # tables of an earlier, smaller state would look complete
+            for name in TABLES:
+                with contextlib.suppress(OSError):
+                    (out / name).unlink(missing_ok=True)
+        _unlock_folder(lock, out, remove=made and not os.path.lexists(journal_path))
+    assert table is not None
     return table
+
+
+def _check_row_matches(row: dict[str, Any], spec: RunSpec, where: str) -> None:
+    """A journal row must be the row of its run: the seed and swept values of its run id."""
+    redo = "delete this line to re-run that run"
+    if row.get("seed") != spec.seed or isinstance(row.get("seed"), bool):
+        raise InputError(
+            f"seed {clean(str(row.get('seed')), 40)} is not the seed of run {spec.run_id} "
+            f"({spec.seed}); {redo}",
+            where=where,
+        )
+    for key, value in spec.params:
+        want = json.dumps(value, sort_keys=True, default=str)
+        got = json.dumps(row.get(key), sort_keys=True, default=str)
+        if key not in row or got != want:
+            raise InputError(
+                f"{key} = {clean(got, 60)} is not the value of run {spec.run_id} "
+                f"({clean(want, 60)}); {redo}",
+                where=where,
+            )
+
+
+def _lock_folder(out: Path) -> int | None:
+    """Take the sweep folder's exclusive lock (the folder made if needed), or refuse: two
+    sweeps writing one folder would interleave their journals and tables."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        return None
+    path = out / LOCK
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", where=str(path)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        same = os.fstat(fd).st_ino == os.stat(path).st_ino  # not a lock file just removed
+    except OSError:
+        same = False
+    if not same:
+        os.close(fd)
+        raise InputError(
+            "another kvsim sweep is writing to this folder; wait for it to end (or give "
+            "another --out)",
+            where=str(out),
+        )
+    return fd
+
+
+def _unlock_folder(fd: int | None, out: Path, *, remove: bool) -> None:
+    """Release the lock; the lock file goes (and the folder, when this sweep made it and
+    wrote nothing to it)."""
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        (out / LOCK).unlink()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if remove:
+        with contextlib.suppress(OSError):
+            out.rmdir()  # only when empty
 
 
 def _open_journal(out: Path) -> Any:

@@ -143,6 +143,12 @@ def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[
 def collect(out: SimOutput, scenario: Scenario) -> Results:
     """Results from a finished run (InputError when nothing was left to measure)."""
     if out.arrived == 0:
+        first = _first_arrival(scenario) if scenario.run.max_time is not None else None
+        if first is not None:  # the clock stopped before the workload's first request
+            raise InputError(
+                f"run.max_time: no request arrived within {scenario.run.max_time:g} s "
+                f"(the first arrives at {first:g} s)"
+            )
         raise InputError("workload: no requests to simulate (check workload.window and limit)")
     df = frame(out.rows)
     if len(df) == 0:
@@ -153,6 +159,17 @@ def collect(out: SimOutput, scenario: Scenario) -> Results:
             f"{scenario.run.warmup:g} s warm-up; nothing is left to measure"
         )
     return Results(df, summarize(df, out, scenario), scenario, out.engines)
+
+
+def _first_arrival(scenario: Scenario) -> float | None:
+    """When the scenario's workload has a first request (after shaping), its arrival."""
+    from kvsim.workload import open_workload
+
+    try:
+        first = next(open_workload(scenario.workload, scenario.seed), None)
+    except InputError:
+        return None
+    return None if first is None else first.arrival
 
 
 def json_ready(value: Any) -> Any:

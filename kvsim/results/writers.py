@@ -322,14 +322,22 @@ def _undo(stage: Path, created: list[Path]) -> None:
 
 def write_file(path: str | os.PathLike[str], write: Writer, *, flag: str = "") -> Path:
     """Write one file all or nothing: into a hidden temporary file beside it, renamed
-    into place when complete (leftovers of dead processes are removed first)."""
+    into place when complete (leftovers of dead processes are removed first). A path that
+    is a symlink is written through: its target gets the new content and the link stays
+    (as a shell's ``>`` does), rather than the link being replaced by a plain file."""
     p = Path(path)
-    folder = p.parent
+    target = p
+    if p.is_symlink():
+        try:
+            target = p.resolve()  # a dangling link: its target is created
+        except (OSError, RuntimeError):  # a symlink loop
+            raise InputError("cannot write: symlink loop", where=_where(flag, path)) from None
+    folder = target.parent
     clean_leftovers(folder)
-    tmp = folder / f".{p.name[:80]}.kvsim-{os.getpid()}.tmp"
+    tmp = folder / f".{target.name[:80]}.kvsim-{os.getpid()}.tmp"
     try:
         write(tmp)
-        os.replace(tmp, p)
+        os.replace(tmp, target)
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror or e}", where=_where(flag, path)) from None
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,13 +21,19 @@ from kvsim.workload.request import MAX_TOKENS, Request, blocks_needed, check_req
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
+_INTEGER = re.compile(r"[-+]?[0-9]+")
+
+
 def _int(value: str | None, name: str, where: str, minimum: int) -> int:
     if value is None or value.strip() == "":
         raise InputError(f"{name}: missing value", where=where)
-    try:
-        v = int(value)
-    except ValueError:  # also an integer of over 4,300 digits
-        raise InputError(f"{name}: expected an integer, got {value!r:.40}", where=where) from None
+    text = value.strip()
+    # ASCII digits only: int() would also take `1_000`, Arabic-Indic or full-width digits
+    if not _INTEGER.fullmatch(text) or len(text) > 40:
+        raise InputError(
+            f"{name}: expected an integer (ASCII digits), got {value!r:.40}", where=where
+        )
+    v = int(text)
     if v < minimum:
         raise InputError(f"{name}: must be >= {minimum}, got {v}", where=where)
     if v > MAX_TOKENS:
@@ -67,6 +74,11 @@ def read_azure(path: str | Path, block_tokens: int = 512) -> Iterator[Request]:
             where = f"{p}:{reader.line_num}"
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # a blank line
+            if len(row) > len(names):
+                raise InputError(
+                    f"row has {len(row)} fields, the header {len(names)} (a stray comma?)",
+                    where=where,
+                )
             if len(row) < width:
                 row = row + [""] * (width - len(row))
             stamp = _stamp(row[col[0]], where)

@@ -1,5 +1,6 @@
 """Mooncake JSONL traces: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``,
-and optionally ``tenant`` (an integer; 0 when absent) for multi-tenant replays.
+and optionally ``tenant`` (an integer; 0 when absent) for multi-tenant replays, and kvsim's
+own ``session`` (-1 when absent), ``shared_blocks`` (0) and ``last_turn`` (true).
 
 Streams one line at a time. Each line is checked (JSON, field types, ``len(hash_ids) ==
 ceil(input_length / block_tokens)``, sorted timestamps) and a bad one raises InputError naming
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvsim.config.schema import MAX_TENANTS
-from kvsim.errors import InputError
+from kvsim.errors import InputError, shown
 from kvsim.workload.lines import trace_lines
 from kvsim.workload.request import (
     MAX_ARRIVAL_S,
@@ -42,13 +43,31 @@ def _int_field(obj: dict, name: str, where: str, minimum: int, maximum: int = MA
     return v
 
 
-Line = tuple[float, int, int, tuple[int, ...], int]
+# (timestamp_s, input, output, hash_ids, tenant, session, shared_blocks, last_turn)
+Line = tuple[float, int, int, tuple[int, ...], int, int, int, bool]
+MAX_SESSION = (1 << 63) - 1
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are all distinct (json keeps the last of a repeated one)."""
+    obj: dict[str, object] = {}
+    for k, v in pairs:
+        if k in obj:
+            raise _DuplicateKey(k)
+        obj[k] = v
+    return obj
 
 
 def parse_line(text: str, where: str, block_tokens: int) -> Line:
-    """(timestamp_s, input, output, hash_ids, tenant) from one JSONL line, or InputError."""
+    """A :data:`Line` from one JSONL line, or InputError."""
     try:
-        obj = json.loads(text.strip())
+        obj = json.loads(text.strip(), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise InputError(f"{shown(e.args[0])}: duplicate key", where=where) from None
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON ({e.msg} at column {e.colno})", where=where) from None
     except ValueError as e:  # e.g. an integer of over 4,300 digits
@@ -96,7 +115,16 @@ def parse_line(text: str, where: str, block_tokens: int) -> Line:
             where=where,
         )
     tenant = _int_field(obj, "tenant", where, 0, MAX_TENANTS - 1) if "tenant" in obj else 0
-    return ts / 1000.0, n_in, n_out, tuple(ids), tenant
+    # kvsim's own fields (`kvsim trace generate` writes them when not the default), so a
+    # replay of a generated trace keeps sessions, public prefixes and session ends
+    session = _int_field(obj, "session", where, 0, MAX_SESSION) if "session" in obj else -1
+    shared = _int_field(obj, "shared_blocks", where, 0, need) if "shared_blocks" in obj else 0
+    last = obj.get("last_turn", True)
+    if not isinstance(last, bool):
+        raise InputError(f"last_turn: expected true or false, got {last!r:.40}", where=where)
+    if not last and session < 0:
+        raise InputError("last_turn: false needs a session (the session field)", where=where)
+    return ts / 1000.0, n_in, n_out, tuple(ids), tenant, session, shared, last
 
 
 def read_mooncake(
@@ -124,7 +152,7 @@ def read_mooncake(
             bucket = []
         last = ts
         if bucket_spread is None:
-            yield Request(lineno - 1, ts, rec[1], rec[2], rec[3], -1, rec[4])
+            yield _request(lineno - 1, ts, rec)
         else:
             bucket.append((lineno - 1, rec))
         count += 1
@@ -136,5 +164,10 @@ def read_mooncake(
 
 def _spread(bucket: list, spread: float) -> Iterator[Request]:
     k = len(bucket)
-    for i, (rid, (ts, n_in, n_out, ids, tenant)) in enumerate(bucket):
-        yield Request(rid, ts + spread * i / k, n_in, n_out, ids, -1, tenant)
+    for i, (rid, rec) in enumerate(bucket):
+        yield _request(rid, rec[0] + spread * i / k, rec)
+
+
+def _request(rid: int, arrival: float, rec: Line) -> Request:
+    _, n_in, n_out, ids, tenant, session, shared, last = rec
+    return Request(rid, arrival, n_in, n_out, ids, session, tenant, shared, last)

@@ -49,6 +49,13 @@ def _mooncake_lines(requests: Iterable[Request]) -> Iterator[str]:
         }
         if r.tenant:
             rec["tenant"] = r.tenant
+        # kvsim's own fields, only when not the default (a plain trace stays plain)
+        if r.session >= 0:
+            rec["session"] = r.session
+        if r.shared_blocks:
+            rec["shared_blocks"] = r.shared_blocks
+        if not r.last_turn:
+            rec["last_turn"] = False
         yield json.dumps(rec) + "\n"
 
 
@@ -60,7 +67,8 @@ def _azure_lines(requests: Iterable[Request]) -> Iterator[str]:
 
 
 def write_mooncake(requests: Iterable[Request], path: str | os.PathLike[str]) -> int:
-    """Mooncake JSONL (timestamp in whole ms; ``tenant`` when not 0); returns the number of
+    """Mooncake JSONL (timestamp in whole ms; ``tenant`` when not 0, ``session`` when not
+    -1, ``shared_blocks`` when not 0, ``last_turn`` when false); returns the number of
     requests written."""
     return _write_lines(_mooncake_lines(requests), path)
 
