@@ -540,10 +540,10 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
         )
     numbers = [model.b_star, model.min_tokens, S / model.rate]
     numbers += [v for r in rows for k, v in r.items() if k not in ("path", "crossover_tokens")]
-    if not all(math.isfinite(v) and v >= 0 for v in numbers):
+    if not all(math.isfinite(v) and v >= 0 for v in numbers) or not model.b_star > 1e-300:
         raise InputError(
-            "the cost model overflows with these values (check --kv-bytes, --rate, --t0, "
-            "--bandwidth and --tokens)",
+            "the cost model overflows or underflows with these values (check --kv-bytes, "
+            "--rate, --t0, --bandwidth and --tokens)",
             where="costmodel",
         )
     if args.plot:

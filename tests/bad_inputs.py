@@ -1020,6 +1020,11 @@ CASES: list[Case] = [
         "overflows",
     ),
     C(
+        "costmodel: a denormal size (B* underflows to 0)",
+        ["costmodel", "--kv-bytes=5e-324 B"],
+        "underflows",
+    ),
+    C(
         "costmodel: --plot is a folder",
         ["costmodel", "--plot", "{TMP}/d.png"],
         "--plot",
