@@ -162,11 +162,12 @@ MAKERS = {
 
 
 def main(which: list[str]) -> int:
+    unknown = [name for name in which if name not in MAKERS]
+    if unknown:  # before any figure is remade, so figures.json never lags an image
+        print(f"unknown figure {unknown[0]!r}; known: {', '.join(MAKERS)}", file=sys.stderr)
+        return 2
     doc = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     for name in which or list(MAKERS):
-        if name not in MAKERS:
-            print(f"unknown figure {name!r}; known: {', '.join(MAKERS)}", file=sys.stderr)
-            return 2
         print(f"making {name} ...", file=sys.stderr)
         doc[name] = MAKERS[name]()
     text = json.dumps(doc, indent=2, sort_keys=True, default=lambda o: o.item())

@@ -6,11 +6,13 @@ Exit codes: 0 ok; 2 bad input (one line naming file, line or field); 1 internal 
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -619,21 +621,6 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sigterm_as_interrupt(handler: Callable[[argparse.Namespace], int]) -> Callable:
-    """Run a long command with SIGTERM handled like Ctrl-C: its workers are stopped and
-    what finished is kept (see kvsim.experiments.sweep.sigterm_as_interrupt)."""
-
-    @functools.wraps(handler)
-    def wrapped(args: argparse.Namespace) -> int:
-        from kvsim.experiments.sweep import sigterm_as_interrupt
-
-        with sigterm_as_interrupt():
-            return handler(args)
-
-    return wrapped
-
-
-@_sigterm_as_interrupt
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from kvsim.experiments.sweep import SWEEP_FILES, load_sweep, parse_scheduler, run_sweep
     from kvsim.results.writers import check_out_folder
@@ -688,7 +675,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-@_sigterm_as_interrupt
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from kvsim.experiments.capacity import capacity_table, parse_slo, search, sweep_capacity
 
@@ -735,7 +721,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
-@_sigterm_as_interrupt
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from kvsim.experiments.regression import load_suite, measure, write_baseline
     from kvsim.results.writers import BASELINE_FILES, check_out_folder
@@ -759,7 +744,6 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     return 0
 
 
-@_sigterm_as_interrupt
 def _cmd_check(args: argparse.Namespace) -> int:
     from kvsim.config.loader import parse_override
     from kvsim.experiments.regression import (
@@ -805,7 +789,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from kvsim.plots import read_sweep_results, run_plots, sweep_plots
+    from kvsim.plots import run_plots, sweep_plots
     from kvsim.results.writers import check_writable
 
     d = Path(args.folder)
@@ -815,14 +799,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if (d / "summary.json").exists() or (d / "summary.json").is_symlink():
         paths = run_plots(d, args.format)
     elif any((d / n).exists() for n in ("results.parquet", "capacity.csv")):
-        cols: list[str] = []
-        if (d / "results.parquet").exists():
-            _, cols = read_sweep_results(d / "results.parquet")
-            if args.x and args.x not in cols:
-                raise InputError(
-                    f"not a swept field; swept: {', '.join(cols) or 'none'}", where="--x"
-                )
-        paths = sweep_plots(d, cols, args.format, x=args.x)
+        paths = sweep_plots(d, args.format, x=args.x)
         if not paths:
             raise InputError(
                 "nothing to plot: no swept arrivals.rate or time_scale (use --x) "
@@ -889,17 +866,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "baseline": _cmd_baseline,
         "check": _cmd_check,
     }
-    import signal
-    import threading
-
-    def terminated(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM like Ctrl-C: partial output is cleaned up
-
-    old = None
-    if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGTERM, terminated)
     try:
-        return handlers[args.command](args)
+        with signals_as_interrupt():
+            return handlers[args.command](args)
     except InputError as e:
         print(f"kvsim: error: {clean(str(e))}", file=sys.stderr)
         return 2
@@ -915,9 +884,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # e.g. `kvsim run ... | head`
         return 0
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP handled like Ctrl-C (KeyboardInterrupt) while a command runs, so
+    a terminated command stops its workers, keeps what finished and leaves no partial
+    output, exactly as on an interrupt (the main thread only: Python's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
     finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,8 +12,8 @@ import unicodedata
 
 # characters that must not reach a terminal raw: controls (ESC starts escape sequences, a
 # newline would split the one-line message), format marks (bidi overrides), separators,
-# lone surrogates (unprintable) and private-use characters
-_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+# lone surrogates (unprintable) and private-use characters; config labels refuse them
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 
 
 def clean(text: str, limit: int = 2000) -> str:
@@ -27,7 +27,7 @@ def clean(text: str, limit: int = 2000) -> str:
     if not text.isprintable():
         text = "".join(
             c
-            if c == " " or unicodedata.category(c) not in _UNSAFE
+            if c == " " or unicodedata.category(c) not in UNSAFE_CATEGORIES
             else f"\\x{ord(c):02x}"
             if ord(c) < 0x100
             else f"\\u{ord(c):04x}"

@@ -217,12 +217,6 @@ RUN_COLUMNS = (
 )  # fmt: skip
 
 
-def _clean(text: str, limit: int = 160) -> str:
-    """An exception's text as one short printable line."""
-    line = " ".join(str(text).split())
-    return "".join(c if c.isprintable() else "?" for c in line)[:limit]
-
-
 def read_table(path: Path, what: str) -> Any:
     """A parquet or CSV table kvsim wrote, or :class:`InputError` naming the file."""
     import pandas as pd
@@ -238,7 +232,8 @@ def read_table(path: Path, what: str) -> Any:
         raise
     except Exception as e:  # pyarrow, pandas and codec errors alike: a damaged file
         kind = "parquet" if path.suffix == ".parquet" else "CSV"
-        why = _clean(str(e).replace(str(path), "").replace("''", ""), 100)
+        # one short line; InputError escapes what is unsafe to print
+        why = " ".join(str(e).replace(str(path), "").replace("''", "").split())[:100]
         raise InputError(
             f"not a readable {kind} {what} ({type(e).__name__}: {why})", where=str(path)
         ) from None
@@ -340,7 +335,7 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
     if m.empty:
         raise InputError("no finished requests after warm-up to plot", where=str(table))
     name = summary["scenario"]
-    engines = int(summary["engines"]) if "engines" in summary else 1
+    engines = int(summary.get("engines", 1))
     return [
         ttft_cdf_plot({name: m["ttft_s"]}, d / f"ttft_cdf.{fmt}", f"{name}: TTFT CDF"),
         ttft_breakdown_plot(m, d / f"ttft_breakdown.{fmt}", f"{name}: where the time goes"),
@@ -424,14 +419,12 @@ def _number(v: Any) -> float:
 
 def sweep_plots(
     out_dir: str | os.PathLike[str],
-    columns: Sequence[str],
     fmt: str = "png",
     x: str | None = None,
     title: str = "",
 ) -> list[Path]:
     """TTFT p50/p99 against load, one curve per configuration (mean over seeds); and, when
     the folder has a capacity.csv, the capacity of each configuration."""
-
     d = Path(out_dir)
     written: list[Path] = []
     results = d / "results.parquet"
@@ -439,7 +432,11 @@ def sweep_plots(
     # read (and check) both tables before drawing anything
     cdf = read_capacity(cap) if cap.exists() or cap.is_symlink() else None
     if results.exists() or results.is_symlink():
-        df, _ = read_sweep_results(results)
+        df, columns = read_sweep_results(results)
+        if x and x not in columns:
+            raise InputError(
+                f"not a swept field; swept: {', '.join(columns) or 'none'}", where="--x"
+            )
         df = df[df["status"] == "ok"]
         if df.empty and cdf is None:
             raise InputError("no successful run to plot (every run failed)", where=str(results))

@@ -49,6 +49,14 @@ def C(label: str, argv: list[str], *fragments: str, files: dict | None = None) -
     return Case(label, "cmd", argv, fragments, {"files": files or {}})
 
 
+def SW(label: str, *fragments: str, out: dict) -> Case:
+    """``kvsim sweep`` over quickstart into ``{TMP}/o``, which already holds ``out``."""
+    files = {"s.yaml": "base: {QS}\n", **{f"o/{name}": body for name, body in out.items()}}
+    return C(
+        label, ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"], *fragments, files=files
+    )
+
+
 CASES: list[Case] = [
     # ---- scenario files: keys, types, units ----
     S(
@@ -595,30 +603,24 @@ CASES: list[Case] = [
         "no requests",
     ),
     # ---- round 2: sweeps, suites, baselines, journals, scheduler addresses ----
-    C(
+    SW(
         "sweep journal: a row edited by hand (its checksum does not match)",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:1",
         "checksum",
         "delete this line",
-        files={
-            "s.yaml": "base: {QS}\n",
-            "o/runs.jsonl": '{"run_id": "a", "status": "weird", "check": "26b605360cc8fe70"}\n',
-        },
+        out={"runs.jsonl": '{"run_id": "a", "status": "weird", "check": "26b605360cc8fe70"}\n'},
     ),
-    C(
+    SW(
         "sweep journal: a row without a checksum",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:1",
         "without its checksum",
-        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"run_id": "a", "status": "ok"}\n'},
+        out={"runs.jsonl": '{"run_id": "a", "status": "ok"}\n'},
     ),
-    C(
+    SW(
         "sweep --out: a folder holding the user's own files",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "--out",
         "notes.txt",
-        files={"s.yaml": "base: {QS}\n", "o/notes.txt": "mine"},
+        out={"notes.txt": "mine"},
     ),
     Case(
         "sweep: a key below a field holding one value (seed.x)",
@@ -723,43 +725,35 @@ CASES: list[Case] = [
         "base: {QS}\nreplications: 1000000\n",
         ("1,000,000 runs",),
     ),
-    C(
+    SW(
         "sweep journal: a line that is not an object",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:2",
         "JSON object",
-        files={
-            "s.yaml": "base: {QS}\n",
-            "o/runs.jsonl": '{"run_id": "a", "status": "ok", "check": "26b605360cc8fe70"}\n[1]\n',
-        },
+        out={"runs.jsonl": '{"run_id": "a", "status": "ok", "check": "26b605360cc8fe70"}\n[1]\n'},
     ),
-    C(
+    SW(
         "sweep journal: a row without run_id",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:1",
         "run_id",
-        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"status": "ok"}\n'},
+        out={"runs.jsonl": '{"status": "ok"}\n'},
     ),
-    C(
+    SW(
         "sweep journal: not UTF-8",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:1",
         "UTF-8",
-        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": b"\xff\xfe{}\n"},
+        out={"runs.jsonl": b"\xff\xfe{}\n"},
     ),
-    C(
+    SW(
         "sweep journal: a damaged line in the middle",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl:1",
         "not a JSON row",
-        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl": '{"run_id": "a", "sta\n{}\n'},
+        out={"runs.jsonl": '{"run_id": "a", "sta\n{}\n'},
     ),
-    C(
+    SW(
         "sweep journal: a folder",
-        ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"],
         "runs.jsonl",
         "folder",
-        files={"s.yaml": "base: {QS}\n", "o/runs.jsonl/x": ""},
+        out={"runs.jsonl/x": ""},
     ),
     *(
         C(

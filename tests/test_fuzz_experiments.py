@@ -134,8 +134,8 @@ def mutated_baseline(draw, doc: dict) -> bytes:
         text = text[: draw(st.integers(0, len(text) - 1))]
     elif damage == 1:
         i = draw(st.integers(0, len(text)))
-        text = text[:i] + draw(st.sampled_from([b"\xff", b"\x00", b",", b"]", b"{", b"1e99999"]))
-        text += text[i:]
+        junk = draw(st.sampled_from([b"\xff", b"\x00", b",", b"]", b"{", b"1e99999"]))
+        text = text[:i] + junk + text[i:]  # inserted, the rest kept
     elif damage == 2:
         text = b"\xef\xbb\xbf" + text
     return text
@@ -202,7 +202,10 @@ def journal_bytes(draw, rows: list[dict]) -> bytes:
                 row[draw(st.sampled_from(["status", "run_id", "error", "seed", "x"]))] = draw(
                     st.sampled_from(JUNK)
                 )
-            lines.append(json.dumps(row).encode() + b"\n")
+            # a row as kvsim writes it (with its checksum), or one edited after (without)
+            signed = draw(st.booleans())
+            line = sweep.journal_line(row) if signed else json.dumps(row) + "\n"
+            lines.append(line.encode())
         else:
             lines.append(
                 draw(

@@ -186,10 +186,20 @@ def _plot(folder: Path, *extra: str) -> tuple[int, str]:
     return rc, err.getvalue().strip()
 
 
-def _check_contract(folder: Path, rc: int, err: str) -> None:
+FIGURES = {
+    "run": {"ttft_cdf.png", "ttft_breakdown.png", "token_sources.png", "engine_timeline.png"},
+    "sweep": {"ttft_vs_load.png"},
+    "capacity": {"capacity.png"},
+}
+
+
+def _check_contract(folder: Path, kind: str, rc: int, err: str) -> None:
     assert rc in (0, 2), f"exit {rc}: {err}"
     if rc == 2:
         assert err.startswith("kvsim: error: ") and "\n" not in err, err
+    else:
+        figures = {n for n in os.listdir(folder) if n.endswith(".png")}
+        assert figures == FIGURES[kind], figures
     leftovers = [n for n in os.listdir(folder) if ".kvsim-" in n or ".tmp" in n]
     assert leftovers == [], leftovers
 
@@ -201,6 +211,7 @@ def test_valid_folders_plot(folders, kind):
         shutil.copytree(folders[kind], folder)
         rc, err = _plot(folder)
         assert rc == 0, err
+        assert {n for n in os.listdir(folder) if n.endswith(".png")} == FIGURES[kind]
 
 
 @pytest.mark.parametrize("kind", ["run", "sweep", "capacity"])
@@ -215,7 +226,7 @@ def test_plot_of_a_damaged_folder_is_clean(folders, kind, data):
         if kind == "sweep" and data.draw(st.booleans(), label="--x"):
             extra = ["--x", data.draw(st.sampled_from(["workload.time_scale", "seed", "nope"]))]
         rc, err = _plot(folder, *extra)
-        _check_contract(folder, rc, err)
+        _check_contract(folder, kind, rc, err)
 
 
 # ---- write_folder under injected faults --------------------------------------------------

@@ -267,9 +267,13 @@ def test_a_huge_grid_is_counted_not_expanded(tmp_path):
     assert peak < 50 * 2**20  # refused from the count: no expansion
 
 
-def test_a_sweep_at_the_limit_still_loads(tmp_path):
+def test_a_sweep_at_the_limit_still_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr("kvsim.experiments.sweep.MAX_RUNS", 6)  # the limit, made small
     p = _sweep(tmp_path, "grid:\n  cluster.engines: [1, 2]\nreplications: 3\n")
     assert len(load_sweep(p).runs) == 6
+    p = _sweep(tmp_path, "grid:\n  cluster.engines: [1, 2]\nreplications: 4\n")
+    with pytest.raises(InputError, match="8 runs"):  # one over it is refused
+        load_sweep(p)
 
 
 @pytest.mark.parametrize(
@@ -332,10 +336,8 @@ def test_a_torn_last_line_is_cut_and_the_next_row_is_not_lost(tmp_path):
     p.write_text(TINY_SWEEP)
     sweep = load_sweep(p)
     out = tmp_path / "out"
-    calls = []
 
     def stop_after_two(done, total):
-        calls.append(done)
         if done == 2:
             raise KeyboardInterrupt
 
@@ -679,12 +681,12 @@ def test_attack_round_a_run_refused_at_a_tiny_load_names_the_suite(tmp_path, cap
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_attack_round_sigterm_and_sighup_interrupt_like_ctrl_c(sig):
-    from kvsim.experiments.sweep import sigterm_as_interrupt
+    from kvsim.cli import signals_as_interrupt
 
     if not hasattr(signal, sig):
         pytest.skip(f"no {sig} here")
     before = signal.getsignal(getattr(signal, sig))
-    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+    with pytest.raises(KeyboardInterrupt), signals_as_interrupt():
         os.kill(os.getpid(), getattr(signal, sig))
         for _ in range(1000):  # the handler runs at the next bytecode boundary
             time.sleep(0.001)

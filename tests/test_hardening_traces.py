@@ -192,6 +192,17 @@ def test_a_device_trace_is_refused(tmp_path, capsys):
     assert "folder" in refused(capsys, "trace", "stats", folder)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_trace_swapped_in_after_the_check_is_refused_not_waited_on(tmp_path, monkeypatch):
+    # the race between check_regular's look at the name and the open: the open itself
+    # must refuse (it never blocks) what is not a regular file
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(trace_lines_module, "check_regular", lambda *a, **k: os.stat(QS))
+    with pytest.raises(InputError, match="not a regular trace file"):
+        next(read_mooncake(fifo))
+
+
 def test_an_over_long_line_is_refused_without_reading_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(trace_lines_module, "MAX_LINE_BYTES", 1000)
     trace = tmp_path / "t.jsonl"
@@ -462,10 +473,6 @@ def test_generated_requests_are_not_all_held_at_once():
     assert peak / n < 240, peak / n
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 # ---- round 2 (helper F) -------------------------------------------------------------------
 
 
@@ -647,3 +654,7 @@ def test_max_time_before_the_first_arrival_names_run_max_time(capsys):
     # an empty window is still the workload's fault
     err = refused(capsys, "run", QS, "--set", "workload.window.start=100000 s")
     assert "workload: no requests to simulate" in err
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from kvsim.config.schema import Scenario, cross_checks
 from kvsim.errors import InputError, shown
-from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, is_regular, read_text
+from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, read_text
 from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
 Path_ = tuple[Any, ...]
@@ -432,11 +432,10 @@ MAX_TIMING_ROWS = MAX_YAML_VALUES  # rows of a timing table
 
 def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
     """Read a long-format timing table (new_tokens, cached_tokens, seconds) into a grid."""
-    if not is_regular(path):
-        try:
-            check_regular(path)
-        except InputError as e:
-            raise InputError(f"timing table {shown(str(path))}: {e.reason}", where=where) from None
+    try:
+        check_regular(path)
+    except InputError as e:
+        raise InputError(f"timing table {shown(str(path))}: {e.reason}", where=where) from None
     text = read_text(path, what="timing table", max_bytes=MAX_TABLE_BYTES)
     cells: dict[tuple[int, int], float] = {}
     rows = (line for line in io.StringIO(text, newline="") if not line.lstrip().startswith("#"))
@@ -510,13 +509,12 @@ def _load_chain(
     if not isinstance(parent, str) or not parent:
         raise InputError("extends: expected a file path", where=where)
     parent_path = _resolve(path.parent, parent)
-    if not is_regular(parent_path):
-        try:
-            check_regular(parent_path)
-        except InputError as e:
-            raise InputError(
-                f"extends: {shown(parent)}: {e.reason} (looked for {parent_path})", where=where
-            ) from None
+    try:
+        check_regular(parent_path)
+    except InputError as e:
+        raise InputError(
+            f"extends: {shown(parent)}: {e.reason} (looked for {parent_path})", where=where
+        ) from None
     base, base_origins = _load_chain(parent_path, (*stack, real), budget)
     return merge_layers(base, base_origins, data, origins)
 
@@ -774,13 +772,12 @@ def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scen
         ) from None
     problems = cross_checks(scenario)
     w = scenario.workload
-    if getattr(w, "path", None) is not None and not is_regular(w.path):
-        reason = " not found"
+    if getattr(w, "path", None) is not None:
         try:
             check_regular(w.path, what="trace file")
-        except InputError as e:  # a folder, a FIFO, a device, a symlink loop, a bad name
+        except InputError as e:  # missing, a folder, a FIFO, a device, a symlink loop...
             reason = " not found" if e.reason.endswith("not found") else f": {e.reason}"
-        problems.append((("workload", "path"), f"trace file {shown(w.path)}{reason}"))
+            problems.append((("workload", "path"), f"trace file {shown(w.path)}{reason}"))
     if problems:
         path, msg = problems[0]
         raise InputError(f"{_dotted(path)}: {msg}", where=_where(origins, path, default_where))

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from kvsim.cache.eviction import POLICIES
+from kvsim.errors import UNSAFE_CATEGORIES
 from kvsim.physics.timing import TimingTable
 from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
 
@@ -69,14 +70,11 @@ def Bounded(high: int) -> Any:
     return Annotated[int, Field(gt=0, le=high, strict=True)]
 
 
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-
-
 def _one_line(text: str) -> str:
     """Text that reports print: one line, no control characters (an escape sequence in a
     scenario name would otherwise be run by the terminal of whoever reads the summary)."""
     text = text.strip()
-    bad = next((c for c in text if unicodedata.category(c) in _UNPRINTABLE), None)
+    bad = next((c for c in text if unicodedata.category(c) in UNSAFE_CATEGORIES), None)
     if bad is not None:
         raise ValueError(
             f"must be one line of printable text; found the control character U+{ord(bad):04X}"

@@ -49,7 +49,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -64,6 +64,7 @@ from kvsim.config.loader import load_record
 from kvsim.config.schema import PosInt, Record
 from kvsim.errors import InputError, clean
 from kvsim.files import check_regular
+from kvsim.results.writers import clean_leftovers
 
 RESULTS = "results.parquet"
 TABLES = (RESULTS, "results.csv")
@@ -369,14 +370,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     """Run one sweep point; never raises: failures become the row's ``error``."""
     from kvsim import api
 
-    row: dict[str, Any] = {
-        "run": spec.index,
-        "run_id": spec.run_id,
-        **dict(spec.params),
-        "seed": spec.seed,
-        "status": "ok",
-        "error": "",
-    }
+    row = _row(spec)
     try:
         res = api.run(spec.base, spec.overrides(), spec.seed)
         row.update(flat_summary(res.summary))
@@ -387,11 +381,11 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     return row
 
 
-def _failed_row(spec: RunSpec, error: str) -> dict[str, Any]:
-    """The row of a run that could not report its own failure."""
-    row: dict[str, Any] = {"run": spec.index, "run_id": spec.run_id, **dict(spec.params)}
-    row.update(seed=spec.seed, status="error", error=error)
-    return row
+def _row(spec: RunSpec, status: str = "ok", error: str = "") -> dict[str, Any]:
+    """The columns every row of a run starts with (an ``error`` row: a run that could not
+    report its own failure)."""
+    head: dict[str, Any] = {"run": spec.index, "run_id": spec.run_id, **dict(spec.params)}
+    return {**head, "seed": spec.seed, "status": status, "error": error}
 
 
 def read_journal(out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -659,27 +653,6 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             proc.terminate()
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C (KeyboardInterrupt) while the block runs, so that a
-    terminated sweep, capacity search, baseline or check stops its workers and keeps
-    what finished, exactly as on an interrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
-    old = {sig: signal.signal(sig, handler) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-
 def execute(
     todo: list[RunSpec], workers: int, scheduler: str | None = None, *, client: Any = None
 ) -> Generator[dict[str, Any], None, None]:
@@ -701,7 +674,7 @@ def execute(
                 try:
                     row = fut.result()
                 except KilledWorker as e:  # this run killed its workers (out of memory?)
-                    row = _failed_row(spec_of[fut.key], f"KilledWorker: {e}")
+                    row = _row(spec_of[fut.key], "error", f"KilledWorker: {e}")
                 yield row
         except (OSError, TimeoutError, CancelledError) as e:  # the cluster went away
             raise InputError(
@@ -906,7 +879,7 @@ def _open_journal(out: Path) -> Any:
     """The journal, opened for appending at a line boundary (the folder made if needed)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _clean_stale_temps(out)
+        clean_leftovers(out, TABLES)  # temporary tables of sweeps that died
         path = out / JOURNAL
         if os.path.lexists(path):
             check_regular(path, what="sweep journal")
@@ -919,16 +892,12 @@ def _open_journal(out: Path) -> Any:
 def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows in expansion order; swept columns first, then the metrics."""
     df = pd.DataFrame(list(rows))
+    first = list(dict.fromkeys(["run", "run_id", *sweep.columns, "seed", "status", "error"]))
     if df.empty:
-        return pd.DataFrame(
-            columns=list(
-                dict.fromkeys(["run", "run_id", *sweep.columns, "seed", "status", "error"])
-            )
-        )
+        return pd.DataFrame(columns=first)
     index = {r.run_id: r.index for r in sweep.runs}
     df["run"] = df["run_id"].map(index)
     df = df.sort_values("run", kind="stable").reset_index(drop=True)
-    first = list(dict.fromkeys(["run", "run_id", *sweep.columns, "seed", "status", "error"]))
     rest = [c for c in df.columns if c not in first]
     df = df[[c for c in first if c in df.columns] + rest]
     for col in df.columns:  # one type per column, or Parquet refuses it
@@ -961,7 +930,7 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
     """results.parquet and results.csv: both written whole beside the old ones, then renamed
     into place one after the other, so a failed write leaves the old pair untouched (and
     both are remade from the journal by the next run of the same command)."""
-    _clean_stale_temps(out)
+    clean_leftovers(out, TABLES)  # temporary tables of sweeps that died
     writers = {
         RESULTS: lambda p: df.to_parquet(p, index=False),
         "results.csv": lambda p: df.to_csv(p, index=False),
@@ -978,16 +947,6 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
         for tmp in temps.values():
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-
-
-def _clean_stale_temps(out: Path) -> None:
-    """Remove the temporary tables of sweeps that died before renaming them."""
-    for name in TABLES:
-        for tmp in out.glob(f".{name}.tmp-*"):
-            pid = tmp.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
 
 
 def _alive(pid: int) -> bool:

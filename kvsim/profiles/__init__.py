@@ -35,11 +35,10 @@ def profile_path(name: str, scenario_dir: Path | None = None) -> Path:
         p = Path(name)
         if not p.is_absolute() and scenario_dir is not None:
             p = scenario_dir / p
-        if not is_regular(p):  # missing, a folder, a device, a FIFO, a symlink loop
-            try:
-                check_regular(p)
-            except InputError as e:
-                raise InputError(f"profile file {name!r}: {e.reason} (looked for {p})") from None
+        try:  # missing, a folder, a device, a FIFO, a symlink loop
+            check_regular(p)
+        except InputError as e:
+            raise InputError(f"profile file {name!r}: {e.reason} (looked for {p})") from None
         return p
     p = PROFILE_DIR / f"{name}.yaml"
     if "/" in name or "\\" in name or not is_regular(p):

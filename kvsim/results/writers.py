@@ -72,6 +72,13 @@ def _where(flag: str, path: str | os.PathLike[str]) -> str:
     return f"{flag} {path}" if flag else str(path)
 
 
+def _existing(p: Path) -> Path:
+    """``p`` or its nearest ancestor that exists (the root at the latest)."""
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
 def check_writable(path: str | os.PathLike[str], *, folder: bool, flag: str) -> Path:
     """Refuse, before any work is done, an output path that cannot be written: an empty
     name, a folder that is a file (or under one), a file that is a folder, or no
@@ -90,11 +97,7 @@ def check_writable(path: str | os.PathLike[str], *, folder: bool, flag: str) -> 
         if p.exists() and p.is_dir() != folder:
             what = "not a folder" if folder else "a folder"
             raise InputError(f"exists and is {what}", where=_where(flag, path))
-        parent = p if folder else p.parent
-        while not parent.exists():
-            if parent == parent.parent:
-                break
-            parent = parent.parent
+        parent = _existing(p if folder else p.parent)
         if not parent.is_dir():
             raise InputError(f"{parent} is a file, not a folder", where=_where(flag, path))
     except OSError as e:  # a symlink loop, a name too long
@@ -157,9 +160,7 @@ def check_out_folder(path: str | os.PathLike[str], *, flag: str, owned: Collecti
             "is the current folder (or holds it); name a new folder for the results",
             where=_where(flag, path),
         )
-    anchor = target.parent
-    while not anchor.exists() and anchor != anchor.parent:
-        anchor = anchor.parent
+    anchor = _existing(target.parent)
     if not os.access(anchor, os.W_OK | os.X_OK):  # the staging folder goes there
         raise InputError(
             f"no permission to write in {anchor} (kvsim stages the folder beside it)",
@@ -193,7 +194,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, OSError):
+    except (OverflowError, OSError):  # someone else's process, or no such pid to ask about
         return True
     return True
 
@@ -264,9 +265,7 @@ def write_folder(
     """
     owned = (*owned, *writers)
     target = check_out_folder(path, flag=flag, owned=owned)
-    anchor = target.parent
-    while not anchor.exists():
-        anchor = anchor.parent
+    anchor = _existing(target.parent)
     clean_leftovers(anchor)
     if target.is_dir():
         clean_leftovers(target, owned)

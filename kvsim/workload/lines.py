@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvsim.errors import InputError
-from kvsim.files import check_regular
+from kvsim.files import check_regular, open_regular
 
 # the longest line kept: a prompt of 2**20 hash ids of up to 19 digits, and then some
 MAX_LINE_BYTES = 24 << 20
@@ -26,12 +26,8 @@ def trace_lines(path: str | Path, max_bytes: int | None = None) -> Iterator[str]
     if max_bytes is None:
         max_bytes = MAX_LINE_BYTES
     p = Path(path)
-    check_regular(p, what="trace file")
-    try:
-        fh = p.open("rb")
-    except OSError as e:
-        raise InputError(e.strerror or str(e), where=str(p)) from None
-    with fh:
+    check_regular(p, what="trace file")  # its messages name what is wrong ("not found")
+    with open_regular(p, what="trace file") as fh:  # never blocks on a FIFO swapped in
         lineno = 0
         while True:
             try:

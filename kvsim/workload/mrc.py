@@ -129,9 +129,7 @@ class _Uses:
                         self._grow()
                         keys, last, size = self.keys, self.last, self.size
                         mask, shift = len(keys) - 1, self.shift
-                        j = ((b * _FIB) & _M64) >> shift
-                        while keys[j] != _EMPTY:
-                            j = (j + 1) & mask
+                        j = self.slot(b)
                     w = block if i < n - 1 else tail
                     keys[j] = b
                     size[j] = w
