@@ -11,7 +11,7 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import apply_overrides, load_scenario, validate
 from kvsim.config.schema import MooncakeWorkload, Scenario, SyntheticWorkload
 from kvsim.physics.costmodel import CostModel, effective_bandwidth
-from kvsim.physics.timing import TimingTable
+from kvsim.physics.step import scenario_lone_seconds
 from kvsim.results import Results, collect
 from kvsim.sim.simulation import Progress, Simulation
 from kvsim.workload.request import Request
@@ -90,12 +90,11 @@ def cost_model(
     rate: float | None = None,
 ) -> CostModel:
     """The two-term cost model of a scenario's remote tier (any term may be overridden);
-    R is read off the timing table at ``tokens``."""
-    t = sc.timing
-    table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
+    R = tokens / t(tokens) of one cold request alone on the scenario's engine."""
+    lone = scenario_lone_seconds(sc)
     return CostModel(
         kv_bytes=kv_bytes if kv_bytes is not None else sc.model.kv_bytes,
-        rate=rate if rate is not None else table.throughput(tokens),
+        rate=rate if rate is not None else tokens / lone(tokens, 0),
         t0=t0 if t0 is not None else sc.remote.t0,
         reference_tokens=tokens,
     )

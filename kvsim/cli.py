@@ -549,12 +549,10 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
             where="costmodel",
         )
     if args.plot:
+        from kvsim.physics.step import scenario_lone_seconds
         from kvsim.plots import costmodel_plot
 
-        t = sc.timing
-        from kvsim.physics.timing import TimingTable
-
-        table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
+        lone = scenario_lone_seconds(sc)
         remote = [bw for name, (bw, _) in paths.items() if not name.startswith(("host", "nvme"))]
         bws = sorted({*remote, model.b_star * 1.25, 100 * GIB})
         out = Path(args.plot)
@@ -562,7 +560,7 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
             model,
             [b for b in bws if math.isfinite(b)],
             out,
-            recompute=lambda n: table(n, 0),
+            recompute=lambda n: lone(n, 0),
             title=f"{sc.profile}: restore vs recompute (T0 = "
             f"{fmt_duration(model.t0)}, B* = {model.b_star / GIB:.3g} GiB/s)",
         )

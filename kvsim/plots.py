@@ -173,7 +173,9 @@ def token_sources_plot(
 def engine_timeline_plot(
     df: Any, engines: int, path: str | os.PathLike[str], title: str, bins: int = 200
 ) -> Path:
-    """GPU busy fraction (all engines) and requests waiting, over simulated time."""
+    """Requests in prefill (from their first step to their last chunk; batch-mates share a
+    step, so this counts requests, not GPU time: the summary's gpu_busy_frac is that) and
+    requests waiting, over simulated time, all engines."""
     start = float(df["arrival_s"].min())
     end = float(df["finish_s"].max())
     if not end > start:  # every request at one instant: a window of one second
@@ -193,13 +195,13 @@ def engine_timeline_plot(
         return np.diff(f)
 
     fin = df["finish_s"].to_numpy() - df["store_s"].to_numpy()
-    busy = occupancy(fin - df["compute_s"].to_numpy(), fin) / (width * engines)
+    computing = occupancy(fin - df["compute_s"].to_numpy(), fin) / width
     waiting = occupancy(df["arrival_s"].to_numpy(), df["start_s"].to_numpy()) / width
     mid = (edges[:-1] + edges[1:]) / 2
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    ax1.plot(mid, 100 * busy, lw=1)
-    ax1.set_ylabel("GPU busy (%)")
-    ax1.set_ylim(0, 105)
+    ax1.plot(mid, computing, lw=1)
+    ax1.set_ylabel(f"requests in prefill\n({engines} engines)")
+    ax1.set_ylim(0, None)
     ax1.grid(alpha=0.3)
     ax2.plot(mid, waiting, lw=1, color="#c44e52")
     ax2.set_ylabel("requests waiting\n(first wait)")
@@ -348,7 +350,7 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
             df,
             engines,
             d / f"engine_timeline.{fmt}",
-            f"{name}: GPU busy and queue over time ({engines} engines)",
+            f"{name}: requests in prefill and waiting over time ({engines} engines)",
         ),
     ]
 

@@ -45,7 +45,8 @@ def summary_table(s: dict[str, Any]) -> str:
         ("queue wait", f"mean {_t(s['queue_wait_mean_s'])}   p99 {_t(s['queue_wait_p99_s'])}"),
         (
             "GPU busy",
-            f"{_pct(s['gpu_busy_frac'])}   (held idle by sync restores: "
+            f"{_pct(s['gpu_busy_frac'])} compute   {_pct(s.get('gpu_copy_busy_frac', 0.0))} "
+            f"copy engines   (steps held by restores and lookups: "
             f"{_pct(s['engine_blocked_frac'])})",
         ),
         (

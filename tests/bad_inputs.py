@@ -151,6 +151,49 @@ CASES: list[Case] = [
         "faults:\n  - {kind: slow_link, target: nvme, factor: 0, at: 1 s}\n",
         "faults[0].factor",
     ),
+    # ---- the engine and its step model ----
+    S(
+        "token budget smaller than a block",
+        "engine:\n  max_batched_tokens: 100\n",
+        "engine.max_batched_tokens",
+        "smaller than a block",
+    ),
+    S("zero token budget", "engine:\n  max_batched_tokens: 0\n", "engine.max_batched_tokens"),
+    S("zero batch requests", "engine:\n  max_batch_requests: 0\n", "engine.max_batch_requests"),
+    S(
+        "negative long-prefill threshold",
+        "engine:\n  long_prefill_token_threshold: -1\n",
+        "engine.long_prefill_token_threshold",
+    ),
+    S("zero in-flight restores", "engine:\n  max_inflight_restores: 0\n", "max_inflight_restores"),
+    S("negative sjf aging", "engine:\n  sjf_aging: -5\n", "engine.sjf_aging"),
+    S("unknown scheduler", "engine:\n  scheduler: edf\n", "engine.scheduler", "fcfs"),
+    S("unknown batching", "engine:\n  batching: continuous\n", "engine.batching", "chunked"),
+    S(
+        "layerwise with a tier that cannot stream",
+        "engine:\n  layerwise: true\n",
+        "engine.layerwise",
+        "remote tier cannot stream",
+    ),
+    S("negative engine part of T0", "remote:\n  t0_engine: -1 ms\n", "remote.t0_engine"),
+    S(
+        "roofline and table together",
+        "timing:\n  roofline: {achievable_flops: 1.0e+15, linear_flops_per_token: 1.0,"
+        " pair_flops: 1.0, dense_weight_bytes: 1 GB}\n  new_tokens: [1]\n"
+        "  cached_tokens: [0]\n  seconds: [[0.1]]\n",
+        "timing.roofline",
+        "not both",
+    ),
+    S(
+        "roofline with zero FLOP/s",
+        "timing:\n  roofline: {achievable_flops: 0}\n",
+        "timing.roofline.achievable_flops",
+    ),
+    S(
+        "roofline without HBM bandwidth",
+        "node:\n  hbm_bandwidth_per_gpu: null\n",
+        "node.hbm_bandwidth_per_gpu",
+    ),
     # ---- tenancy ----
     S(
         "quota without isolation",

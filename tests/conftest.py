@@ -28,7 +28,8 @@ def examples(n: int) -> int:
 
 # Round numbers for hand computation: 1,000 B per token, 100-token blocks, prefill time
 # t(new, cached) = 0.1 s + (new - 1) ms whatever is cached, no latencies, 1 MB/s remote,
-# instant GPU-to-host staging.
+# instant GPU-to-host staging, T0 all waited by the request (t0_engine 0). The engine is
+# serial (one whole prompt per step); batching tests ask for ``engine: chunked``.
 TOY: dict[str, Any] = {
     "name": "toy",
     "profile": "b300-pcp8-glm5",
@@ -45,15 +46,21 @@ TOY: dict[str, Any] = {
         "cached_tokens": [0, 1000],
         "seconds": [[0.1, 0.1], [1.1, 1.1]],
     },
-    "tiers": {"gpu": {"capacity": "0 B"}, "host": {"enabled": False}, "nvme": {"enabled": False}},
+    "tiers": {
+        "gpu": {"capacity": "0 B"},
+        "host": {"enabled": False, "t0_engine": "0 s"},
+        "nvme": {"enabled": False, "t0_engine": "0 s"},
+    },
     "remote": {
         "enabled": False,
         "bandwidth": "1 MB/s",
         "op_overhead": "0 s",
         "t0": "500 ms",
+        "t0_engine": "0 s",
         "capacity": "1 GB",
     },
     "cluster": {"engines": 1, "load_policy": "sync"},
+    "engine": {"batching": "serial"},
     "workload": {
         "kind": "synthetic",
         "requests": 1,

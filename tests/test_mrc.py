@@ -18,11 +18,13 @@ KV = 51168
 
 
 def simulated_hit_ratio(path, capacity_tokens):
-    """One engine in arrival order, an LRU GPU tier of this capacity, nothing else."""
+    """One serial engine in arrival order (each prompt admitted before the next is looked
+    up, as the curve assumes), an LRU GPU tier of this capacity, nothing else."""
     sc = scenario_from_dict(
         {
             "name": "mrc-check",
             "cluster": {"engines": 1, "load_policy": "recompute"},
+            "engine": {"batching": "serial"},
             "tiers": {
                 "gpu": {"capacity": f"{capacity_tokens * KV} B"},
                 "host": {"enabled": False},

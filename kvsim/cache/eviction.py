@@ -63,7 +63,7 @@ class BlockStore:
     not (FIFO). Invariant: ``used`` (the sum of held sizes) never exceeds ``capacity``.
     """
 
-    __slots__ = ("blocks", "capacity", "evictions", "peak", "rules", "used")
+    __slots__ = ("blocks", "capacity", "evictions", "peak", "reserved", "rules", "used")
     refresh_on_hit = True
 
     def __init__(self, capacity: float) -> None:
@@ -71,6 +71,7 @@ class BlockStore:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = float(capacity)
         self.used = 0.0
+        self.reserved = 0.0  # held for blocks on their way in (restores in flight)
         self.peak = 0.0
         self.evictions = 0
         # key -> bytes, oldest first; read-only outside this class
@@ -123,7 +124,7 @@ class BlockStore:
         blocks = self.blocks
         move = blocks.move_to_end if self.refresh_on_hit else None
         pop = blocks.popitem
-        cap = self.capacity
+        cap = self.capacity - self.reserved
         used = self.used
         peak = self.peak
         out_keys: list[Key] = []
@@ -157,7 +158,7 @@ class BlockStore:
         """insert_many with per-tenant quotas and use stamps."""
         rules = self.rules
         assert rules is not None
-        blocks, cap, quota = self.blocks, self.capacity, rules.quota
+        blocks, cap, quota = self.blocks, self.capacity - self.reserved, rules.quota
         now = rules.clock() if rules.clock is not None else None
         evicted: Evicted = []
         for key, nbytes in zip(keys, sizes, strict=True):
@@ -193,6 +194,25 @@ class BlockStore:
                 self.peak = self.used
         return [k for k, _ in evicted], [size for _, size in evicted]
 
+    def reserve(self, nbytes: float) -> Spilled:
+        """Hold ``nbytes`` for blocks on their way in, evicting (oldest first) what no
+        longer fits; return what was evicted. A reservation larger than what is free of
+        other reservations takes everything there is (the caller admits one at a time)."""
+        self.reserved += nbytes
+        out_keys: list[Key] = []
+        out_sizes: list[float] = []
+        blocks = self.blocks
+        while blocks and self.used + self.reserved > self.capacity:
+            victim = next(iter(blocks))
+            out_keys.append(victim)
+            out_sizes.append(self._drop(victim))
+            self.evictions += 1
+        return out_keys, out_sizes
+
+    def unreserve(self, nbytes: float) -> None:
+        """Give back a reservation (its blocks arrived, or never will)."""
+        self.reserved = max(self.reserved - nbytes, 0.0)
+
     def _drop(self, key: Key) -> float:
         size = self.blocks.pop(key)
         self.used -= size
@@ -214,6 +234,7 @@ class BlockStore:
     def clear(self) -> None:
         self.blocks.clear()
         self.used = 0.0
+        self.reserved = 0.0
         if self.rules is not None:
             self.rules.used.clear()
             self.rules.order.clear()

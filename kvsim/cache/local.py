@@ -58,7 +58,14 @@ class LocalCache:
     def admit(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
         """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
         out of each tier into the next."""
-        keys, sizes = self.gpu.insert_many(blocks, sizes)
+        self._demote(*self.gpu.insert_many(blocks, sizes))
+
+    def reserve(self, nbytes: float) -> None:
+        """Hold GPU HBM for blocks on their way in (a restore in flight); what it evicts is
+        demoted like any eviction."""
+        self._demote(*self.gpu.reserve(nbytes))
+
+    def _demote(self, keys: Sequence[Key], sizes: Sequence[float]) -> None:
         level = HOST
         while keys and level <= NVME:
             store = self.tiers[level]

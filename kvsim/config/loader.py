@@ -7,7 +7,8 @@ Layers, each a plain dict, are deep-merged in this order (later wins):
 Every leaf remembers where it was written (file and line, or the ``--set`` expression),
 so a validation error reads ``scenarios/x.yaml:12: remote.bandwidth: <reason>``. A
 mapping whose ``kind``/``dist``/``process`` changes between layers is replaced, not merged,
-so a child may swap a Mooncake workload for a synthetic one. Relative paths (``extends``,
+so a child may swap a Mooncake workload for a synthetic one (likewise a ``timing`` table
+given over a roofline, or the other way round). Relative paths (``extends``,
 ``workload.path``, ``timing.table``) resolve against the file that wrote them; timing CSVs
 are read here, so config objects never touch the filesystem afterwards.
 """
@@ -370,11 +371,14 @@ def deep_merge(base: Any, over: Any, _path: Path_ = (), _replaced: list | None =
     """
     if not isinstance(base, dict) or not isinstance(over, dict):
         return over
-    for tag in _TAGS:
-        if tag in over and tag in base and over[tag] != base[tag]:
-            if _replaced is not None:
-                _replaced.append(_path)
-            return dict(over)
+    changed = any(tag in over and tag in base and over[tag] != base[tag] for tag in _TAGS)
+    if _path == ("timing",):  # a table over a roofline (or back) replaces the time model
+        a, b = _timing_kind(base), _timing_kind(over)
+        changed = changed or (a is not None and b is not None and a != b)
+    if changed:
+        if _replaced is not None:
+            _replaced.append(_path)
+        return dict(over)
     merged = dict(base)
     for key, value in over.items():
         if key in base:
@@ -382,6 +386,15 @@ def deep_merge(base: Any, over: Any, _path: Path_ = (), _replaced: list | None =
         else:
             merged[key] = value
     return merged
+
+
+def _timing_kind(timing: dict[str, Any]) -> str | None:
+    """ "roofline" or "table": which time model a timing mapping gives (None: neither)."""
+    if "roofline" in timing:
+        return "roofline"
+    if any(k in timing for k in ("table", "new_tokens", "cached_tokens", "seconds")):
+        return "table"
+    return None
 
 
 def merge_layers(

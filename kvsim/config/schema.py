@@ -129,6 +129,9 @@ class Node(Record):
         description="GPU-to-host bandwidth of the KV store path per GPU (the engine waits for "
         "this copy before a put, as vLLM's connector wait_for_save does)",
     )
+    hbm_bandwidth_per_gpu: Bandwidth | None = Field(
+        None, description="HBM bandwidth per GPU (the roofline step model's memory roof)"
+    )
     nic_per_gpu: Bandwidth = Field(description="network bandwidth per GPU")
     network_latency: Duration = Field("50 us", description="one-way network latency to a server")
 
@@ -194,18 +197,49 @@ class Model(Record):
         return self.kv_layout.bytes_per_token()
 
 
-class Timing(Record):
-    """Prefill time of the whole node, t(new_tokens, cached_tokens), on a grid.
+class Roofline(Record):
+    """Step time of the node from its architecture and hardware (see docs/engine-model.md):
+    ``fixed + max(FLOPs / achievable_flops, bytes / HBM bandwidth)`` per step."""
 
-    Written in YAML either as ``table: FILE.csv`` (columns new_tokens, cached_tokens,
-    seconds; resolved by the loader) or inline as ``new_tokens``/``cached_tokens``/
-    ``seconds`` (seconds[i][j] for new_tokens[i], cached_tokens[j]).
+    fixed: Duration = Field("20 ms", description="fixed time per step (scheduling, launches)")
+    achievable_flops: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="FLOP/s the node sustains in prefill (calibrated; the compute roof)"
+    )
+    linear_flops_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="FLOPs per token in linear and MoE layers (2 x active parameters)"
+    )
+    attention: Literal["dense", "sparse"] = Field(
+        "dense", description="dense: every query sees every earlier key; sparse: top-k keys"
+    )
+    pair_flops: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="attention FLOPs per query-key pair, all layers"
+    )
+    sparse_top_k: PosInt = Field(2048, description="sparse: keys each query attends to")
+    indexer_pair_flops: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="sparse: indexer FLOPs per query-key pair (it scores every key)"
+    )
+    dense_weight_bytes: Size = Field(description="weights every step reads (all but experts)")
+    expert_weight_bytes: Size = Field(0.0, description="routed experts' weights, all layers")
+    experts: PosInt = Field(1, description="routed experts per MoE layer")
+    experts_per_token: PosInt = Field(1, description="experts each token is routed to")
+
+
+class Timing(Record):
+    """Prefill time of the node: a roofline step model, or a measured single-request grid
+    t(new_tokens, cached_tokens) from which batched steps are formed.
+
+    Written in YAML as ``roofline: {...}``, as ``table: FILE.csv`` (columns new_tokens,
+    cached_tokens, seconds; resolved by the loader), or inline as ``new_tokens``/
+    ``cached_tokens``/``seconds`` (seconds[i][j] for new_tokens[i], cached_tokens[j]).
     """
 
-    new_tokens: list[PosInt] = Field(description="grid of new (computed) tokens")
-    cached_tokens: list[NonNegInt] = Field(description="grid of cached (restored) tokens")
-    seconds: list[list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]] = Field(
-        description="seconds[i][j] = t(new_tokens[i], cached_tokens[j]), node-wide"
+    roofline: Roofline | None = Field(None, description="step time from the architecture")
+    new_tokens: list[PosInt] | None = Field(None, description="grid of new (computed) tokens")
+    cached_tokens: list[NonNegInt] | None = Field(
+        None, description="grid of cached (restored) tokens"
+    )
+    seconds: list[list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]] | None = Field(
+        None, description="seconds[i][j] = t(new_tokens[i], cached_tokens[j]), node-wide"
     )
     scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="multiply every time (what-if faster or slower compute)"
@@ -237,7 +271,13 @@ class LocalTier(Record):
 
     enabled: bool = Field(True, description="false: the tier does not exist")
     capacity: Size = Field(description="KV capacity per engine")
-    t0: Duration = Field(description="fixed engine cost per request that hits this tier")
+    t0: Duration = Field(description="fixed cost per request that hits this tier")
+    t0_engine: Duration = Field(
+        "0 s",
+        description="the part of t0 the engine pays (lookup work; at most t0); the "
+        "rest only the request waits. sync: the engine waits all of t0",
+    )
+    streams: bool = Field(True, description="restores can be read layer by layer (layerwise)")
     eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
 
 
@@ -269,7 +309,16 @@ class Remote(Record):
     op_overhead: Duration = Field("0 s", description="server time per GET/PUT operation")
     chunk_tokens: Tokens = Field(256, description="tokens per stored chunk (one op each)")
     capacity: Size = Field(description="KV capacity per server")
-    t0: Duration = Field(description="fixed engine cost per request that hits the remote tier")
+    t0: Duration = Field(description="fixed cost per request that hits the remote tier")
+    t0_engine: Duration = Field(
+        "0 s",
+        description="the part of t0 the engine pays (lookup work; at most t0); the "
+        "rest only the request waits. sync: the engine waits all of t0",
+    )
+    streams: bool = Field(
+        False,
+        description="GETs can be read layer by layer (LMCache's remote connectors cannot)",
+    )
     eviction: EvictionName = Field("lru", description="eviction policy of each server")
     timeout: PositiveDuration | None = Field(
         None, description="client timeout on a GET; on expiry the request recomputes"
@@ -302,6 +351,39 @@ class Cluster(Record):
         if name not in ROUTERS:
             raise ValueError(f"unknown router {name!r}; choose one of {sorted(ROUTERS)}")
         return name
+
+
+class Engine(Record):
+    """How one prefill engine forms its steps (see docs/engine-model.md)."""
+
+    batching: Literal["chunked", "serial"] = Field(
+        "chunked",
+        description="chunked: iteration-level batches under a token budget (vLLM); "
+        "serial: one whole prompt at a time",
+    )
+    max_batched_tokens: Tokens = Field(
+        8192, description="token budget of one step (vLLM max_num_batched_tokens)"
+    )
+    max_batch_requests: Bounded(1_000_000) = Field(
+        1024, description="requests in one step (vLLM max_num_seqs)"
+    )
+    long_prefill_token_threshold: NonNegInt = Field(
+        0, description="most tokens one prompt may take per step (0: no cap; vLLM's knob)"
+    )
+    scheduler: Literal["fcfs", "lpm", "sjf"] = Field(
+        "fcfs",
+        description="fcfs: arrival order; lpm: longest cached prefix first; "
+        "sjf: shortest remaining prompt first, with aging",
+    )
+    sjf_aging: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        50_000.0, description="sjf: tokens of priority a request gains per second it waits"
+    )
+    layerwise: bool = Field(
+        False, description="restores and stores stream layer by layer, overlapping compute"
+    )
+    max_inflight_restores: PosInt | None = Field(
+        None, description="restores in flight per engine (null: bounded by GPU HBM only)"
+    )
 
 
 # ---- workloads --------------------------------------------------------------------
@@ -577,6 +659,7 @@ class Scenario(Record):
     tiers: Tiers = Field(description="GPU, host and NVMe tiers per engine")
     remote: Remote = Field(description="the remote store shared by all engines")
     cluster: Cluster = Field(Cluster(), description="engines, routing, load policy")
+    engine: Engine = Field(Engine(), description="how each engine batches and schedules")
     workload: Workload = Field(
         description="where requests come from (kind: mooncake | azure | synthetic)"
     )
@@ -596,12 +679,8 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("node", "kv_per_gpu"), "is larger than hbm_per_gpu"))
     if sc.model.kv_bytes_per_token is None and sc.model.kv_layout is None:
         out.append((("model",), "give kv_bytes_per_token or kv_layout"))
-    t = sc.timing
-    try:
-        TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
-    except ValueError as e:  # the table refuses itself; report it at its field
-        field, _, reason = str(e).partition(": ")
-        out.append((("timing", field), reason))
+    out += _timing_checks(sc)
+    out += _engine_checks(sc)
     gpu_cap = n.kv_per_gpu * n.gpus
     if sc.tiers.gpu.capacity > gpu_cap:
         out.append(
@@ -677,4 +756,57 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("tenancy", "quota", "remote"), "the remote tier is disabled"))
     if w.window.end is not None and w.window.end <= w.window.start:
         out.append((("workload", "window", "end"), "must be after window.start"))
+    return out
+
+
+def _timing_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """One time model: a roofline, or a complete grid (which must be a valid table)."""
+    t = sc.timing
+    grid = (t.new_tokens, t.cached_tokens, t.seconds)
+    given = [g is not None for g in grid]
+    if t.roofline is not None:
+        if any(given):
+            return [(("timing", "roofline"), "give a roofline or a table, not both")]
+        if sc.node.hbm_bandwidth_per_gpu is None:
+            return [(("node", "hbm_bandwidth_per_gpu"), "the roofline step model needs it")]
+        return []
+    if not all(given):
+        names = ("new_tokens", "cached_tokens", "seconds")
+        missing = [n for n, g in zip(names, given, strict=True) if not g]
+        return [(("timing",), f"give roofline, a table, or the grid ({', '.join(missing)})")]
+    try:
+        TimingTable(t.new_tokens or [], t.cached_tokens or [], t.seconds or [], t.scale)
+    except ValueError as e:  # the table refuses itself; report it at its field
+        field, _, reason = str(e).partition(": ")
+        return [(("timing", field), reason)]
+    return []
+
+
+def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    out: list[tuple[tuple[Any, ...], str]] = []
+    e = sc.engine
+    block = sc.workload.block_tokens
+    if e.batching == "chunked" and e.max_batched_tokens < block:
+        out.append(
+            (
+                ("engine", "max_batched_tokens"),
+                f"is smaller than a block ({block} tokens, workload.block_tokens)",
+            )
+        )
+    tiers = [("tiers", "host"), ("tiers", "nvme"), ("remote",)]
+    if e.layerwise:
+        if sc.model.kv_layout is None:
+            out.append((("engine", "layerwise"), "needs model.kv_layout (its layer count)"))
+        if sc.cluster.load_policy != "recompute":
+            for where in tiers:
+                tier = sc.remote if where == ("remote",) else getattr(sc.tiers, where[1])
+                if tier.enabled and not tier.streams:
+                    name = ".".join(where)
+                    out.append(
+                        (
+                            ("engine", "layerwise"),
+                            f"the {name} tier cannot stream layer by layer ({name}.streams: "
+                            "false); disable it or set engine.layerwise: false",
+                        )
+                    )
     return out

@@ -1,4 +1,5 @@
-"""Derive prefill timing tables from a FLOP model (how the shipped CSVs were made).
+"""Derive prefill timing tables from a FLOP model (how the shipped CSVs were made), and
+calibrate the default profile's roofline step model.
 
 Prefill of ``new`` tokens on top of ``cached`` tokens costs
 
@@ -8,7 +9,10 @@ Prefill of ``new`` tokens on top of ``cached`` tokens costs
 so it is linear in the MLP/projection work and super-linear (quadratic) in context. The
 effective ``flops_per_s`` is calibrated to one measured point (for the default profile:
 a cold 16,384-token prefill in 0.31 s, the seed study's figure). Run
-``python -m kvsim.profiles.derive`` to rewrite the CSV tables next to this file.
+``python -m kvsim.profiles.derive`` to rewrite the CSV tables next to this file and print
+the default profile's calibrated ``timing.roofline.achievable_flops``: the FLOP/s that
+makes a lone cold 16,384-token prompt take 0.31 s on the default engine (two 8,192-token
+steps of the roofline model, kvsim/physics/step.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 NEW_GRID = [
     1,
@@ -64,6 +69,44 @@ def calibrate_flops_per_s(
     """Effective FLOP/s that makes a cold prefill of ``new`` tokens take ``seconds``."""
     work = new * linear_flops + attention_pairs(new, 0) * pair_flops
     return work / (seconds - fixed_s)
+
+
+def calibrate_roofline_flops(
+    roofline: dict[str, Any], tokens: int, seconds: float, per_step: int
+) -> float:
+    """achievable_flops that makes a lone cold prompt of ``tokens`` take ``seconds`` on an
+    engine computing at most ``per_step`` tokens a step (the other Roofline arguments in
+    ``roofline``). The time falls as the rate grows, so bisection (on a log scale) finds
+    it; raises ValueError when no rate can (the fixed parts alone take longer)."""
+    from kvsim.physics.step import Roofline, lone_seconds
+
+    def t(flops: float) -> float:
+        return lone_seconds(Roofline(achievable_flops=flops, **roofline), tokens, 0, per_step)
+
+    lo, hi = 1e6, 1e24
+    if t(hi) > seconds or t(lo) < seconds:
+        raise ValueError(f"no achievable_flops gives {seconds} s for {tokens} tokens")
+    for _ in range(200):
+        mid = (lo * hi) ** 0.5
+        if t(mid) > seconds:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+# The default profile's roofline (b300-pcp8-glm5.yaml) without its calibrated rate
+B300_GLM5_ROOFLINE: dict[str, Any] = {
+    "fixed": 0.02,
+    "hbm_bandwidth": 8 * 8e12,
+    "linear_flops_per_token": 78e9,
+    "pair_flops": 5e6,
+    "kv_bytes_per_token": 51_168,
+    "dense_weight_bytes": 19e9,
+    "expert_weight_bytes": 725e9,
+    "experts": 256,
+    "experts_per_token": 8,
+}
 
 
 def write_table(path: Path, rows: Sequence[tuple[int, int, float]], header: str) -> None:
@@ -117,16 +160,10 @@ def llama2_rows() -> list[tuple[int, int, float]]:
 
 def main() -> None:  # pragma: no cover - a maintenance script
     here = Path(__file__).parent
+    flops = calibrate_roofline_flops(B300_GLM5_ROOFLINE, 16384, 0.31, 8192)
+    print(f"b300-pcp8-glm5 timing.roofline.achievable_flops: {flops:.7g}")
+    # the H200 table scales the single-request FLOP model calibrated the same way
     b300 = calibrate_flops_per_s(16384, 0.31, **GLM5)
-    write_table(
-        here / "b300-pcp8-glm5.timing.csv",
-        glm5_rows(b300),
-        f"""
-b300-pcp8-glm5 prefill time of the whole node (8xB300, PCP8), seconds.
-Made by kvsim/profiles/derive.py: t = {GLM5["fixed_s"]} + (new*{GLM5["linear_flops"]:.3g}
- + (new*cached + new^2/2)*{GLM5["pair_flops"]:.3g}) / {b300:.4g} FLOP/s.
-Effective FLOP/s calibrated so a cold 16,384-token prefill takes 0.31 s (seed study).""",
-    )
     h200 = b300 * H200_OVER_B300
     write_table(
         here / "h200-tp8-glm5.timing.csv",

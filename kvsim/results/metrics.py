@@ -37,8 +37,14 @@ METRICS: dict[str, str] = {
     "store_mean_s": "mean GPU-to-host staging time before puts",
     "mean_queue_length": "time-average requests waiting in engine queues (summed over engines, "
     "from time 0, warm-up included), integrated by the engines",
-    "gpu_busy_frac": "compute time in the window / (engines x window)",
-    "engine_blocked_frac": "time engines sat in a synchronous restore / (engines x window)",
+    "engine_busy_frac": "time engines spend in steps (waits for synchronous restores, "
+    "lookups, compute and staging) in the window / (engines x window): the server "
+    "utilisation of queueing theory",
+    "gpu_busy_frac": "GPU (SM) work of engine steps in the window / (engines x window)",
+    "gpu_copy_busy_frac": "time the copy engines move KV (restores into HBM, staging out of "
+    "it) in the window / (engines x window)",
+    "engine_blocked_frac": "time engine steps waited for synchronous restores or lookup "
+    "work (GPU idle) / (engines x window)",
     "prompt_tokens_per_s": "measured prompt tokens / window",
     "requests_per_s": "measured requests / window",
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
@@ -77,11 +83,23 @@ def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(a, q))
 
 
-def window_overlap(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
-    """Total length of the intervals [starts, ends] inside [lo, hi]."""
-    if starts.size == 0 or hi <= lo:
+def spans_overlap(spans: Sequence[float], lo: float, hi: float, union: bool = False) -> float:
+    """Length inside [lo, hi] of the intervals in a flat [start, end, start, end, ...]
+    list; ``union`` counts time covered by overlapping intervals once."""
+    a = np.asarray(spans, dtype=float).reshape(-1, 2)
+    if a.size == 0 or hi <= lo:
         return 0.0
-    return float(np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0.0, None).sum())
+    starts = np.maximum(a[:, 0], lo)
+    ends = np.minimum(a[:, 1], hi)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not union or starts.size == 0:
+        return float((ends - starts).sum())
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    # an interval adds what lies past the furthest end before it
+    prev = np.concatenate(([lo], ends[:-1]))
+    return float(np.clip(ends - np.maximum(starts, prev), 0.0, None).sum())
 
 
 def ratio(num: float, den: float) -> float:

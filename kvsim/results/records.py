@@ -16,7 +16,7 @@ import pandas as pd
 from kvsim import __version__
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
-from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, window_overlap
+from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
 from kvsim.sim.rows import COLUMNS as COLUMNS
 from kvsim.sim.rows import RowTable
@@ -60,11 +60,11 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
     hi = float(df["finish_s"].max()) if len(df) else first
     span = max(hi - lo, 0.0)
     engines = sc.cluster.engines
-    fin = df["finish_s"].to_numpy()
-    busy = window_overlap(fin - df["compute_s"].to_numpy(), fin, lo, hi)
-    load_end = df["start_s"].to_numpy() + df["load_s"].to_numpy()
-    sync = sc.cluster.load_policy != "async"
-    blocked = window_overlap(df["start_s"].to_numpy(), load_end, lo, hi) if sync else 0.0
+    act = out.activity
+    stepping = sum(spans_overlap(a["steps"], lo, hi) for a in act)
+    busy = sum(spans_overlap(a["gpu"], lo, hi) for a in act)
+    blocked = sum(spans_overlap(a["blocked"], lo, hi) for a in act)
+    copying = sum(spans_overlap(a["copy"], lo, hi, union=True) for a in act)
     prompt = float(m["input_tokens"].sum())
     src = {s: float(m[f"tokens_{s}"].sum()) for s in SOURCES}
     got = m[(m["remote_get_s"] > 0) & (m["retries"] == 0)]  # one GET per row
@@ -90,7 +90,9 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
         "compute_mean_s": float(m["compute_s"].mean()) if len(m) else float("nan"),
         "store_mean_s": float(m["store_s"].mean()) if len(m) else float("nan"),
         "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
+        "engine_busy_frac": ratio(stepping, engines * span),
         "gpu_busy_frac": ratio(busy, engines * span),
+        "gpu_copy_busy_frac": ratio(copying, engines * span),
         "engine_blocked_frac": ratio(blocked, engines * span),
         "prompt_tokens_per_s": ratio(prompt, span),
         "requests_per_s": ratio(len(m), span),

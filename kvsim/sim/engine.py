@@ -1,31 +1,44 @@
-"""A prefill engine: a SimPy process serving its queue one prefill at a time.
+"""A prefill engine: a SimPy process that runs steps, each a batch of prompt chunks.
 
 One request's path through an engine::
 
-    submit -> queue (ordered by arrival) -> lookup (longest prefix over GPU, host, NVMe,
-    remote; each block from the fastest tier holding it) -> policy picks what to restore
-    -> restore: per tier, T0 then a transfer on the fabric (remote: one lockstep GET over
-    the servers holding the ranks' shards; it may stall; a client timeout, or the loss of
-    a server, abandons it and the rest is recomputed) -> compute the suffix, t(new, cached)
-    from the timing table -> blocks the remote store lacks are staged to host memory (the
-    engine waits for this copy) -> blocks admitted to GPU HBM (evictions demote), staged
-    blocks put to the remote store in the background -> one record.
+    submit -> waiting (ordered by the scheduler: fcfs | lpm | sjf) -> picked for a step:
+    lookup (longest prefix over GPU, host, NVMe, remote; each block from the fastest tier
+    holding it) -> policy picks what to restore -> restore (reserves GPU HBM for what it
+    brings; per tier, T0 then a transfer on the fabric; the remote GET may stall, time out
+    or lose a server, and the rest is recomputed) -> its new tokens are computed in chunks,
+    one per step, under the step's token budget -> blocks the remote store lacks are staged
+    to host memory (the engine waits for this copy) -> blocks admitted to GPU HBM
+    (evictions demote), staged blocks put to the remote store in the background -> one
+    record.
 
-Under ``sync`` the engine waits through the restore (GPU idle); under ``async`` it serves
-others and the request re-joins the queue once its KV is in. An engine can fail: the
-request it was working on and its queue go back to the simulation (re-routed or
+Each step the engine forms a batch (docs/engine-model.md): requests already computing
+first, each its next chunk, then waiting requests in scheduler order, while the token
+budget (``engine.max_batched_tokens``) and ``engine.max_batch_requests`` allow; a prompt
+takes at most ``engine.long_prefill_token_threshold`` tokens a step when that is set. The
+step takes the step model's time for its chunks. ``serial`` batching is one whole prompt
+per step (kvsim's engine before batching).
+
+Under ``sync`` a restore runs inside the step that picked its request: the whole batch
+waits for it (layer-wise loading overlaps it with compute). Under ``async`` the request
+leaves for its restore (the engine pays only the lookup part of T0, ``t0_engine``) and
+re-joins the waiting queue when its KV is in. In-flight restores hold GPU HBM for what
+they bring and are bounded by ``engine.max_inflight_restores``; one that does not fit
+waits at the head of the queue.
+
+An engine can fail: the requests it holds go back to the simulation (re-routed or
 dropped). Blocks are addressed by ``job.keys``: the request's hash ids, namespaced by
-tenant. Invariants: a request's tokens by source sum to its prompt, and TTFT = lost time
-(on a failed engine) + queue wait + restore + compute + store.
+tenant. Invariants: a request's tokens by source sum to its prompt; the chunks computed
+sum to its computed tokens; TTFT = lost time (on a failed engine) + queue wait + restore
++ compute (from its first step to its last, batch-mates' restores included) + store.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import simpy
 
@@ -33,10 +46,10 @@ from kvsim.cache.eviction import Key
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
+from kvsim.physics.step import lone_seconds
+from kvsim.sim.scheduler import Waiting
+from kvsim.sim.shared import Shared
 from kvsim.workload.request import Request
-
-if TYPE_CHECKING:
-    from kvsim.sim.simulation import Simulation
 
 _NAN: Final = math.nan
 NEW: Final = 0  # job states
@@ -48,23 +61,29 @@ class Job:
     """A request inside the simulator: the request plus what happened to it."""
 
     __slots__ = (
+        "begin",
         "bytes",
         "cached",
         "compute_s",
         "decision",
+        "done",
         "enqueued",
         "keys",
         "load_s",
         "lost_s",
+        "puts",
         "queue_wait",
         "remote_get_s",
         "req",
+        "reserved",
         "restore",
         "retries",
+        "sizes",
         "src",
         "stalled",
         "start",
         "state",
+        "steps",
         "store_s",
         "submitted",
         "tier_s",
@@ -100,6 +119,12 @@ class Job:
         self.stalled = False
         self.timed_out = False
         self.restore: Restore | None = None  # the restore in progress
+        self.done = 0  # prompt tokens computed so far (chunks)
+        self.steps = 0  # steps it took part in
+        self.begin = _NAN  # when its compute could start (first step, after its restore)
+        self.reserved = 0.0  # GPU HBM held for its restore
+        self.puts: Batch | None = None  # staged for the remote store in its last step
+        self.sizes: list[float] | None = None  # bytes of its blocks, once computed
 
     def drop(self) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
@@ -108,6 +133,7 @@ class Job:
         self.store_s = self.remote_get_s = nan
         self.tier_s = [nan, nan, nan, nan]
         self.tokens = [0, 0, 0, 0, 0]
+        self.steps = 0
         self.decision = "dropped"
         self.stalled = self.timed_out = False
 
@@ -152,6 +178,7 @@ class Job:
             self.retries,
             reason,
             self.warmup,
+            self.steps,
         )
 
 
@@ -173,11 +200,11 @@ class Restore:
         self.then = then
         self.abandoned = False
         self.over = True  # until every transfer is started
-        sim = engine.sim
-        fabric = sim.fabric
+        ctx = engine.ctx
+        fabric = ctx.fabric
         env = engine.env
-        s = sim.kv_bytes
-        t0 = sim.t0
+        s = ctx.kv_bytes
+        t0 = ctx.t0
         self.start = env.now
         tokens = job.tokens
         job.restore = self
@@ -207,7 +234,7 @@ class Restore:
         self.remote: list[Flow] = []
         if tokens[REMOTE]:
             links, size, costs, shares = engine._remote_get(job)
-            stall = sim.draw_stall()
+            stall = ctx.draw_stall()
             job.stalled = stall > 0
             self.remote.append(
                 fabric.transfer(
@@ -219,8 +246,8 @@ class Restore:
                     on_done=self.settled,
                 )
             )
-            if sim.timeout is not None:
-                env.timeout(t0[REMOTE] + sim.timeout).callbacks.append(self.timed_out)
+            if ctx.timeout is not None:
+                env.timeout(t0[REMOTE] + ctx.timeout).callbacks.append(self.timed_out)
         self.over = False
         self._check()
 
@@ -243,7 +270,7 @@ class Restore:
     def cancel(self) -> None:
         """Its engine failed: stop every transfer; ``then`` never runs."""
         self.over = True
-        fabric = self.engine.sim.fabric
+        fabric = self.engine.ctx.fabric
         for _, f in self.local:
             fabric.cancel(f)
         for f in self.remote:
@@ -276,25 +303,31 @@ class Restore:
         now = engine.env.now
         start = self.start
         got = [0.0, 0.0, 0.0, 0.0]
+        copies = engine.copy_spans
         for tier, f in self.local:
             job.tier_s[tier] = f.end - start
             got[tier] = f.size
+            copies.append(f.start)
+            copies.append(f.end)
         remote = self.remote
         if remote:
             ends = [f.end for f in remote if f.state == "finished"]
             end = max(ends) if len(ends) == len(remote) else now
             job.tier_s[REMOTE] = end - start
-            t0 = engine.sim.t0[REMOTE]
+            t0 = engine.ctx.t0[REMOTE]
             job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
             moved = 0.0  # bytes that reached the engine: progress x this engine's shares
             for f in remote:
                 assert f.shares is not None  # remote reads are lockstep flows
                 moved += (f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2], 0.0)
+                if f.start == f.start:  # it began moving (NaN: abandoned before)
+                    copies.append(f.start)
+                    copies.append(f.end if f.state == "finished" else now)
             got[REMOTE] = moved
         job.load_s = now - start
         for tier in (HOST, NVME, REMOTE):
             job.bytes[tier] += got[tier]
-        engine.sim.count_reads(engine, got)
+        engine.ctx.count_reads(engine, got)
 
 
 class Engine:
@@ -302,7 +335,7 @@ class Engine:
 
     def __init__(
         self,
-        sim: Simulation,
+        ctx: Shared,
         index: int,
         local: LocalCache,
         h2d: Link,
@@ -310,8 +343,8 @@ class Engine:
         nic_in: Link,
         nic_out: Link,
     ) -> None:
-        self.sim = sim
-        self.env = sim.env
+        self.ctx = ctx
+        self.env = ctx.env
         self.index = index
         self.local = local
         self.h2d = h2d
@@ -321,23 +354,36 @@ class Engine:
         self.up = True
         self.failure_mode = "reroute"  # what happens to its requests if it fails
         self.outstanding = 0  # routed here and not finished
-        self.busy = 0.0  # seconds computing (GPU busy)
-        self.blocked = 0.0  # seconds held by a synchronous restore (GPU idle)
+        self.busy = 0.0  # seconds the GPUs computed (SM work of steps)
+        self.blocked = 0.0  # seconds steps waited for synchronous restores or lookups
         self.served = 0
+        self.steps = 0
+        # activity as flat [start, end, start, end, ...] lists (the summary windows them)
+        self.step_spans: list[float] = []  # steps, from forming to the end of staging
+        self.gpu_spans: list[float] = []  # SM work
+        self.blocked_spans: list[float] = []  # a step waiting on restores / lookups
+        self.copy_spans: list[float] = []  # copy engines: restores into HBM, staging out
         self.pending_puts = 0  # puts queued or in flight
         self._put_queue: deque[Batch] = deque()
-        self._heap: list[tuple[float, int, Job]] = []
-        self._seq = 0
+        self.waiting = Waiting(ctx.scheduler, ctx.aging, self._cached_prefix)
+        self.running: list[Job] = []  # computing: picked for a step, chunks left
+        self.inflight = 0  # restores in flight
+        self._syncing: list[Job] = []  # synchronous restores of the step being formed
+        self._sync_left = 0
+        self._sync_done: simpy.Event | None = None
+        self._spare = 0  # budget the step being formed left unused
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
         self._queue_t = 0.0
         self._wake: simpy.Event | None = None
-        self._current: Job | None = None  # the job the process is working on
         self.process = self.env.process(self._loop())
 
     # ---- queue -----------------------------------------------------------------------
 
     def local_prefix_blocks(self, blocks: Any, at_least: int = 0) -> int:
         return self.local.prefix_blocks(blocks, at_least)
+
+    def _cached_prefix(self, job: Job) -> int:
+        return self.local.prefix_blocks(job.keys)
 
     def submit(self, job: Job) -> None:
         """A request routed here (new, or re-routed from a failed engine)."""
@@ -348,14 +394,19 @@ class Engine:
     def _push(self, job: Job) -> None:
         if not self.up:  # an async restore finished after its engine failed
             self.outstanding -= 1
-            self.sim.displace(job, self)
+            self.ctx.displace(job, self)
             return
+        self._tick()
+        job.enqueued = self.env.now
+        self.waiting.push(job)
+        self._poke()
+
+    def _tick(self) -> None:
         now = self.env.now
-        self.queue_area += len(self._heap) * (now - self._queue_t)
+        self.queue_area += len(self.waiting) * (now - self._queue_t)
         self._queue_t = now
-        job.enqueued = now
-        self._seq += 1
-        heapq.heappush(self._heap, (job.req.arrival, self._seq, job))
+
+    def _poke(self) -> None:
         wake = self._wake
         if wake is not None:
             self._wake = None
@@ -363,28 +414,33 @@ class Engine:
 
     @property
     def queued(self) -> int:
-        return len(self._heap)
+        return len(self.waiting)
 
     # ---- failure -------------------------------------------------------------------------
 
     def fail(self) -> list[Job]:
-        """The node goes down: local tiers are lost; return the jobs it held (the one in
-        progress first, then its queue) for the simulation to re-route or drop."""
+        """The node goes down: local tiers are lost; return the jobs it held (those in a
+        step first, then its queue) for the simulation to re-route or drop."""
         self.up = False
         for store in self.local.tiers:
             if store is not None:
                 store.clear()
-        held = []
-        if self._current is not None:
-            held.append(self._current)
-            if self._current.restore is not None:  # a synchronous restore: abandon it
-                self._current.restore.cancel()
-            self._current = None
-        now = self.env.now
-        self.queue_area += len(self._heap) * (now - self._queue_t)
-        self._queue_t = now
-        held += [job for _, _, job in sorted(self._heap)]
-        self._heap.clear()
+        held = list(self.running)
+        for job in self._syncing:  # synchronous restores of the step: abandon them
+            if job.state == LOADING:
+                if job.restore is not None:
+                    job.restore.cancel()
+                    job.restore = None
+                self.inflight -= 1
+        self._tick()
+        held += self.waiting.jobs()
+        self.waiting.clear()
+        self.running = []
+        self._syncing = []
+        self._sync_left = 0
+        self._sync_done = None
+        for job in held:
+            job.reserved = 0.0
         self.outstanding -= len(held)
         if self.process.is_alive and self.process.target is not None:
             self.process.interrupt("engine failed")
@@ -393,76 +449,274 @@ class Engine:
     def recover(self) -> None:
         """The node is back, with empty local tiers."""
         self.up = True
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            wake.succeed()
+        self._poke()
 
     # ---- the process ---------------------------------------------------------------------
 
-    def _loop(self) -> Generator[simpy.Event, Any, None]:
+    def _loop(self) -> Any:
         env = self.env
-        heap = self._heap
-        sim = self.sim
-        policy = sim.policy
-        table = sim.table
         while True:
             try:
-                if not heap or not self.up:
+                if not self.up or not (self.running or self.waiting):
                     self._wake = env.event()
                     yield self._wake
                     continue
-                now = env.now
-                self.queue_area += len(heap) * (now - self._queue_t)
-                self._queue_t = now
-                job = heapq.heappop(heap)[2]
-                self._current = job
-                job.queue_wait += now - job.enqueued
-                if job.state == NEW:
-                    job.start = now
-                    self._plan(job)
-                    if job.src and (job.tokens[HOST] or job.tokens[NVME] or job.tokens[REMOTE]):
-                        if not policy.blocking:
-                            job.state = LOADING
-                            self._current = None
-                            Restore(self, job, self._requeue)
-                            continue
-                        restored = env.event()
-                        Restore(self, job, restored.succeed)  # its value: the job
-                        yield restored
-                        self.blocked += job.load_s
-                req = job.req
-                t = table(req.input_tokens - job.cached, job.cached)
-                job.compute_s = t
-                puts = None
-                sizes = sim.block_sizes(req)
-                if sim.remote is not None and sim.max_pending_puts:
-                    # what the store lacks is staged to host after the prefill; the engine
-                    # waits for that copy too (one timeout stands for both)
-                    puts, nbytes = self._stage(job, sizes)
-                    job.store_s = nbytes / sim.stage_bandwidth
-                yield env.timeout(t + job.store_s)
-                self.busy += t
-                self._current = None
-                self._finish(job, puts, sizes)
+                step_start = env.now
+                batch, lookups = self._form()
+                if self._syncing:
+                    yield from self._restore_in_step(step_start)
+                if not batch:
+                    if lookups > 0:  # only lookups for asynchronous restores this step
+                        self._hold(step_start, step_start + lookups)
+                        yield env.timeout(lookups)
+                    elif not self._syncing:
+                        self._wake = env.event()  # everything left is waiting on restores
+                        yield self._wake
+                    self._syncing = []
+                    continue
+                end, stage_end = self._times(step_start, batch, lookups)
+                self._syncing = []
+                self.step_spans.append(step_start)
+                self.step_spans.append(stage_end)
+                yield env.timeout(stage_end - env.now)
+                self._complete(batch, end, stage_end)
             except simpy.Interrupt:
                 self._wake = None  # fail() took the jobs; wait to be recovered
 
-    def _requeue(self, job: Job) -> None:
+    # ---- forming a step --------------------------------------------------------------------
+
+    def _form(self) -> tuple[list[tuple[Job, int]], float]:
+        """The step's batch as (job, chunk tokens) and the seconds of lookup work that
+        asynchronous restores started here cost the engine. Requests already computing
+        come first (fcfs, lpm: as vLLM, so a started prompt is never starved); under sjf
+        they take their turn by the same key as the waiting ones."""
+        ctx = self.ctx
+        budget = ctx.budget
+        slots = ctx.max_requests
+        per = ctx.per_step
+        batch: list[tuple[Job, int]] = []
+        running = self.running
+        waiting = self.waiting
+        sjf = ctx.scheduler == "sjf"
+        if sjf and len(running) > 1:
+            running.sort(key=waiting.key)
+        started: list[Job] = []  # picked from the queue for this step
+        aside: list[Job] = []  # requests whose restore must wait for room
+        lookups = 0.0
+        now = self.env.now
+        policy = ctx.policy
+        ri = 0
+        while slots > 0 and budget > 0:
+            if ri < len(running) and not (
+                sjf and waiting and waiting.first() < waiting.key(running[ri])
+            ):
+                job = running[ri]
+                ri += 1
+                n = min(job.req.input_tokens - job.cached - job.done, per, budget)
+                batch.append((job, n))
+                budget -= n
+                slots -= 1
+                continue
+            if not waiting:
+                break
+            self._tick()
+            job = waiting.pop()
+            job.queue_wait += now - job.enqueued
+            if job.state == NEW:
+                if job.start != job.start:  # NaN: first time out of the queue
+                    job.start = now
+                self._plan(job)
+                tok = job.tokens
+                if tok[HOST] or tok[NVME] or tok[REMOTE]:
+                    need = (tok[HOST] + tok[NVME] + tok[REMOTE]) * ctx.kv_bytes
+                    # once one restore waits for room, later ones wait behind it
+                    if aside or not self._can_restore(need):
+                        aside.append(job)
+                        continue
+                    self._reserve(job, need)
+                    job.state = LOADING
+                    if not policy.blocking:
+                        lookups = max(lookups, self._lookup_cost(job))
+                        Restore(self, job, self._restored_async)
+                        continue
+                    self._syncing.append(job)
+                else:
+                    job.begin = now
+            else:
+                job.begin = now
+            n = min(job.req.input_tokens - job.cached, per, budget)
+            batch.append((job, n))
+            started.append(job)
+            budget -= n
+            slots -= 1
+        running += started
+        for job in aside:  # back in line, in their order
+            job.enqueued = now
+            waiting.push(job)
+        self._spare = budget
+        return batch, lookups
+
+    def _lookup_cost(self, job: Job) -> float:
+        """The engine's part of T0 for a restore (the largest over the tiers it reads)."""
+        t0e = self.ctx.t0_engine
+        tok = job.tokens
+        return max(
+            t0e[HOST] if tok[HOST] else 0.0,
+            t0e[NVME] if tok[NVME] else 0.0,
+            t0e[REMOTE] if tok[REMOTE] else 0.0,
+        )
+
+    def _can_restore(self, need: float) -> bool:
+        """Room for another restore: a free slot and GPU HBM for what it brings (one
+        larger than the tier is admitted alone)."""
+        if self.inflight >= self.ctx.max_inflight:
+            return False
+        gpu = self.local.gpu
+        return gpu.reserved == 0 or gpu.reserved + need <= gpu.capacity
+
+    def _reserve(self, job: Job, need: float) -> None:
+        self.inflight += 1
+        job.reserved = need
+        self.local.reserve(need)
+
+    def _release(self, job: Job) -> None:
+        if job.reserved:
+            self.local.gpu.unreserve(job.reserved)
+            job.reserved = 0.0
+
+    def _restored_async(self, job: Job) -> None:
         """An asynchronous restore is in: the request re-joins the queue for its prefill."""
+        self.inflight -= 1
         job.state = READY
         self._push(job)
+
+    def _restore_in_step(self, step_start: float) -> Any:
+        """The step's synchronous restores, which the whole batch waits for: one after
+        another (LMCache's connector retrieves request by request before the forward
+        pass), or, layer-wise, all at once (layer l of every request, then l + 1)."""
+        env = self.env
+        jobs = self._syncing
+        if self.ctx.layerwise:
+            self._sync_left = len(jobs)
+            self._sync_done = env.event()
+            for job in jobs:
+                Restore(self, job, self._restored_sync)
+            yield self._sync_done
+            return
+        for job in jobs:
+            job.queue_wait += env.now - step_start  # behind the step's earlier restores
+            self._sync_left = 1
+            self._sync_done = done = env.event()
+            Restore(self, job, self._restored_sync)
+            yield done
+
+    def _restored_sync(self, job: Job) -> None:
+        """A synchronous restore of the step being formed is in."""
+        self.inflight -= 1
+        job.state = READY
+        job.begin = self.env.now
+        self._sync_left -= 1
+        if self._sync_left == 0 and self._sync_done is not None:
+            done, self._sync_done = self._sync_done, None
+            done.succeed()
+
+    # ---- timing a step ----------------------------------------------------------------------
+
+    def _times(
+        self, step_start: float, batch: list[tuple[Job, int]], lookups: float
+    ) -> tuple[float, float]:
+        """When the step's compute ends and when its staging copies end (the engine is
+        held until then), recording GPU, blocked and copy activity."""
+        ctx = self.ctx
+        now = self.env.now  # synchronous restores (if any) are in
+        if self._syncing:
+            self._regrow(batch)
+        chunks = [(n, job.cached + job.done) for job, n in batch]
+        steps = ctx.steps
+        sm = steps.compute_share(chunks)
+        c = steps.fixed_s + sm
+        L = ctx.layers
+        if ctx.layerwise and self._syncing:
+            # loads streamed layer by layer: layer l computes while layer l+1 arrives
+            t0 = max(max(ctx.t0[t] for t in set(j.src) if t != GPU) for j in self._syncing)
+            xfer = max(now - step_start - t0, 0.0)
+            first = step_start + min(t0, now - step_start) + xfer / L
+            end = max(now + c / L, first + c)
+        else:
+            end = now + c
+        end = max(end, step_start + lookups + c)
+        compute_start = end - c
+        if compute_start > step_start:
+            self._hold(step_start, compute_start)
+        self.busy += sm
+        self.gpu_spans.append(end - sm)
+        self.gpu_spans.append(end)
+        # staging of the blocks the remote store lacks, for requests this step finishes
+        stage = 0.0
+        if ctx.remote is not None and ctx.max_pending_puts:
+            for job, n in batch:
+                if job.done + n >= job.req.input_tokens - job.cached:
+                    job.puts = self._stage(job)
+                    stage += job.puts.total_bytes()
+            stage /= ctx.stage_bandwidth
+        if stage <= 0:
+            return end, end
+        if ctx.layerwise:  # stores of layer l overlap compute of layer l+1
+            stage_end = compute_start + max(c, stage) + min(c, stage) / L
+        else:
+            stage_end = end + stage
+        stage_end = max(stage_end, end)
+        self.copy_spans.append(stage_end - stage)
+        self.copy_spans.append(stage_end)
+        return end, stage_end
+
+    def _regrow(self, batch: list[tuple[Job, int]]) -> None:
+        """A synchronous restore that fell back (timeout, lost server) left more to
+        compute than its chunk was sized for: grow the chunk into the unused budget."""
+        per = self.ctx.per_step
+        for i, (job, n) in enumerate(batch):
+            if job.state == READY and job.done == 0 and self._spare > 0:
+                more = min(job.req.input_tokens - job.cached - n, per - n, self._spare)
+                if more > 0:
+                    batch[i] = (job, n + more)
+                    self._spare -= more
+
+    def _hold(self, start: float, end: float) -> None:
+        self.blocked += end - start
+        self.blocked_spans.append(start)
+        self.blocked_spans.append(end)
+
+    def _complete(self, batch: list[tuple[Job, int]], end: float, stage_end: float) -> None:
+        """The step is over: advance every chunk; finish the requests that are done."""
+        self.steps += 1
+        finished = []
+        for job, n in batch:
+            job.done += n
+            job.steps += 1
+            if job.done >= job.req.input_tokens - job.cached:
+                finished.append(job)
+        if not finished:
+            return
+        running = self.running
+        if len(finished) == len(running):
+            self.running = []
+        else:
+            self.running = [j for j in running if j.done < j.req.input_tokens - j.cached]
+        for job in finished:  # the step's staging holds all of them (wait_for_save)
+            job.store_s = stage_end - end
+            job.compute_s = end - job.begin
+            self._finish(job)
 
     # ---- lookup and plan -----------------------------------------------------------------
 
     def _plan(self, job: Job) -> None:
         """Longest usable prefix, each block from its fastest tier; the policy may cut it."""
-        sim = self.sim
+        ctx = self.ctx
         blocks = job.keys
         local = self.local
         gpu, host, nvme = local.gpu, local.host, local.nvme
-        remote = sim.remote
-        if not sim.policy.lower_tiers:
+        remote = ctx.remote
+        if not ctx.policy.lower_tiers:
             host = nvme = remote = None
         in_gpu = gpu.blocks
         in_host = host.blocks if host is not None else ()
@@ -481,7 +735,7 @@ class Engine:
                 break
         lower = src.count(GPU) != len(src)
         if lower:
-            src = src[: sim.policy.restore_blocks(src, lambda k: self._estimate(job, src, k))]
+            src = src[: ctx.policy.restore_blocks(src, lambda k: self._estimate(job, src, k))]
         self._account(job, src)
         if lower and job.decision in ("gpu", "cold"):
             job.decision = "skipped"  # the policy chose to recompute what a lower tier held
@@ -500,7 +754,7 @@ class Engine:
     def _account(self, job: Job, src: list[int]) -> None:
         """Tokens per source for restoring the blocks ``src`` (at least one token computed)."""
         req = job.req
-        B = self.sim.block_tokens
+        B = self.ctx.block_tokens
         n_in = req.input_tokens
         tokens = [0, 0, 0, 0, 0]
         for t in src:
@@ -525,31 +779,32 @@ class Engine:
 
     def _estimate(self, job: Job, src: list[int], k: int) -> float:
         """Live estimate of restore + compute time when restoring the first ``k`` blocks."""
-        sim = self.sim
+        ctx = self.ctx
         probe = Job(job.req, job.warmup, job.keys)
         self._account(probe, src[:k])
-        s = sim.kv_bytes
+        s = ctx.kv_bytes
         worst = 0.0
         if probe.tokens[HOST]:
-            rate = sim.fabric.estimate_rate((self.h2d,))
-            worst = max(worst, sim.t0[HOST] + probe.tokens[HOST] * s / rate)
+            rate = ctx.fabric.estimate_rate((self.h2d,))
+            worst = max(worst, ctx.t0[HOST] + probe.tokens[HOST] * s / rate)
         if probe.tokens[NVME] and self.nvme is not None:
-            rate = sim.fabric.estimate_rate((self.nvme, self.h2d))
-            worst = max(worst, sim.t0[NVME] + probe.tokens[NVME] * s / rate)
+            rate = ctx.fabric.estimate_rate((self.nvme, self.h2d))
+            worst = max(worst, ctx.t0[NVME] + probe.tokens[NVME] * s / rate)
         if probe.tokens[REMOTE]:
             links, size, costs, _ = self._remote_get(probe)
-            worst = max(worst, sim.t0[REMOTE] + size / sim.fabric.estimate_rate(links, costs))
-        return worst + sim.table(job.req.input_tokens - probe.cached, probe.cached)
+            worst = max(worst, ctx.t0[REMOTE] + size / ctx.fabric.estimate_rate(links, costs))
+        new = job.req.input_tokens - probe.cached
+        return worst + lone_seconds(ctx.steps, new, probe.cached, ctx.per_step)
 
     # ---- restore -------------------------------------------------------------------------
 
     def _remote_get(self, job: Job) -> tuple[tuple[Link, ...], float, tuple, tuple]:
         """The request's remote GET as one lockstep flow over the servers it reads (its
         ranks' parts move together): (links, size, costs, shares)."""
-        sim = self.sim
-        remote = sim.remote
+        ctx = self.ctx
+        remote = ctx.remote
         assert remote is not None
-        B = sim.block_tokens
+        B = ctx.block_tokens
         blocks = job.keys
         last = job.req.input_tokens - 1  # the always-computed last token is not read
         ids, tokens = [], []
@@ -559,14 +814,14 @@ class Engine:
                 if tok > 0:
                     ids.append(blocks[i])
                     tokens.append(tok)
-        s = sim.kv_bytes / remote.shards
+        s = ctx.kv_bytes / remote.shards
         per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
-        return sim.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
+        return ctx.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
 
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
         """Client timeout (or a lost server): give up the GET, recompute from the first
         remote block on."""
-        fabric = self.sim.fabric
+        fabric = self.ctx.fabric
         for f in remote:
             if f.state != "finished":
                 fabric.cancel(f)
@@ -577,36 +832,40 @@ class Engine:
 
     # ---- finish ----------------------------------------------------------------------------
 
-    def _stage(self, job: Job, sizes: list[float]) -> tuple[Batch, float]:
-        """The shards the remote store lacks and their bytes, reserved at once as pending
-        so that no other engine stages them too."""
-        sim = self.sim
-        remote = sim.remote
+    def _stage(self, job: Job) -> Batch:
+        """The shards the remote store lacks, reserved at once as pending so that no
+        other engine stages them too."""
+        remote = self.ctx.remote
         assert remote is not None
-        batch = remote.missing(job.keys, sizes)
+        job.sizes = self.ctx.block_sizes(job.req)
+        batch = remote.missing(job.keys, job.sizes)
         remote.reserve(batch)
-        return batch, batch.total_bytes()
+        return batch
 
-    def _finish(self, job: Job, puts: Batch | None, sizes: list[float]) -> None:
-        sim = self.sim
-        if sim.tenancy.keeps(job):
+    def _finish(self, job: Job) -> None:
+        ctx = self.ctx
+        self._release(job)
+        puts = job.puts
+        job.puts = None
+        if ctx.keeps(job):
+            sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
             self.local.admit(job.keys, sizes)
             if puts:
                 self._put(puts)
         elif puts:  # its tenant was deleted while it ran: nothing of it is kept
-            sim.remote.release(puts)  # type: ignore[union-attr]
+            ctx.remote.release(puts)  # type: ignore[union-attr]
         self.outstanding -= 1
         self.served += 1
-        sim.finished(self, job)
+        ctx.finished(self, job)
 
     def _put(self, batch: Batch) -> None:
         """Queue the put of what the remote store lacks: one lockstep flow over the servers
         involved (each rank's part to its own server). Puts leave one at a time, in order
         (an LMCache-style background store); a full queue drops the put."""
-        sim = self.sim
-        remote = sim.remote
+        ctx = self.ctx
+        remote = ctx.remote
         assert remote is not None
-        if self.pending_puts >= sim.max_pending_puts:
+        if self.pending_puts >= ctx.max_pending_puts:
             remote.release(batch)
             return
         self.pending_puts += 1
@@ -616,22 +875,22 @@ class Engine:
 
     def _start_put(self) -> None:
         """Send the oldest queued put."""
-        sim = self.sim
-        remote = sim.remote
+        ctx = self.ctx
+        remote = ctx.remote
         assert remote is not None
         batch = self._put_queue[0]
-        links, size, costs, shares = sim.lockstep(remote.put_parts(batch), (self.nic_out,))
+        links, size, costs, shares = ctx.lockstep(remote.put_parts(batch), (self.nic_out,))
         remote.puts += 1
         remote.put_bytes += batch.total_bytes()
         # a background write: no one waits for it to start, so no latency is charged
-        sim.fabric.transfer(
+        ctx.fabric.transfer(
             links, size, costs=costs, shares=shares, latency=False, on_done=self._landed
         )
 
     def _landed(self, flow: Flow) -> None:
         batch = self._put_queue.popleft()
         self.pending_puts -= 1
-        remote = self.sim.remote
+        remote = self.ctx.remote
         assert remote is not None
         if flow.state == "finished":
             remote.land(batch)
@@ -644,5 +903,3 @@ class Engine:
     def put_queue(self) -> tuple[Batch, ...]:
         """Puts queued or in flight, oldest first."""
         return tuple(self._put_queue)
-
-    # ---- record ---------------------------------------------------------------------------

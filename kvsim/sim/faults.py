@@ -17,26 +17,24 @@ as one without.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import simpy
 
 from kvsim.config.schema import EngineDown, Fault, ServerDown, SlowLink, StallBurst
 from kvsim.kernel.fabric import FlowAborted, Link
-
-if TYPE_CHECKING:
-    from kvsim.sim.simulation import Simulation
+from kvsim.sim.shared import Shared
 
 Undo = Callable[[], None]
 
 
-def schedule(sim: Simulation) -> None:
+def schedule(sim: Shared) -> None:
     """Start one process per fault of the scenario."""
     for fault in sim.scenario.faults:
         sim.env.process(_run(sim, fault))
 
 
-def _run(sim: Simulation, fault: Fault) -> Generator[simpy.Event, Any, None]:
+def _run(sim: Shared, fault: Fault) -> Generator[simpy.Event, Any, None]:
     env = sim.env
     yield env.timeout(fault.at)
     undo = APPLY[type(fault)](sim, fault)
@@ -47,7 +45,7 @@ def _run(sim: Simulation, fault: Fault) -> Generator[simpy.Event, Any, None]:
         sim.fault_log.append({"kind": fault.kind, "at": env.now, "event": "end"})
 
 
-def _server_down(sim: Simulation, f: ServerDown) -> Undo:
+def _server_down(sim: Shared, f: ServerDown) -> Undo:
     remote = sim.remote
     assert remote is not None
     links = [remote.links[f.server]]
@@ -62,7 +60,7 @@ def _server_down(sim: Simulation, f: ServerDown) -> Undo:
     return lambda: remote.down.discard(f.server)
 
 
-def _slow_link(sim: Simulation, f: SlowLink) -> Undo:
+def _slow_link(sim: Shared, f: SlowLink) -> Undo:
     engines = sim.engines if f.engine is None else [sim.engines[f.engine]]
     links: list[Link] = []
     if f.target == "host":
@@ -90,7 +88,7 @@ def _slow_link(sim: Simulation, f: SlowLink) -> Undo:
     return undo
 
 
-def _engine_down(sim: Simulation, f: EngineDown) -> Undo:
+def _engine_down(sim: Shared, f: EngineDown) -> Undo:
     engine = sim.engines[f.engine]
     engine.failure_mode = f.requests
     held = engine.fail()
@@ -105,7 +103,7 @@ def _engine_down(sim: Simulation, f: EngineDown) -> Undo:
     return undo
 
 
-def _stall_burst(sim: Simulation, f: StallBurst) -> Undo:
+def _stall_burst(sim: Shared, f: StallBurst) -> Undo:
     sim.stall_override = (f.probability, f.duration, f.distribution)
 
     def undo() -> None:
@@ -114,7 +112,7 @@ def _stall_burst(sim: Simulation, f: StallBurst) -> Undo:
     return undo
 
 
-APPLY: dict[type, Callable[[Simulation, Any], Undo]] = {
+APPLY: dict[type, Callable[[Shared, Any], Undo]] = {
     ServerDown: _server_down,
     SlowLink: _slow_link,
     EngineDown: _engine_down,

@@ -26,8 +26,17 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("ttft_s", "d", "time to first token = finish_s - arrival_s (NaN when dropped)"),
     ("queue_wait_s", "d", "time in the engine queue (both waits under async loading)"),
     ("load_s", "d", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
-    ("compute_s", "d", "prefill compute time, t(new_tokens, cached_tokens)"),
-    ("store_s", "d", "GPU-to-host staging of the blocks to put, which the engine waits for"),
+    (
+        "compute_s",
+        "d",
+        "from its first step (after its own restore) to the end of its last chunk's compute; "
+        "batch-mates' synchronous restores in those steps included",
+    ),
+    (
+        "store_s",
+        "d",
+        "GPU-to-host staging of the blocks to put in its last step, which the step waits for",
+    ),
     ("lost_s", "d", "time spent on engines that failed under the request"),
     ("load_host_s", "d", "restore from host DRAM, T0 included"),
     ("load_nvme_s", "d", "restore from NVMe, T0 included"),
@@ -54,6 +63,7 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("retries", "q", "times re-routed after an engine failure"),
     ("drop_reason", "s", "why it was dropped (empty when it finished)"),
     ("warmup", "?", "arrived during the warm-up; left out of the summary"),
+    ("steps", "q", "engine steps it took part in (chunks of its prompt computed)"),
 )
 COLUMNS: tuple[tuple[str, str], ...] = tuple((name, meaning) for name, _, meaning in SCHEMA)
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in SCHEMA)

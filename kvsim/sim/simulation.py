@@ -20,18 +20,16 @@ from typing import Any, cast
 import simpy
 
 from kvsim.cache.eviction import Key, make_store
-from kvsim.cache.local import HOST, NVME, REMOTE, LocalCache
+from kvsim.cache.local import HOST, NVME, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
-from kvsim.kernel.fabric import Fabric, Link
-from kvsim.physics.timing import TimingTable
-from kvsim.rng import stream
+from kvsim.kernel.fabric import Fabric
 from kvsim.sim import faults
 from kvsim.sim.engine import Engine, Job
-from kvsim.sim.policy import LOAD_POLICIES
 from kvsim.sim.router import make_router
 from kvsim.sim.rows import RowTable
+from kvsim.sim.shared import Shared
 from kvsim.sim.tenancy import Tenancy
 from kvsim.workload import open_workload
 from kvsim.workload.request import Request, check_request
@@ -55,6 +53,8 @@ class SimOutput:
     dropped: int = 0
     tenancy: dict[str, Any] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    # per engine: flat [start, end, ...] spans of GPU work, blocked steps and copies
+    activity: list[dict[str, list[float]]] = field(default_factory=list)
 
 
 class Simulation:
@@ -73,40 +73,26 @@ class Simulation:
         self.scenario = sc
         self.env = simpy.Environment(initial_time=0.0)  # float times throughout
         self.fabric = Fabric(self.env)
-        t = sc.timing
-        self.table = TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale)
-        self.policy = LOAD_POLICIES[sc.cluster.load_policy]
-        self.kv_bytes = sc.model.kv_bytes
-        self.block_tokens = sc.workload.block_tokens
-        self.t0 = [0.0, sc.tiers.host.t0, sc.tiers.nvme.t0, sc.remote.t0]
+        ctx = self.shared = Shared(sc, self.env, self.fabric)
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
         self.progress = progress
         self.rows = RowTable()
         self.arrived = 0
         self.dropped = 0
-        self._stall_rng = stream(sc.seed, "stalls")
-        self.stall_override: tuple[float, float, str] | None = None  # a stall burst
-        self.fault_log: list[dict[str, Any]] = []
         node = sc.node
         rc = sc.remote
-        self.timeout = rc.timeout if rc.enabled else None
-        self.max_pending_puts = rc.max_pending_puts
-        self.remote: RemoteStore | None = None
         if rc.enabled:
             links = [self.fabric.link(f"remote{k}", rc.bandwidth) for k in range(rc.servers)]
             stores = [make_store(rc.eviction, rc.capacity) for _ in range(rc.servers)]
             group = None
             if rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
                 group = self.fabric.link("remote*", rc.bandwidth * rc.servers)
-            self.remote = RemoteStore(
+            remote = RemoteStore(
                 stores, links, per_rank=rc.sharding == "per_rank", ranks=node.pcp, group=group
             )
-            op_bytes = rc.chunk_tokens * self.kv_bytes / self.remote.shards
-            self._op_factor = rc.op_overhead * rc.bandwidth
-            self._op_bytes = op_bytes
-            # unsharded: one rank saves everything through its own link (LMCache's MLA
-            # default); per rank: every rank copies its shard in parallel
-            self.stage_bandwidth = node.d2h_per_gpu * self.remote.shards
+            op_bytes = rc.chunk_tokens * ctx.kv_bytes / remote.shards
+            ctx.set_remote(remote, op_bytes, rc.op_overhead * rc.bandwidth)
+        self.remote = ctx.remote
         self.engines: list[Engine] = []
         tiers = sc.tiers
         order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
@@ -131,23 +117,19 @@ class Simulation:
             )
             nic_in = link(f"e{i}.nic_in", node.nic_per_gpu * node.gpus, node.network_latency)
             nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
-            self.engines.append(Engine(self, i, local, h2d, nvme, nic_in, nic_out))
+            self.engines.append(Engine(ctx, i, local, h2d, nvme, nic_in, nic_out))
         self.engines.sort(key=lambda e: e.index)
+        ctx.engines = self.engines
         self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
         self.warmup = sc.run.warmup
-        self.tenancy = Tenancy(self, sc.tenancy)
+        self.tenancy = Tenancy(ctx, sc.tenancy)
         self.tenancy.install()
+        ctx.finished = self.finished
+        ctx.displace = self.displace
+        ctx.keeps = self.tenancy.keeps
+        ctx.engines_changed = self.engines_changed
         if self.remote is not None:
             self._prestore(sc)
-
-    # ---- physics helpers used by engines ----------------------------------------------
-
-    def block_sizes(self, req: Request) -> list[float]:
-        """Bytes of each block of a prompt (the last one is usually partial)."""
-        full = self.block_tokens * self.kv_bytes
-        sizes = [full] * len(req.hash_ids)
-        sizes[-1] = (req.input_tokens - (len(sizes) - 1) * self.block_tokens) * self.kv_bytes
-        return sizes
 
     def _prestore(self, sc: Scenario) -> None:
         """Fill the remote store with the workload's shared prefixes, if it asks for that."""
@@ -160,47 +142,12 @@ class Simulation:
         keys: list[Key] = []
         for tenant in range(tenants):  # every tenant's copy: keys are namespaced
             keys += self.tenancy.keys(
-                Request(-1, 0.0, len(blocks) * self.block_tokens, 0, tuple(blocks), tenant=tenant)
+                Request(
+                    -1, 0.0, len(blocks) * self.shared.block_tokens, 0, tuple(blocks), tenant=tenant
+                )
             )
-        self.remote.prestore(list(dict.fromkeys(keys)), self.block_tokens * self.kv_bytes)
-
-    def server_cost(self, nbytes: float) -> float:
-        """Server work per payload byte of one GET/PUT part: 1 + ops x overhead x bw / bytes
-        (one operation per chunk, each costing ``op_overhead`` of server time)."""
-        if nbytes <= 0:
-            return 1.0
-        ops = max(1, math.ceil(nbytes / self._op_bytes - 1e-9))
-        return 1.0 + ops * self._op_factor / nbytes
-
-    def lockstep(
-        self, parts: list[tuple[Link, float, int]], shared: tuple[Link, ...]
-    ) -> tuple[tuple[Link, ...], float, tuple[float, ...], tuple[float, ...]]:
-        """One flow for parts that move together, each over its own server link, and all
-        over the ``shared`` links (NIC, PCIe): (links, size, costs, shares). ``parts`` are
-        (link, bytes, servers behind it); progress is counted in bytes of the largest part,
-        and a server's cost includes its per-op time for the part it holds."""
-        size = max(b for _, b, _ in parts)
-        links: list[Link] = []
-        costs: list[float] = []
-        shares: list[float] = []
-        total = 0.0
-        for link, b, n in parts:  # a plain loop: this runs for every GET and put
-            links.append(link)
-            costs.append(b * self.server_cost(b / n) / size)
-            shares.append(b / size)
-            total += b
-        rest = (total / size,) * len(shared)
-        return (*links, *shared), size, (*costs, *rest), (*shares, *rest)
-
-    def draw_stall(self) -> float:
-        """Seconds a remote GET hangs before it starts (0 for most GETs)."""
-        st = self.scenario.remote.stall
-        p, duration, dist = self.stall_override or (st.probability, st.duration, st.distribution)
-        if p <= 0 or self._stall_rng.random() >= p:
-            return 0.0
-        if dist == "fixed":
-            return duration
-        return float(self._stall_rng.exponential(duration))
+        ctx = self.shared
+        self.remote.prestore(list(dict.fromkeys(keys)), ctx.block_tokens * ctx.kv_bytes)
 
     # ---- what engines report ------------------------------------------------------------
 
@@ -208,14 +155,6 @@ class Simulation:
         """A request's first token is out: record it; a session may end here."""
         self._record(job.row(engine.index, self.env.now))
         self.tenancy.session_ended(job)
-
-    def count_reads(self, engine: Engine, got: list[float]) -> None:
-        """A restore finished: count the bytes each tier served (indexed by tier)."""
-        reads = engine.local.read_bytes
-        reads[HOST] += got[HOST]
-        reads[NVME] += got[NVME]
-        if self.remote is not None:
-            self.remote.read_bytes += got[REMOTE]
 
     def displace(self, job: Job, engine: Engine) -> None:
         """A request whose engine failed: re-route it (a fresh attempt, the time lost
@@ -255,7 +194,7 @@ class Simulation:
     def _arrivals(self, requests: Iterator[Request]) -> Any:
         env = self.env
         warmup = self.warmup
-        block = self.block_tokens
+        block = self.shared.block_tokens
         keys = self.tenancy.keys
         last = 0.0
         for req in requests:
@@ -288,7 +227,7 @@ class Simulation:
     def _run(self) -> SimOutput:
         env = self.env
         self._arrivals_proc = env.process(self._arrivals(iter(self.requests)))
-        faults.schedule(self)
+        faults.schedule(self.shared)
         if self.scenario.tenancy.ttl is not None:
             env.process(self.tenancy.sweep())
         for d in self.scenario.tenancy.deletions:
@@ -327,6 +266,7 @@ class Simulation:
                 "served": e.served,
                 "busy_s": e.busy,
                 "blocked_s": e.blocked,
+                "steps": e.steps,
                 "queue_area": e.queue_area + e.queued * (end - e._queue_t),
                 "queued_at_end": e.queued,
                 "outstanding_at_end": e.outstanding,
@@ -364,6 +304,15 @@ class Simulation:
             name: {"bytes": link.bytes, "busy_s": link.busy_time}
             for name, link in self.fabric.links.items()
         }
+        activity = [
+            {
+                "steps": e.step_spans,
+                "gpu": e.gpu_spans,
+                "blocked": e.blocked_spans,
+                "copy": e.copy_spans,
+            }
+            for e in self.engines
+        ]
         unfinished = self.arrived - len(self.rows)
         t = self.tenancy
         tenancy = {
@@ -379,9 +328,10 @@ class Simulation:
             end,
             self.arrived,
             unfinished,
-            self.table.extrapolations,
+            self.shared.steps.extrapolations,
             links,
             self.dropped,
             tenancy,
-            self.fault_log,
+            self.shared.fault_log,
+            activity,
         )

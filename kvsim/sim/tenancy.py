@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from kvsim.cache.eviction import BlockStore, Key, Rules
 from kvsim.config.schema import Tenancy as TenancyConfig
 from kvsim.sim.rows import RowTable
+from kvsim.sim.shared import Shared
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
     from kvsim.sim.engine import Job
-    from kvsim.sim.simulation import Simulation
 
 SPACE: Final = 1 << 64  # key = hash_id + tenant * SPACE; public blocks: -(hash_id + 1)
 
@@ -47,7 +47,7 @@ def tenant_of(key: int) -> int:
 class Tenancy:
     """Key namespacing, quotas, TTL and deletions of one simulation."""
 
-    def __init__(self, sim: Simulation, cfg: TenancyConfig) -> None:
+    def __init__(self, sim: Shared, cfg: TenancyConfig) -> None:
         self.sim = sim
         self.cfg = cfg
         self.isolated = cfg.isolation == "tenant"

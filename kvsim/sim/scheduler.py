@@ -1,0 +1,85 @@
+"""An engine's waiting queue, ordered by its scheduler (``engine.scheduler``).
+
+- ``fcfs``: arrival order (vLLM's default). A request back from an asynchronous restore
+  re-joins at its arrival position.
+- ``sjf``: shortest remaining prompt first, with aging so that nothing starves: a request
+  that has waited ``w`` seconds counts ``aging x w`` tokens shorter. Its priority
+  ``remaining - aging x (now - arrival)`` orders requests the same way at every ``now``
+  as the fixed key ``remaining / aging + arrival``, so the queue is a plain heap.
+  (``aging: 0`` is pure shortest-first.)
+- ``lpm``: longest cached prefix first (SGLang's cache-aware policy): at each pick the
+  request whose prompt has the longest prefix in the engine's local tiers goes first,
+  ties in arrival order. Like SGLang, a queue longer than 128 falls back to ``fcfs``
+  (matching every waiting prompt at every step would cost more than it gains).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from kvsim.sim.engine import Job
+
+LPM_MAX_QUEUE: Final = 128  # SGLang: above this, lpm falls back to fcfs
+
+
+class Waiting:
+    """Requests waiting for a step, in the scheduler's order."""
+
+    __slots__ = ("_heap", "_seq", "aging", "kind", "prefix")
+
+    def __init__(self, kind: str, aging: float, prefix: Callable[[Job], int]) -> None:
+        self.kind = kind
+        self.aging = aging
+        self.prefix = prefix  # lpm: cached prefix blocks of a request on this engine
+        self._heap: list[tuple[float, float, int, Job]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def key(self, job: Job) -> tuple[float, float]:
+        """A request's place in line: (key, arrival), smaller first."""
+        req = job.req
+        if self.kind == "sjf":
+            remaining = req.input_tokens - job.cached - job.done
+            key = remaining / self.aging + req.arrival if self.aging > 0 else float(remaining)
+            return key, req.arrival
+        return req.arrival, req.arrival
+
+    def first(self) -> tuple[float, float]:
+        """The place in line of the request :meth:`pop` gives next (fcfs, sjf)."""
+        entry = self._heap[0]
+        return entry[0], entry[1]
+
+    def push(self, job: Job) -> None:
+        key, arrival = self.key(job)
+        self._seq += 1
+        heapq.heappush(self._heap, (key, arrival, self._seq, job))
+
+    def pop(self) -> Job:
+        heap = self._heap
+        if self.kind != "lpm" or len(heap) == 1 or len(heap) > LPM_MAX_QUEUE:
+            return heapq.heappop(heap)[3]
+        prefix = self.prefix
+        best = 0
+        best_len = -1
+        for i, entry in enumerate(heap):
+            n = prefix(entry[3])
+            if n > best_len or (n == best_len and entry[:3] < heap[best][:3]):
+                best, best_len = i, n
+        entry = heap[best]
+        last = heap.pop()
+        if best < len(heap):
+            heap[best] = last
+            heapq.heapify(heap)
+        return entry[3]
+
+    def jobs(self) -> list[Job]:
+        """Every waiting request, in queue order (the heap's key order)."""
+        return [entry[3] for entry in sorted(self._heap, key=lambda e: e[:3])]
+
+    def clear(self) -> None:
+        self._heap.clear()

@@ -1,0 +1,146 @@
+"""What the engines, the tenancy rules and the faults share: one narrow interface.
+
+:class:`Shared` holds the clock, the fabric, the remote store, the engines, the physics
+constants an engine needs (KV bytes, T0s, the step model, the batching limits) and the
+few things an engine reports back (a request finished, a request lost its engine). The
+:class:`~kvsim.sim.simulation.Simulation` builds it and fills in those callbacks; the
+engine, tenancy and fault modules import this module only, never the simulation, so the
+dependency runs one way: simulation -> engine, tenancy, faults -> shared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from kvsim.cache.local import HOST, NVME, REMOTE
+from kvsim.cache.remote import RemoteStore
+from kvsim.config.schema import Scenario
+from kvsim.kernel.fabric import Fabric, Link
+from kvsim.physics.step import StepModel, make_step_model, per_step_tokens
+from kvsim.rng import stream
+from kvsim.sim.policy import LOAD_POLICIES, LoadPolicy
+from kvsim.workload.request import Request
+
+if TYPE_CHECKING:
+    from kvsim.sim.engine import Engine, Job
+
+
+def _unset(*_args: Any) -> Any:
+    raise RuntimeError("Shared callback used before the simulation set it")
+
+
+class Shared:
+    """The pieces of one simulation that its parts share (see the module docstring)."""
+
+    def __init__(self, sc: Scenario, env: simpy.Environment, fabric: Fabric) -> None:
+        self.scenario = sc
+        self.env = env
+        self.fabric = fabric
+        self.engines: list[Engine] = []
+        self.remote: RemoteStore | None = None
+        self.steps: StepModel = make_step_model(sc)
+        self.policy: LoadPolicy = LOAD_POLICIES[sc.cluster.load_policy]
+        self.kv_bytes: float = sc.model.kv_bytes
+        self.block_tokens: int = sc.workload.block_tokens
+        tiers, rc = sc.tiers, sc.remote
+        self.t0: list[float] = [0.0, tiers.host.t0, tiers.nvme.t0, rc.t0]
+        # the engine's part of each T0 (never more than the T0 itself)
+        self.t0_engine: list[float] = [
+            0.0,
+            min(tiers.host.t0_engine, tiers.host.t0),
+            min(tiers.nvme.t0_engine, tiers.nvme.t0),
+            min(rc.t0_engine, rc.t0),
+        ]
+        e = sc.engine
+        self.serial: bool = e.batching == "serial"
+        self.budget: int = 2**62 if self.serial else e.max_batched_tokens
+        self.max_requests: int = 1 if self.serial else e.max_batch_requests
+        self.per_step: int = per_step_tokens(
+            e.batching, e.max_batched_tokens, e.long_prefill_token_threshold
+        )
+        self.scheduler: str = e.scheduler
+        self.aging: float = e.sjf_aging
+        self.layerwise: bool = e.layerwise
+        layout = sc.model.kv_layout
+        self.layers: int = layout.layers if layout is not None else 1
+        self.max_inflight: int = e.max_inflight_restores or 2**62
+        self.timeout: float | None = rc.timeout if rc.enabled else None
+        self.max_pending_puts: int = rc.max_pending_puts
+        self.stage_bandwidth: float = 1.0
+        self._op_factor = 0.0
+        self._op_bytes = 1.0
+        self._stall_rng = stream(sc.seed, "stalls")
+        self.stall_override: tuple[float, float, str] | None = None  # a stall burst
+        self.fault_log: list[dict[str, Any]] = []
+        # set by the simulation
+        self.finished: Callable[[Engine, Job], None] = _unset
+        self.displace: Callable[[Job, Engine], None] = _unset
+        self.keeps: Callable[[Job], bool] = _unset
+        self.engines_changed: Callable[[], None] = _unset
+
+    def set_remote(self, remote: RemoteStore, op_bytes: float, op_factor: float) -> None:
+        self.remote = remote
+        self._op_bytes = op_bytes
+        self._op_factor = op_factor
+        # unsharded: one rank saves everything through its own link (LMCache's MLA
+        # default); per rank: every rank copies its shard in parallel
+        self.stage_bandwidth = self.scenario.node.d2h_per_gpu * remote.shards
+
+    # ---- physics helpers ---------------------------------------------------------------
+
+    def block_sizes(self, req: Request) -> list[float]:
+        """Bytes of each block of a prompt (the last one is usually partial)."""
+        full = self.block_tokens * self.kv_bytes
+        sizes = [full] * len(req.hash_ids)
+        sizes[-1] = (req.input_tokens - (len(sizes) - 1) * self.block_tokens) * self.kv_bytes
+        return sizes
+
+    def server_cost(self, nbytes: float) -> float:
+        """Server work per payload byte of one GET/PUT part: 1 + ops x overhead x bw / bytes
+        (one operation per chunk, each costing ``op_overhead`` of server time)."""
+        if nbytes <= 0:
+            return 1.0
+        ops = max(1, math.ceil(nbytes / self._op_bytes - 1e-9))
+        return 1.0 + ops * self._op_factor / nbytes
+
+    def lockstep(
+        self, parts: list[tuple[Link, float, int]], shared: tuple[Link, ...]
+    ) -> tuple[tuple[Link, ...], float, tuple[float, ...], tuple[float, ...]]:
+        """One flow for parts that move together, each over its own server link, and all
+        over the ``shared`` links (NIC, PCIe): (links, size, costs, shares). ``parts`` are
+        (link, bytes, servers behind it); progress is counted in bytes of the largest part,
+        and a server's cost includes its per-op time for the part it holds."""
+        size = max(b for _, b, _ in parts)
+        links: list[Link] = []
+        costs: list[float] = []
+        shares: list[float] = []
+        total = 0.0
+        for link, b, n in parts:  # a plain loop: this runs for every GET and put
+            links.append(link)
+            costs.append(b * self.server_cost(b / n) / size)
+            shares.append(b / size)
+            total += b
+        rest = (total / size,) * len(shared)
+        return (*links, *shared), size, (*costs, *rest), (*shares, *rest)
+
+    def draw_stall(self) -> float:
+        """Seconds a remote GET hangs before it starts (0 for most GETs)."""
+        st = self.scenario.remote.stall
+        p, duration, dist = self.stall_override or (st.probability, st.duration, st.distribution)
+        if p <= 0 or self._stall_rng.random() >= p:
+            return 0.0
+        if dist == "fixed":
+            return duration
+        return float(self._stall_rng.exponential(duration))
+
+    def count_reads(self, engine: Engine, got: list[float]) -> None:
+        """A restore finished: count the bytes each tier served (indexed by tier)."""
+        reads = engine.local.read_bytes
+        reads[HOST] += got[HOST]
+        reads[NVME] += got[NVME]
+        if self.remote is not None:
+            self.remote.read_bytes += got[REMOTE]
