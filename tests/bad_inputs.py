@@ -194,6 +194,16 @@ CASES: list[Case] = [
         "node:\n  hbm_bandwidth_per_gpu: null\n",
         "node.hbm_bandwidth_per_gpu",
     ),
+    # ---- the data path ----
+    S(
+        "gds without an NVMe tier",
+        "tiers:\n  nvme: {enabled: false, path: gds}\n",
+        "tiers.nvme.path",
+        "disabled",
+    ),
+    S("unknown NVMe path", "tiers:\n  nvme: {path: p2p}\n", "tiers.nvme.path", "gds"),
+    S("unknown admission", "tiers:\n  host: {admission: third_hit}\n", "tiers.host.admission"),
+    S("zero client bandwidth", "remote:\n  client_bandwidth: 0 GB/s\n", "remote.client_bandwidth"),
     # ---- tenancy ----
     S(
         "quota without isolation",

@@ -513,3 +513,23 @@ def test_async_lookup_work_is_paid_by_the_engine():
     assert r[2].compute_s == pytest.approx(0.03 + 0.199)
     # the restore itself waits all of T0: 0.1 + 1 MB at 1 GB/s
     assert r[1].load_s == pytest.approx(0.1 + 0.001)
+
+
+# ---- structure --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["engine", "tenancy", "faults", "scheduler", "shared"])
+def test_the_simulations_parts_do_not_import_it(module):
+    """Engine, tenancy and faults see the simulation through kvsim.sim.shared only: no
+    import of kvsim.sim.simulation, even for type checking (no import circle)."""
+    import ast
+    from pathlib import Path
+
+    import kvsim.sim
+
+    path = Path(kvsim.sim.__file__).parent / f"{module}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    } | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    assert "kvsim.sim.simulation" not in imported

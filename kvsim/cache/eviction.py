@@ -10,7 +10,7 @@ scenario names to classes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import cast
 
 # A block's cache key: an int (a tenant-namespaced hash id, or a server's shard key). It
@@ -256,6 +256,45 @@ class FIFO(BlockStore):
 
 
 POLICIES: dict[str, type[BlockStore]] = {"lru": LRU, "fifo": FIFO}
+
+
+class SecondHit:
+    """Admission on the second sighting: a block offered to a tier for the first time is
+    only remembered (in a ghost list of at most ``limit`` keys, oldest forgotten first);
+    offered again while remembered, or already held, it is admitted."""
+
+    __slots__ = ("ghost", "limit", "rejected")
+
+    def __init__(self, limit: int) -> None:
+        self.ghost: OrderedDict[Key, None] = OrderedDict()
+        self.limit = max(int(limit), 1)
+        self.rejected = 0  # blocks offered and not admitted
+
+    def filter(
+        self, keys: Sequence[Key], sizes: Sequence[float], held: Container[Key]
+    ) -> tuple[list[Key], list[float], list[Key], list[float]]:
+        """(admitted keys, sizes, refused keys, sizes), each in the order offered."""
+        ghost = self.ghost
+        ok_k: list[Key] = []
+        ok_s: list[float] = []
+        no_k: list[Key] = []
+        no_s: list[float] = []
+        for key, size in zip(keys, sizes):  # lengths checked by the stores
+            if key in held:
+                ok_k.append(key)
+                ok_s.append(size)
+            elif key in ghost:
+                del ghost[key]
+                ok_k.append(key)
+                ok_s.append(size)
+            else:
+                ghost[key] = None
+                if len(ghost) > self.limit:
+                    ghost.popitem(False)
+                no_k.append(key)
+                no_s.append(size)
+        self.rejected += len(no_k)
+        return ok_k, ok_s, no_k, no_s
 
 
 def make_store(policy: str, capacity: float) -> BlockStore:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from kvsim.cache.eviction import BlockStore, Key
+from kvsim.cache.eviction import BlockStore, Key, SecondHit
 
 # tier codes, fastest first (Final: compiled code inlines them)
 GPU: Final = 0
@@ -24,13 +24,21 @@ REMOTE: Final = 3
 class LocalCache:
     """GPU, host and NVMe block stores of one engine (host/NVMe may be absent)."""
 
-    __slots__ = ("demotions", "gpu", "host", "nvme", "read_bytes", "tiers")
+    __slots__ = ("admission", "demotions", "gpu", "host", "nvme", "read_bytes", "tiers")
 
-    def __init__(self, gpu: BlockStore, host: BlockStore | None, nvme: BlockStore | None) -> None:
+    def __init__(
+        self,
+        gpu: BlockStore,
+        host: BlockStore | None,
+        nvme: BlockStore | None,
+        admission: Sequence[SecondHit | None] = (None, None, None),
+    ) -> None:
         self.gpu = gpu
         self.host = host
         self.nvme = nvme
         self.tiers: tuple[BlockStore | None, ...] = (gpu, host, nvme)
+        # per tier: None (admit all) or a second-hit filter
+        self.admission: tuple[SecondHit | None, ...] = tuple(admission)
         self.demotions = [0, 0, 0]  # blocks written into each tier by demotion
         self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
 
@@ -57,7 +65,11 @@ class LocalCache:
 
     def admit(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
         """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
-        out of each tier into the next."""
+        out of each tier into the next (a second-hit GPU tier keeps only blocks it has seen
+        before)."""
+        gate = self.admission[GPU]
+        if gate is not None:
+            blocks, sizes, _, _ = gate.filter(blocks, sizes, self.gpu.blocks)
         self._demote(*self.gpu.insert_many(blocks, sizes))
 
     def reserve(self, nbytes: float) -> None:
@@ -66,10 +78,18 @@ class LocalCache:
         self._demote(*self.gpu.reserve(nbytes))
 
     def _demote(self, keys: Sequence[Key], sizes: Sequence[float]) -> None:
+        """Blocks evicted from a tier go to the next one; what a second-hit tier refuses
+        falls through with what it evicts."""
         level = HOST
         while keys and level <= NVME:
             store = self.tiers[level]
             if store is not None:
+                gate = self.admission[level]
+                refused_k: list[Key] = []
+                refused_s: list[float] = []
+                if gate is not None:
+                    keys, sizes, refused_k, refused_s = gate.filter(keys, sizes, store.blocks)
                 self.demotions[level] += len(keys)
-                keys, sizes = store.insert_many(keys, sizes)
+                out_k, out_s = store.insert_many(keys, sizes)
+                keys, sizes = [*refused_k, *out_k], [*refused_s, *out_s]
             level += 1

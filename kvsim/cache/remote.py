@@ -110,6 +110,9 @@ class RemoteStore:
         key = block * self.shards + shard
         return key % self.servers, key
 
+    def __contains__(self, block: object) -> bool:
+        return self.has(block)
+
     def has(self, block: Key) -> bool:
         """True when every shard of the block is in its server's index."""
         stores, n, shards = self.stores, self.servers, self.shards

@@ -264,6 +264,11 @@ class GpuTier(Record):
 
     capacity: Size = Field(description="KV capacity per engine (all GPUs of the node)")
     eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
+    admission: Literal["all", "second_hit"] = Field(
+        "all",
+        description="all: cache every block offered; second_hit: only one offered before "
+        "(a ghost list as long as the tier holds blocks remembers first sightings)",
+    )
 
 
 class LocalTier(Record):
@@ -279,12 +284,27 @@ class LocalTier(Record):
     )
     streams: bool = Field(True, description="restores can be read layer by layer (layerwise)")
     eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
+    admission: Literal["all", "second_hit"] = Field(
+        "all",
+        description="all: cache every block offered; second_hit: only one offered before "
+        "(a ghost list as long as the tier holds blocks remembers first sightings)",
+    )
+
+
+class NvmeTier(LocalTier):
+    """The node's NVMe drives as a tier."""
+
+    path: Literal["gds", "bounce"] = Field(
+        "bounce",
+        description="gds: GPUDirect Storage reads straight into HBM; bounce: into a host "
+        "buffer, then over the host-to-GPU link",
+    )
 
 
 class Tiers(Record):
     gpu: GpuTier = Field(description="HBM prefix cache")
     host: LocalTier = Field(description="host DRAM tier")
-    nvme: LocalTier = Field(description="local NVMe tier")
+    nvme: NvmeTier = Field(description="local NVMe tier")
 
 
 class StallModel(Record):
@@ -306,6 +326,11 @@ class Remote(Record):
         "none", description="none: whole blocks per key; per_rank: each PCP rank its own shard"
     )
     bandwidth: Bandwidth = Field(description="payload bandwidth of one server")
+    client_bandwidth: Bandwidth | None = Field(
+        None,
+        description="sharding none: the rate of the one client connection that issues a "
+        "GET (null: no limit but its rank's NIC and PCIe)",
+    )
     op_overhead: Duration = Field("0 s", description="server time per GET/PUT operation")
     chunk_tokens: Tokens = Field(256, description="tokens per stored chunk (one op each)")
     capacity: Size = Field(description="KV capacity per server")
@@ -320,6 +345,11 @@ class Remote(Record):
         description="GETs can be read layer by layer (LMCache's remote connectors cannot)",
     )
     eviction: EvictionName = Field("lru", description="eviction policy of each server")
+    admission: Literal["all", "second_hit"] = Field(
+        "all",
+        description="all: store every block a request computed; second_hit: only blocks "
+        "offered to the store before (a ghost list as long as the store holds blocks)",
+    )
     timeout: PositiveDuration | None = Field(
         None, description="client timeout on a GET; on expiry the request recomputes"
     )
@@ -689,6 +719,8 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     if sc.tiers.host.enabled and sc.tiers.host.capacity > n.host_dram:
         out.append((("tiers", "host", "capacity"), "exceeds the node's host_dram"))
     nvme_cap = n.nvme_drives * n.nvme_drive_capacity
+    if sc.tiers.nvme.path == "gds" and not sc.tiers.nvme.enabled:
+        out.append((("tiers", "nvme", "path"), "gds reads from the NVMe tier, which is disabled"))
     if sc.tiers.nvme.enabled:
         if n.nvme_drives == 0:
             out.append((("tiers", "nvme", "enabled"), "the node has no NVMe drives"))

@@ -167,6 +167,7 @@ class Fabric:
         latency: bool = True,
         on_done: Callable[[Flow], None] | None = None,
         tag: object = None,
+        cap: float | None = None,
     ) -> Flow:
         """Start moving ``size`` bytes over ``links``; wait on the returned flow's ``done``.
 
@@ -176,6 +177,8 @@ class Fabric:
         ``latency=False`` skips the links' latency (a background write, whose start nobody
         waits for). With ``on_done`` the flow calls it when it finishes instead of
         triggering a SimPy event (``done`` is then None): cheaper for fire-and-forget flows.
+        ``cap`` bounds the flow's own rate (progress per second) below what its links
+        allow alone (a client's per-connection rate).
         """
         if size < 0 or delay < 0:
             raise ValueError("transfer size and delay must be >= 0")
@@ -195,6 +198,11 @@ class Fabric:
                 raise ValueError("one share >= 0 per link is required")
         done = self.env.event() if on_done is None else on_done
         flow = Flow(path, cost, float(size), done, tag, share)
+        if cap is not None:
+            if not cap > 0:
+                raise ValueError("a transfer's cap must be > 0")
+            if cap < flow.cap:
+                flow.cap = cap
         lat = 0.0
         if latency:
             for link in path:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import simpy
@@ -224,7 +224,7 @@ class Restore:
                 (
                     NVME,
                     fabric.transfer(
-                        (engine.nvme, engine.h2d),
+                        engine.nvme_path,
                         tokens[NVME] * s,
                         delay=t0[NVME],
                         on_done=self.settled,
@@ -233,7 +233,7 @@ class Restore:
             )
         self.remote: list[Flow] = []
         if tokens[REMOTE]:
-            links, size, costs, shares = engine._remote_get(job)
+            links, size, costs, shares, cap = engine._remote_get(job)
             stall = ctx.draw_stall()
             job.stalled = stall > 0
             self.remote.append(
@@ -244,6 +244,7 @@ class Restore:
                     shares=shares,
                     delay=t0[REMOTE] + stall,
                     on_done=self.settled,
+                    cap=cap,
                 )
             )
             if ctx.timeout is not None:
@@ -319,7 +320,8 @@ class Restore:
             moved = 0.0  # bytes that reached the engine: progress x this engine's shares
             for f in remote:
                 assert f.shares is not None  # remote reads are lockstep flows
-                moved += (f.size - max(f.remaining, 0.0)) * sum(f.shares[:-2], 0.0)
+                # progress x the bytes per unit on the engine's own links (the last ones)
+                moved += (f.size - max(f.remaining, 0.0)) * f.shares[-1]
                 if f.start == f.start:  # it began moving (NaN: abandoned before)
                     copies.append(f.start)
                     copies.append(f.end if f.state == "finished" else now)
@@ -342,6 +344,7 @@ class Engine:
         nvme: Link | None,
         nic_in: Link,
         nic_out: Link,
+        client: Link,
     ) -> None:
         self.ctx = ctx
         self.env = ctx.env
@@ -351,6 +354,12 @@ class Engine:
         self.nvme = nvme
         self.nic_in = nic_in
         self.nic_out = nic_out
+        self.client = client  # the NIC and PCIe of the rank that issues an unsharded GET
+        # an NVMe restore: GPUDirect Storage straight into HBM, or the drives into a host
+        # bounce buffer, then host to GPU
+        self.nvme_path: tuple[Link, ...] = ()
+        if nvme is not None:
+            self.nvme_path = (nvme,) if ctx.nvme_gds else (nvme, h2d)
         self.up = True
         self.failure_mode = "reroute"  # what happens to its requests if it fails
         self.outstanding = 0  # routed here and not finished
@@ -788,19 +797,25 @@ class Engine:
             rate = ctx.fabric.estimate_rate((self.h2d,))
             worst = max(worst, ctx.t0[HOST] + probe.tokens[HOST] * s / rate)
         if probe.tokens[NVME] and self.nvme is not None:
-            rate = ctx.fabric.estimate_rate((self.nvme, self.h2d))
+            rate = ctx.fabric.estimate_rate(self.nvme_path)
             worst = max(worst, ctx.t0[NVME] + probe.tokens[NVME] * s / rate)
         if probe.tokens[REMOTE]:
-            links, size, costs, _ = self._remote_get(probe)
-            worst = max(worst, ctx.t0[REMOTE] + size / ctx.fabric.estimate_rate(links, costs))
+            links, size, costs, _, cap = self._remote_get(probe)
+            rate = ctx.fabric.estimate_rate(links, costs)
+            if cap is not None and cap < rate:
+                rate = cap
+            worst = max(worst, ctx.t0[REMOTE] + size / rate)
         new = job.req.input_tokens - probe.cached
         return worst + lone_seconds(ctx.steps, new, probe.cached, ctx.per_step)
 
     # ---- restore -------------------------------------------------------------------------
 
-    def _remote_get(self, job: Job) -> tuple[tuple[Link, ...], float, tuple, tuple]:
+    def _remote_get(self, job: Job) -> tuple[tuple[Link, ...], float, tuple, tuple, float | None]:
         """The request's remote GET as one lockstep flow over the servers it reads (its
-        ranks' parts move together): (links, size, costs, shares)."""
+        ranks' parts move together): (links, size, costs, shares, cap). Unsharded, one rank
+        issues the whole GET (then hands the KV to the others over NVLink): it also crosses
+        that rank's own NIC and PCIe (``client``), at most at one connection's rate
+        (``remote.client_bandwidth``: the cap, in progress units)."""
         ctx = self.ctx
         remote = ctx.remote
         assert remote is not None
@@ -816,7 +831,13 @@ class Engine:
                     tokens.append(tok)
         s = ctx.kv_bytes / remote.shards
         per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
-        return ctx.lockstep(remote.parts(per_server), (self.nic_in, self.h2d))
+        if remote.shards > 1:  # per rank: every rank its own connection
+            return (*ctx.lockstep(remote.parts(per_server), (self.nic_in, self.h2d)), None)
+        links, size, costs, shares = ctx.lockstep(
+            remote.parts(per_server), (self.nic_in, self.h2d, self.client)
+        )
+        cap = ctx.client_bandwidth
+        return links, size, costs, shares, None if cap is None else cap / shares[-1]
 
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
         """Client timeout (or a lost server): give up the GET, recompute from the first
@@ -837,8 +858,13 @@ class Engine:
         other engine stages them too."""
         remote = self.ctx.remote
         assert remote is not None
-        job.sizes = self.ctx.block_sizes(job.req)
-        batch = remote.missing(job.keys, job.sizes)
+        ctx = self.ctx
+        keys: Sequence[Key] = job.keys
+        sizes = job.sizes = ctx.block_sizes(job.req)
+        gate = ctx.remote_admission
+        if gate is not None:  # second hit: store only blocks offered before
+            keys, sizes, _, _ = gate.filter(keys, sizes, remote)
+        batch = remote.missing(keys, sizes)
         remote.reserve(batch)
         return batch
 

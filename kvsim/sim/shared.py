@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from kvsim.cache.eviction import SecondHit
 from kvsim.cache.local import HOST, NVME, REMOTE
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario
@@ -69,6 +70,9 @@ class Shared:
         self.layers: int = layout.layers if layout is not None else 1
         self.max_inflight: int = e.max_inflight_restores or 2**62
         self.timeout: float | None = rc.timeout if rc.enabled else None
+        self.client_bandwidth: float | None = rc.client_bandwidth
+        self.nvme_gds: bool = tiers.nvme.path == "gds"
+        self.remote_admission: SecondHit | None = None
         self.max_pending_puts: int = rc.max_pending_puts
         self.stage_bandwidth: float = 1.0
         self._op_factor = 0.0
@@ -89,6 +93,13 @@ class Shared:
         # unsharded: one rank saves everything through its own link (LMCache's MLA
         # default); per rank: every rank copies its shard in parallel
         self.stage_bandwidth = self.scenario.node.d2h_per_gpu * remote.shards
+
+    def admission(self, kind: str, capacity: float) -> SecondHit | None:
+        """A tier's admission filter: None (admit all), or second-hit with a ghost list as
+        long as the tier holds full blocks."""
+        if kind != "second_hit":
+            return None
+        return SecondHit(int(capacity // (self.block_tokens * self.kv_bytes)))
 
     # ---- physics helpers ---------------------------------------------------------------
 

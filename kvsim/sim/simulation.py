@@ -92,6 +92,7 @@ class Simulation:
             )
             op_bytes = rc.chunk_tokens * ctx.kv_bytes / remote.shards
             ctx.set_remote(remote, op_bytes, rc.op_overhead * rc.bandwidth)
+            ctx.remote_admission = ctx.admission(rc.admission, rc.capacity * rc.servers)
         self.remote = ctx.remote
         self.engines: list[Engine] = []
         tiers = sc.tiers
@@ -107,6 +108,10 @@ class Simulation:
                 make_store(tiers.nvme.eviction, tiers.nvme.capacity)
                 if tiers.nvme.enabled
                 else None,
+                [
+                    ctx.admission(t.admission, t.capacity)
+                    for t in (tiers.gpu, tiers.host, tiers.nvme)
+                ],
             )
             link = self.fabric.link
             h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
@@ -117,7 +122,9 @@ class Simulation:
             )
             nic_in = link(f"e{i}.nic_in", node.nic_per_gpu * node.gpus, node.network_latency)
             nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
-            self.engines.append(Engine(ctx, i, local, h2d, nvme, nic_in, nic_out))
+            # one rank's own path (its NIC and its PCIe link): an unsharded GET's client
+            client = link(f"e{i}.client", min(node.nic_per_gpu, node.h2d_per_gpu))
+            self.engines.append(Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client))
         self.engines.sort(key=lambda e: e.index)
         ctx.engines = self.engines
         self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
