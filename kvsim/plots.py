@@ -58,7 +58,7 @@ def costmodel_plot(
             color="black",
             lw=1,
             ls=":",
-            label="recompute, timing table (super-linear)",
+            label="recompute, step model (super-linear)",
         )
     for bw in bandwidths:
         restore = [model.restore(t, bw) for t in tokens]

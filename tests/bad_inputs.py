@@ -177,6 +177,17 @@ CASES: list[Case] = [
     ),
     S("negative engine part of T0", "remote:\n  t0_engine: -1 ms\n", "remote.t0_engine"),
     S(
+        "engine part of T0 above T0",
+        "tiers:\n  host: {t0: 20 ms, t0_engine: 30 ms}\n",
+        "tiers.host.t0_engine",
+        "larger than t0",
+    ),
+    S(
+        "more experts per token than experts",
+        "timing:\n  roofline: {experts: 8, experts_per_token: 9}\n",
+        "timing.roofline.experts_per_token",
+    ),
+    S(
         "roofline and table together",
         "timing:\n  roofline: {achievable_flops: 1.0e+15, linear_flops_per_token: 1.0,"
         " pair_flops: 1.0, dense_weight_bytes: 1 GB}\n  new_tokens: [1]\n"

@@ -113,3 +113,16 @@ def test_remote_second_hit_puts_only_blocks_offered_before():
     res = api.collect(sim.run(), sc)
     r = [row.tokens_remote for row in res.requests.itertuples()]
     assert r == [0, 0, 999]  # the first put was skipped, the second stored them
+
+
+def test_what_a_second_hit_gpu_tier_refuses_falls_to_host():
+    sc = toy(
+        tiers={
+            "gpu": {"capacity": "1 GB", "admission": "second_hit"},
+            "host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
+        },
+        node={"h2d_per_gpu": "125 MB/s"},
+    )
+    reqs = [req(i, 10.0 * i, 1000, list(range(10))) for i in range(2)]
+    b = list(api.run(sc, requests=reqs).requests.itertuples())[1]
+    assert b.tokens_host == 999 and b.tokens_gpu == 0

@@ -66,11 +66,14 @@ class LocalCache:
     def admit(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
         """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
         out of each tier into the next (a second-hit GPU tier keeps only blocks it has seen
-        before)."""
+        before; the ones it refuses go down like evicted ones)."""
         gate = self.admission[GPU]
-        if gate is not None:
-            blocks, sizes, _, _ = gate.filter(blocks, sizes, self.gpu.blocks)
-        self._demote(*self.gpu.insert_many(blocks, sizes))
+        if gate is None:
+            self._demote(*self.gpu.insert_many(blocks, sizes))
+            return
+        keys, ks, refused, rs = gate.filter(blocks, sizes, self.gpu.blocks)
+        out_k, out_s = self.gpu.insert_many(keys, ks)
+        self._demote([*refused, *out_k], [*rs, *out_s])
 
     def reserve(self, nbytes: float) -> None:
         """Hold GPU HBM for blocks on their way in (a restore in flight); what it evicts is

@@ -685,7 +685,7 @@ class Scenario(Record):
     )
     node: Node = Field(description="the engine's hardware (from the profile)")
     model: Model = Field(description="the served model (from the profile)")
-    timing: Timing = Field(description="prefill time table (from the profile)")
+    timing: Timing = Field(description="prefill step-time model or table (from the profile)")
     tiers: Tiers = Field(description="GPU, host and NVMe tiers per engine")
     remote: Remote = Field(description="the remote store shared by all engines")
     cluster: Cluster = Field(Cluster(), description="engines, routing, load policy")
@@ -826,6 +826,13 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             )
         )
     tiers = [("tiers", "host"), ("tiers", "nvme"), ("remote",)]
+    for where in tiers:
+        tier = sc.remote if where == ("remote",) else getattr(sc.tiers, where[1])
+        if tier.t0_engine > tier.t0:
+            out.append(((*where, "t0_engine"), f"is larger than t0 ({tier.t0:g} s): lower it too"))
+    r = sc.timing.roofline
+    if r is not None and r.experts_per_token > r.experts:
+        out.append((("timing", "roofline", "experts_per_token"), f"exceeds experts ({r.experts})"))
     if e.layerwise:
         if sc.model.kv_layout is None:
             out.append((("engine", "layerwise"), "needs model.kv_layout (its layer count)"))
@@ -837,8 +844,9 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                     out.append(
                         (
                             ("engine", "layerwise"),
-                            f"the {name} tier cannot stream layer by layer ({name}.streams: "
-                            "false); disable it or set engine.layerwise: false",
+                            f"the {where[-1]} tier cannot stream layer by layer ({name}.streams: "
+                            f"false): set engine.layerwise: false, {name}.enabled: false, or "
+                            f"{name}.streams: true if its connector loads layer by layer",
                         )
                     )
     return out
