@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvsim import api
 from kvsim.config.loader import scenario_from_dict
 from kvsim.sim.simulation import Simulation
 from kvsim.workload.request import Request
 
-from conftest import req, toy
+from conftest import examples, req, toy
 
 GIB = 2**30
 
@@ -126,3 +128,25 @@ def test_what_a_second_hit_gpu_tier_refuses_falls_to_host():
     reqs = [req(i, 10.0 * i, 1000, list(range(10))) for i in range(2)]
     b = list(api.run(sc, requests=reqs).requests.itertuples())[1]
     assert b.tokens_host == 999 and b.tokens_gpu == 0
+
+
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 350), st.integers(0, 3)), min_size=1, max_size=20))
+def test_bytes_written_to_a_tier_are_the_blocks_first_stored_there(spec):
+    """Counter check against an independent count: with no GPU room, every block a prompt
+    leaves falls to host; host's write bytes are each distinct block's bytes the first time
+    it lands there (the prompt's last block is partial), refreshes adding nothing."""
+    reqs = []
+    for i, (tokens, family) in enumerate(spec):
+        n = -(-tokens // 100)
+        reqs.append(req(i, 5.0 * i, tokens, [family * 100 + k for k in range(n)]))
+    sc = toy(tiers={"host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"}})
+    res = api.run(sc, requests=reqs)
+    first: dict[int, float] = {}
+    for r in reqs:
+        for k, key in enumerate(r.hash_ids):
+            size = min(100, r.input_tokens - 100 * k) * 1000.0
+            first.setdefault(key, size)
+    written = res.summary["tier_write_bytes"]
+    assert written["gpu"] == 0.0  # a 0-byte GPU tier stores nothing
+    assert written["host"] == pytest.approx(sum(first.values()))

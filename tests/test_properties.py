@@ -145,6 +145,10 @@ def test_invariants(case):
         assert (whole[f"bytes_{tier}"] - whole[f"tokens_{tier}"] * s).abs().le(1e-6).all()
     everyone = res.requests  # warm-up and dropped rows included
     tiers = res.summary["tiers"]
+    # bytes stored: never negative; the remote store keeps at most what puts carried
+    assert all(v >= 0 for v in res.summary["tier_write_bytes"].values())
+    if "remote" in tiers:
+        assert tiers["remote"]["write_bytes"] <= tiers["remote"]["put_bytes"] * (1 + 1e-9)
     for tier in ("host", "nvme", "remote"):
         if tier in tiers:
             total = everyone[f"bytes_{tier}"].sum()

@@ -63,7 +63,16 @@ class BlockStore:
     not (FIFO). Invariant: ``used`` (the sum of held sizes) never exceeds ``capacity``.
     """
 
-    __slots__ = ("blocks", "capacity", "evictions", "peak", "reserved", "rules", "used")
+    __slots__ = (
+        "blocks",
+        "capacity",
+        "evictions",
+        "peak",
+        "reserved",
+        "rules",
+        "used",
+        "written",
+    )
     refresh_on_hit = True
 
     def __init__(self, capacity: float) -> None:
@@ -72,6 +81,7 @@ class BlockStore:
         self.capacity = float(capacity)
         self.used = 0.0
         self.reserved = 0.0  # held for blocks on their way in (restores in flight)
+        self.written = 0.0  # bytes of blocks stored (not refreshes, not refused as too big)
         self.peak = 0.0
         self.evictions = 0
         # key -> bytes, oldest first; read-only outside this class
@@ -130,6 +140,7 @@ class BlockStore:
         out_keys: list[Key] = []
         out_sizes: list[float] = []
         unfit = 0
+        written = 0.0
         for key, nbytes in zip(keys, sizes):  # lengths checked above
             if key in blocks:
                 if move is not None:
@@ -147,10 +158,12 @@ class BlockStore:
                 out_keys.append(victim)
                 out_sizes.append(size)
             blocks[key] = nbytes
+            written += nbytes
             if used > peak:
                 peak = used
         self.used = used
         self.peak = peak
+        self.written += written
         self.evictions += len(out_keys) - unfit
         return out_keys, out_sizes
 
@@ -184,6 +197,7 @@ class BlockStore:
                 self.evictions += 1
             blocks[key] = nbytes
             self.used += nbytes
+            self.written += nbytes
             held = rules.used[t] = rules.used.get(t, 0.0) + nbytes
             if held > rules.peak.get(t, 0.0):
                 rules.peak[t] = held

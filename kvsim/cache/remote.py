@@ -101,6 +101,7 @@ class RemoteStore:
         self.read_bytes = 0.0  # bytes GETs moved
         self.puts = 0  # put transfers started
         self.put_bytes = 0.0
+        self.landed_bytes = 0.0  # bytes puts stored (each server's shards, all servers)
         self.puts_dropped = 0  # block shards not stored because a put queue was full
 
     # ---- placement and lookup -------------------------------------------------------
@@ -235,6 +236,7 @@ class RemoteStore:
         """A put finished: index its shards (evicting as each server's policy says)."""
         sizes = batch.sizes
         skip = batch.skip
+        copies = self.servers if self.mirrored else 1  # server 0 stands for every server
         for server, ks in self._expand(batch).items():
             self.pending[server].difference_update(ks)
             if server in self.down:
@@ -243,7 +245,10 @@ class RemoteStore:
             if skip is not None:
                 kept = [(k, z) for k, z in zip(ks, sz) if not skip(k)]
                 ks, sz = [k for k, _ in kept], [z for _, z in kept]
-            self.stores[server].insert_many(ks, sz)
+            store = self.stores[server]
+            before = store.written
+            store.insert_many(ks, sz)
+            self.landed_bytes += (store.written - before) * copies
         for callback in batch.on_land:
             callback()
 

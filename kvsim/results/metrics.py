@@ -50,6 +50,8 @@ METRICS: dict[str, str] = {
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
     "token_source_frac": "per source (gpu, host, nvme, remote, compute): its prompt tokens / all",
     "tier_read_bytes": "bytes read per tier (GPU hits move none)",
+    "tier_write_bytes": "bytes stored into each tier over the run (not refreshes): GPU the "
+    "prompts it admits, host and NVMe their demotions, remote the puts that landed",
     "remote_get_bw": "remote bytes read / time in remote GETs after T0, over the requests "
     "that read any: the GET bandwidth achieved under the run's load",
     "remote_stalled_requests": "measured requests with a stalled remote GET",
@@ -69,6 +71,7 @@ NUMERIC = tuple(
         "load_policy",
         "token_source_frac",
         "tier_read_bytes",
+        "tier_write_bytes",
         "decisions",
         "tiers",
     }

@@ -104,6 +104,7 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
             "nvme": float(m["bytes_nvme"].sum()),
             "remote": float(m["bytes_remote"].sum()),
         },
+        "tier_write_bytes": {name: t["write_bytes"] for name, t in out.tiers.items()},
         "remote_get_bw": ratio(float(got["bytes_remote"].sum()), float(got["remote_get_s"].sum())),
         "remote_stalled_requests": int(m["stalled"].sum()),
         "remote_timeouts": int(m["timed_out"].sum()),

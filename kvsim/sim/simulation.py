@@ -293,6 +293,7 @@ class Simulation:
                 "evictions": sum(s.evictions for s in stores),
                 "demotions_in": sum(e.local.demotions[level] for e in self.engines),
                 "read_bytes": sum((e.local.read_bytes[level] for e in self.engines), 0.0),
+                "write_bytes": sum((s.written for s in stores), 0.0),
             }
         if self.remote is not None:
             r = self.remote
@@ -303,6 +304,7 @@ class Simulation:
                 "read_bytes": r.read_bytes,
                 "puts": r.puts,
                 "put_bytes": r.put_bytes,
+                "write_bytes": r.landed_bytes,
                 "puts_dropped_shards": r.puts_dropped,
                 "server_bytes": r.server_bytes(),
                 "server_busy_s": r.server_busy(),
