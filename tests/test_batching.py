@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kvsim import api
 from kvsim.config.loader import load_scenario, scenario_from_dict
 from kvsim.physics.step import Roofline, dense_pairs, expert_coverage, sparse_pairs
+from kvsim.profiles import derive
 from kvsim.sim.simulation import Simulation
 
 from conftest import examples, req, toy
@@ -97,18 +98,8 @@ def test_a_batch_that_fits_the_budget_is_one_step_of_the_roofline_time():
 def test_a_small_step_is_memory_bound():
     """Eight tokens touch ~23% of the experts; reading them and the dense weights takes
     longer than computing the tokens."""
-    m = Roofline(
-        fixed=0.0,
-        achievable_flops=7.218669e15,
-        hbm_bandwidth=64e12,
-        linear_flops_per_token=7.8e10,
-        pair_flops=5e6,
-        kv_bytes_per_token=51_168,
-        dense_weight_bytes=19e9,
-        expert_weight_bytes=725e9,
-        experts=256,
-        experts_per_token=8,
-    )
+    # the default profile's roofline (as derive.py records it), without the fixed part
+    m = Roofline(**{**derive.B300_GLM5_ROOFLINE, "fixed": 0.0}, achievable_flops=7.218669e15)
     cover = 1 - (1 - 8 / 256) ** 8
     assert cover == pytest.approx(0.224, abs=1e-3)
     want = (19e9 + 725e9 * cover + 8 * 51_168) / 64e12
