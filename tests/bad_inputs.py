@@ -215,6 +215,14 @@ CASES: list[Case] = [
     S("unknown NVMe path", "tiers:\n  nvme: {path: p2p}\n", "tiers.nvme.path", "gds"),
     S("unknown admission", "tiers:\n  host: {admission: third_hit}\n", "tiers.host.admission"),
     S("zero client bandwidth", "remote:\n  client_bandwidth: 0 GB/s\n", "remote.client_bandwidth"),
+    S(
+        "write threshold below 1",
+        "tiers:\n  host: {write_policy: write_through_selective, write_threshold: 0}\n",
+        "tiers.host.write_threshold",
+    ),
+    S("unknown write policy", "remote:\n  write_policy: write_around\n", "remote.write_policy"),
+    S("negative write queue", "tiers:\n  nvme: {write_queue: -1 GB}\n", "tiers.nvme.write_queue"),
+    S("unknown backlog rule", "tiers:\n  host: {on_backlog: spill}\n", "tiers.host.on_backlog"),
     # ---- tenancy ----
     S(
         "quota without isolation",

@@ -2,17 +2,25 @@
 
 All PCP ranks of a node hold their shards of a block in lockstep, so one index per node
 stands for all of them. The hierarchy is non-exclusive: a restore copies a block up and
-leaves the lower copy in place; a block evicted from a tier is demoted to the next enabled
-tier (refreshing it if already there) and, from the last tier, dropped. Capacities are
-never exceeded: each tier is a :class:`~kvsim.cache.eviction.BlockStore`.
+leaves the lower copy in place. How blocks reach a lower tier is that tier's write policy
+(SGLang HiCache's terms): ``write_back`` (a block evicted from the tier above is demoted
+into it, refreshing it if already there), ``write_through`` (every block stored in the tier
+above is written into it at once; evictions from above write nothing) or
+``write_through_selective`` (a block is written into it once it has been hit
+``write_threshold`` times; evictions from above write nothing). What leaves the last tier
+is dropped (or, with a remote write-back policy, handed to ``leave``). Capacities are never
+exceeded: each tier is a :class:`~kvsim.cache.eviction.BlockStore`. With ``writes`` set,
+every block stored into host or NVMe is a write on its link
+(:class:`~kvsim.cache.writes.Writes`), which may drop it when that link's queue is full.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from kvsim.cache.eviction import BlockStore, Key, SecondHit
+from kvsim.cache.writes import Writes
 
 # tier codes, fastest first (Final: compiled code inlines them)
 GPU: Final = 0
@@ -20,11 +28,33 @@ HOST: Final = 1
 NVME: Final = 2
 REMOTE: Final = 3
 
+# write policies (how blocks reach a tier from the one above)
+WRITE_POLICIES: Final = ("write_back", "write_through", "write_through_selective")
+BACK: Final = 0
+THROUGH: Final = 1
+SELECTIVE: Final = 2
+
 
 class LocalCache:
     """GPU, host and NVMe block stores of one engine (host/NVMe may be absent)."""
 
-    __slots__ = ("admission", "demotions", "gpu", "host", "nvme", "read_bytes", "tiers")
+    __slots__ = (
+        "admission",
+        "below",
+        "demotions",
+        "dropped_bytes",
+        "gpu",
+        "host",
+        "leave",
+        "nvme",
+        "policy",
+        "read_bytes",
+        "threshold",
+        "through",
+        "tiers",
+        "uses",
+        "writes",
+    )
 
     def __init__(
         self,
@@ -32,6 +62,10 @@ class LocalCache:
         host: BlockStore | None,
         nvme: BlockStore | None,
         admission: Sequence[SecondHit | None] = (None, None, None),
+        policy: Sequence[str] = ("write_back", "write_back", "write_back"),
+        threshold: Sequence[int] = (2, 2, 2),
+        writes: Writes | None = None,
+        count_uses: bool = False,
     ) -> None:
         self.gpu = gpu
         self.host = host
@@ -39,7 +73,26 @@ class LocalCache:
         self.tiers: tuple[BlockStore | None, ...] = (gpu, host, nvme)
         # per tier: None (admit all) or a second-hit filter
         self.admission: tuple[SecondHit | None, ...] = tuple(admission)
-        self.demotions = [0, 0, 0]  # blocks written into each tier by demotion
+        # per tier: how blocks reach it from the tier above, and selective's hit threshold
+        self.policy: tuple[int, ...] = tuple(WRITE_POLICIES.index(p) for p in policy)
+        self.threshold: tuple[int, ...] = tuple(threshold)
+        # per tier: the next enabled tier below it (-1: none)
+        below = [-1, -1, -1]
+        for level in (GPU, HOST):
+            for lower in range(level + 1, NVME + 1):
+                if self.tiers[lower] is not None:
+                    below[level] = lower
+                    break
+        self.below: tuple[int, ...] = tuple(below)
+        self.writes = writes  # None: writes cost nothing and are never dropped
+        # hits per block (for selective write-through), when some policy needs them
+        selective = any(p == SELECTIVE for p in self.policy)
+        self.uses: dict[Key, int] | None = {} if selective or count_uses else None
+        # blocks that leave the last tier (a remote write-back takes them), or None
+        self.leave: Callable[[Sequence[Key], Sequence[float]], None] | None = None
+        self.demotions = [0, 0, 0]  # blocks offered to each tier by demotion
+        self.through = [0, 0, 0]  # blocks offered to each tier by write-through
+        self.dropped_bytes = [0.0, 0.0, 0.0]  # not written: the tier's write queue was full
         self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
 
     def prefix_blocks(self, blocks: Sequence[Key], at_least: int = 0) -> int:
@@ -64,35 +117,84 @@ class LocalCache:
         return k if k >= at_least else -1
 
     def admit(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
-        """Make a prompt's blocks resident in GPU HBM (refreshing them), demoting what falls
-        out of each tier into the next (a second-hit GPU tier keeps only blocks it has seen
-        before; the ones it refuses go down like evicted ones)."""
-        gate = self.admission[GPU]
-        if gate is None:
-            self._demote(*self.gpu.insert_many(blocks, sizes))
-            return
-        keys, ks, refused, rs = gate.filter(blocks, sizes, self.gpu.blocks)
-        out_k, out_s = self.gpu.insert_many(keys, ks)
-        self._demote([*refused, *out_k], [*rs, *out_s])
+        """Make a prompt's blocks resident in GPU HBM (refreshing them); what falls out of
+        a tier (or a second-hit tier refuses) goes down as its lower tier's policy says."""
+        self._arrive(GPU, blocks, sizes, False)
 
     def reserve(self, nbytes: float) -> None:
-        """Hold GPU HBM for blocks on their way in (a restore in flight); what it evicts is
-        demoted like any eviction."""
-        self._demote(*self.gpu.reserve(nbytes))
+        """Hold GPU HBM for blocks on their way in (a restore in flight); what it evicts
+        goes down like any eviction."""
+        self._fall(GPU, *self.gpu.reserve(nbytes))
 
-    def _demote(self, keys: Sequence[Key], sizes: Sequence[float]) -> None:
-        """Blocks evicted from a tier go to the next one; what a second-hit tier refuses
-        falls through with what it evicts."""
-        level = HOST
-        while keys and level <= NVME:
-            store = self.tiers[level]
-            if store is not None:
-                gate = self.admission[level]
-                refused_k: list[Key] = []
-                refused_s: list[float] = []
-                if gate is not None:
-                    keys, sizes, refused_k, refused_s = gate.filter(keys, sizes, store.blocks)
+    def hit(self, blocks: Sequence[Key], src: Sequence[int]) -> None:
+        """A request uses the first ``len(src)`` of its blocks from tiers ``src``: count
+        the uses; a block hit ``write_threshold`` times is written into a selective tier
+        below the one holding it."""
+        uses = self.uses
+        if uses is None:
+            return
+        tiers, below, policy = self.tiers, self.below, self.policy
+        for key, t in zip(blocks, src):
+            n = uses[key] = uses.get(key, 0) + 1
+            if t > NVME:
+                continue
+            lower = below[t]
+            if lower < 0 or policy[lower] != SELECTIVE or n < self.threshold[lower]:
+                continue
+            store, dest = tiers[t], tiers[lower]
+            if store is not None and dest is not None and key not in dest.blocks:
+                self._arrive(lower, (key,), (store.blocks[key],), False)
+
+    def _arrive(
+        self, level: int, keys: Sequence[Key], sizes: Sequence[float], demoted: bool
+    ) -> None:
+        """Blocks stored into tier ``level`` (admitted to HBM, demoted, or written
+        through): its admission filter, its write link, its evictions."""
+        store = self.tiers[level]
+        assert store is not None
+        gate = self.admission[level]
+        refused_k: list[Key] = []
+        refused_s: list[float] = []
+        if gate is not None:
+            keys, sizes, refused_k, refused_s = gate.filter(keys, sizes, store.blocks)
+        writes = self.writes
+        if level != GPU and writes is not None and not writes.room(level):
+            held = store.blocks  # a full write queue: only refreshes go through
+            kept_k, kept_s = [], []
+            for k, sz in zip(keys, sizes):
+                if k in held:
+                    kept_k.append(k)
+                    kept_s.append(sz)
+                else:
+                    writes.dropped[level] += 1
+                    self.dropped_bytes[level] += sz
+            keys, sizes = kept_k, kept_s
+        if level != GPU:
+            if demoted:
                 self.demotions[level] += len(keys)
-                out_k, out_s = store.insert_many(keys, sizes)
-                keys, sizes = [*refused_k, *out_k], [*refused_s, *out_s]
-            level += 1
+            else:
+                self.through[level] += len(keys)
+        before = store.written
+        out_k, out_s = store.insert_many(keys, sizes)
+        if writes is not None and level != GPU and store.written > before:
+            writes.write(level, store.written - before)
+        lower = self.below[level]
+        if lower >= 0 and self.policy[lower] == THROUGH and keys:
+            self._arrive(lower, keys, sizes, False)
+        if refused_k:
+            out_k, out_s = [*refused_k, *out_k], [*refused_s, *out_s]
+        self._fall(level, out_k, out_s)
+
+    def _fall(self, level: int, keys: Sequence[Key], sizes: Sequence[float]) -> None:
+        """Blocks leaving tier ``level`` (evicted, refused, or too big for it): demoted into
+        the tier below when it is write-back; otherwise (its copy, if any, was written
+        before) gone; out of the last tier, to ``leave``."""
+        if not keys:
+            return
+        lower = self.below[level]
+        if lower < 0:
+            if self.leave is not None:
+                self.leave(keys, sizes)
+            return
+        if self.policy[lower] == BACK:
+            self._arrive(lower, keys, sizes, True)

@@ -122,12 +122,16 @@ class Node(Record):
     nvme_drive_capacity: Size = Field(description="capacity of one NVMe drive")
     nvme_read_per_drive: Bandwidth = Field(description="sequential read bandwidth per drive")
     nvme_latency: Duration = Field("80 us", description="NVMe read latency")
+    nvme_write_per_drive: Bandwidth = Field(
+        "7 GB/s", description="sequential write bandwidth per drive (host-to-NVMe demotions)"
+    )
     h2d_per_gpu: Bandwidth = Field(description="pinned host-to-GPU bandwidth per GPU")
     h2d_latency: Duration = Field("10 us", description="host-to-GPU copy latency")
     d2h_per_gpu: Bandwidth = Field(
         "25 GB/s",
-        description="GPU-to-host bandwidth of the KV store path per GPU (the engine waits for "
-        "this copy before a put, as vLLM's connector wait_for_save does)",
+        description="GPU-to-host bandwidth of the KV store path per GPU: demotions to host "
+        "and the staging copy before a put (the engine waits for that one, as vLLM's "
+        "connector wait_for_save does)",
     )
     hbm_bandwidth_per_gpu: Bandwidth | None = Field(
         None, description="HBM bandwidth per GPU (the roofline step model's memory roof)"
@@ -259,6 +263,9 @@ def _known_policy(name: str) -> str:
 EvictionName = Annotated[str, BeforeValidator(_known_policy)]
 
 
+WritePolicy = Literal["write_back", "write_through", "write_through_selective"]
+
+
 class GpuTier(Record):
     """Prefix cache in HBM (vLLM-style); hits cost nothing to load."""
 
@@ -288,6 +295,25 @@ class LocalTier(Record):
         "all",
         description="all: cache every block offered; second_hit: only one offered before "
         "(a ghost list as long as the tier holds blocks remembers first sightings)",
+    )
+    write_policy: WritePolicy = Field(
+        "write_back",
+        description="how blocks reach this tier from the one above: write_back (when "
+        "evicted there), write_through (when stored there), write_through_selective (once "
+        "hit write_threshold times)",
+    )
+    write_threshold: Bounded(2**31) = Field(
+        2, description="write_through_selective: hits before a block is written (>= 1)"
+    )
+    write_queue: Size | None = Field(
+        None,
+        description="bytes that may wait on the link that writes into this tier (null: no "
+        "bound); past it, on_backlog applies",
+    )
+    on_backlog: Literal["drop", "block"] = Field(
+        "block",
+        description="write queue full: drop (new blocks are not written; counted) or block "
+        "(the engine waits before its next step until the queue is back under the bound)",
     )
 
 
@@ -349,6 +375,15 @@ class Remote(Record):
         "all",
         description="all: store every block a request computed; second_hit: only blocks "
         "offered to the store before (a ghost list as long as the store holds blocks)",
+    )
+    write_policy: WritePolicy = Field(
+        "write_through",
+        description="when blocks are put: write_through (every prefill's blocks the store "
+        "lacks, staged from HBM), write_through_selective (only blocks hit write_threshold "
+        "times on the engine), write_back (blocks leaving the engine's last local tier)",
+    )
+    write_threshold: Bounded(2**31) = Field(
+        2, description="write_through_selective: hits before a block is put (>= 1)"
     )
     timeout: PositiveDuration | None = Field(
         None, description="client timeout on a GET; on expiry the request recomputes"

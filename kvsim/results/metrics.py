@@ -52,6 +52,12 @@ METRICS: dict[str, str] = {
     "tier_read_bytes": "bytes read per tier (GPU hits move none)",
     "tier_write_bytes": "bytes stored into each tier over the run (not refreshes): GPU the "
     "prompts it admits, host and NVMe their demotions, remote the puts that landed",
+    "tier_dropped_on_backlog": "per host/NVMe tier: blocks not written because the write "
+    "queue into it was full (on_backlog: drop)",
+    "link_utilisation": "per kind of link (h2d, d2h, nvme, nvme_write, nic_in, nic_out, "
+    "client, remote): busy_frac (mean over the links of that kind of busy time / simulated "
+    "time, warm-up included), busy_frac_max (the busiest one) and bytes moved; d2h is rank "
+    "0's GPU-to-host link, standing for every rank's",
     "remote_get_bw": "remote bytes read / time in remote GETs after T0, over the requests "
     "that read any: the GET bandwidth achieved under the run's load",
     "remote_stalled_requests": "measured requests with a stalled remote GET",
@@ -72,6 +78,8 @@ NUMERIC = tuple(
         "token_source_frac",
         "tier_read_bytes",
         "tier_write_bytes",
+        "tier_dropped_on_backlog",
+        "link_utilisation",
         "decisions",
         "tiers",
     }

@@ -105,6 +105,12 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
             "remote": float(m["bytes_remote"].sum()),
         },
         "tier_write_bytes": {name: t["write_bytes"] for name, t in out.tiers.items()},
+        "tier_dropped_on_backlog": {
+            name: t["dropped_on_backlog"]
+            for name, t in out.tiers.items()
+            if "dropped_on_backlog" in t and name != "gpu"
+        },
+        "link_utilisation": link_utilisation(out.links, out.end_time),
         "remote_get_bw": ratio(float(got["bytes_remote"].sum()), float(got["remote_get_s"].sum())),
         "remote_stalled_requests": int(m["stalled"].sum()),
         "remote_timeouts": int(m["timed_out"].sum()),
@@ -118,6 +124,24 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
     if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
         summary["tenants"] = tenant_summary(m, out, tenants)
     return summary
+
+
+def link_utilisation(links: dict[str, dict[str, float]], end: float) -> dict[str, Any]:
+    """Per kind of link (an engine's ``e3.h2d`` is kind ``h2d``, server ``remote2`` kind
+    ``remote``): the mean and largest busy fraction over the whole run, and bytes moved."""
+    kinds: dict[str, list[dict[str, float]]] = {}
+    for name, counters in links.items():
+        kind = name.split(".", 1)[1] if name.startswith("e") and "." in name else name
+        kind = "remote_group" if kind.endswith("*") else kind.rstrip("0123456789") or kind
+        kinds.setdefault(kind, []).append(counters)
+    return {
+        kind: {
+            "busy_frac": ratio(sum(c["busy_s"] for c in group), len(group) * end),
+            "busy_frac_max": ratio(max(c["busy_s"] for c in group), end),
+            "bytes": sum((c["bytes"] for c in group), 0.0),
+        }
+        for kind, group in sorted(kinds.items())
+    }
 
 
 def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[str, Any]:

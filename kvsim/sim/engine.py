@@ -46,6 +46,7 @@ from kvsim.cache.eviction import Key
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
+from kvsim.kernel.pipe import Pipe
 from kvsim.physics.step import lone_seconds
 from kvsim.sim.scheduler import Waiting
 from kvsim.sim.shared import Shared
@@ -345,6 +346,7 @@ class Engine:
         nic_in: Link,
         nic_out: Link,
         client: Link,
+        d2h: Pipe,
     ) -> None:
         self.ctx = ctx
         self.env = ctx.env
@@ -355,6 +357,7 @@ class Engine:
         self.nic_in = nic_in
         self.nic_out = nic_out
         self.client = client  # the NIC and PCIe of the rank that issues an unsharded GET
+        self.d2h = d2h  # rank 0's GPU-to-host link: demotions to host and staging copies
         # an NVMe restore: GPUDirect Storage straight into HBM, or the drives into a host
         # bounce buffer, then host to GPU
         self.nvme_path: tuple[Link, ...] = ()
@@ -384,6 +387,8 @@ class Engine:
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
         self._queue_t = 0.0
         self._wake: simpy.Event | None = None
+        if ctx.put_policy == 2:
+            local.leave = self._put_back
         self.process = self.env.process(self._loop())
 
     # ---- queue -----------------------------------------------------------------------
@@ -469,6 +474,12 @@ class Engine:
                 if not self.up or not (self.running or self.waiting):
                     self._wake = env.event()
                     yield self._wake
+                    continue
+                writes = self.local.writes
+                wait = writes.stall() if writes is not None else 0.0
+                if wait > 0:  # a full write queue that blocks: let it drain first
+                    self._hold(env.now, env.now + wait)
+                    yield env.timeout(wait)
                     continue
                 step_start = env.now
                 batch, lookups = self._form()
@@ -660,23 +671,27 @@ class Engine:
         self.busy += sm
         self.gpu_spans.append(end - sm)
         self.gpu_spans.append(end)
-        # staging of the blocks the remote store lacks, for requests this step finishes
+        # staging of the blocks the remote store lacks, for requests this step finishes:
+        # a copy on rank 0's GPU-to-host link, in line behind the demotions queued there
         stage = 0.0
-        if ctx.remote is not None and ctx.max_pending_puts:
+        if ctx.remote is not None and ctx.max_pending_puts and ctx.put_policy != 2:
             for job, n in batch:
                 if job.done + n >= job.req.input_tokens - job.cached:
                     job.puts = self._stage(job)
                     stage += job.puts.total_bytes()
-            stage /= ctx.stage_bandwidth
         if stage <= 0:
             return end, end
-        if ctx.layerwise:  # stores of layer l overlap compute of layer l+1
-            stage_end = compute_start + max(c, stage) + min(c, stage) / L
+        d2h = self.d2h
+        share = ctx.stage_share
+        alone = stage * share / d2h.bandwidth
+        if ctx.layerwise:  # layer l is stored while layer l+1 computes
+            copied = d2h.send(compute_start + c / L, stage, share)
+            stage_end = max(copied, end + alone / L)
         else:
-            stage_end = end + stage
-        stage_end = max(stage_end, end)
-        self.copy_spans.append(stage_end - stage)
-        self.copy_spans.append(stage_end)
+            copied = d2h.send(end, stage, share)
+            stage_end = copied
+        self.copy_spans.append(copied - alone)
+        self.copy_spans.append(copied)
         return end, stage_end
 
     def _regrow(self, batch: list[tuple[Job, int]]) -> None:
@@ -748,6 +763,8 @@ class Engine:
         self._account(job, src)
         if lower and job.decision in ("gpu", "cold"):
             job.decision = "skipped"  # the policy chose to recompute what a lower tier held
+        if local.uses is not None:
+            local.hit(blocks, src)
         # a hit refreshes the blocks in their tiers (a run of blocks from one tier at once)
         stores = (gpu, host, nvme, remote)
         n = len(src)
@@ -861,12 +878,37 @@ class Engine:
         ctx = self.ctx
         keys: Sequence[Key] = job.keys
         sizes = job.sizes = ctx.block_sizes(job.req)
+        if ctx.put_policy == 1:  # selective: only blocks hit often enough on this engine
+            uses = self.local.uses
+            assert uses is not None
+            least = ctx.put_threshold
+            hot = [i for i, k in enumerate(keys) if uses.get(k, 0) >= least]
+            keys, sizes = [keys[i] for i in hot], [sizes[i] for i in hot]
         gate = ctx.remote_admission
         if gate is not None:  # second hit: store only blocks offered before
             keys, sizes, _, _ = gate.filter(keys, sizes, remote)
         batch = remote.missing(keys, sizes)
         remote.reserve(batch)
         return batch
+
+    def _put_back(self, keys: Sequence[Key], sizes: Sequence[float]) -> None:
+        """Remote write-back: blocks leaving the last local tier are put (when the store
+        lacks them); leaving HBM itself (no lower tier), they are copied out first, on the
+        GPU-to-host link in the background."""
+        ctx = self.ctx
+        remote = ctx.remote
+        if remote is None or not ctx.max_pending_puts or not self.up:
+            return
+        gate = ctx.remote_admission
+        if gate is not None:
+            keys, sizes, _, _ = gate.filter(keys, sizes, remote)
+        batch = remote.missing(keys, sizes)
+        if not batch:
+            return
+        remote.reserve(batch)
+        if self.local.below[GPU] < 0:
+            self.d2h.send(self.env.now, batch.total_bytes(), ctx.stage_share)
+        self._put(batch)
 
     def _finish(self, job: Job) -> None:
         ctx = self.ctx

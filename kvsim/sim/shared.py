@@ -74,7 +74,14 @@ class Shared:
         self.nvme_gds: bool = tiers.nvme.path == "gds"
         self.remote_admission: SecondHit | None = None
         self.max_pending_puts: int = rc.max_pending_puts
-        self.stage_bandwidth: float = 1.0
+        # remote write policy: 0 write-through, 1 selective (hot blocks only), 2 write-back
+        self.put_policy: int = (
+            ("write_through", "write_through_selective", "write_back").index(rc.write_policy)
+            if rc.enabled
+            else 0
+        )
+        self.put_threshold: int = rc.write_threshold
+        self.stage_share: float = 1.0  # part of a staging copy rank 0's D2H link carries
         self._op_factor = 0.0
         self._op_bytes = 1.0
         self._stall_rng = stream(sc.seed, "stalls")
@@ -92,7 +99,7 @@ class Shared:
         self._op_factor = op_factor
         # unsharded: one rank saves everything through its own link (LMCache's MLA
         # default); per rank: every rank copies its shard in parallel
-        self.stage_bandwidth = self.scenario.node.d2h_per_gpu * remote.shards
+        self.stage_share = 1.0 / remote.shards
 
     def admission(self, kind: str, capacity: float) -> SecondHit | None:
         """A tier's admission filter: None (admit all), or second-hit with a ghost list as

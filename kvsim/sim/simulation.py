@@ -22,9 +22,11 @@ import simpy
 from kvsim.cache.eviction import Key, make_store
 from kvsim.cache.local import HOST, NVME, LocalCache
 from kvsim.cache.remote import RemoteStore
+from kvsim.cache.writes import Writes
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric
+from kvsim.kernel.pipe import Pipe
 from kvsim.sim import faults
 from kvsim.sim.engine import Engine, Job
 from kvsim.sim.router import make_router
@@ -99,7 +101,17 @@ class Simulation:
         order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
         if sorted(order) != list(range(sc.cluster.engines)):
             raise ValueError("engine_order must list every engine once")
+        self.pipes: list[Pipe] = []  # write links, served in order (not fabric links)
         for i in order:
+            link = self.fabric.link
+            # rank 0's GPU-to-host link stands for every rank's (each copies its shard)
+            d2h = Pipe(f"e{i}.d2h", node.d2h_per_gpu)
+            nvme_write = (
+                Pipe(f"e{i}.nvme_write", node.nvme_write_per_drive * node.nvme_drives)
+                if tiers.nvme.enabled
+                else None
+            )
+            self.pipes += [d2h] if nvme_write is None else [d2h, nvme_write]
             local = LocalCache(
                 make_store(tiers.gpu.eviction, tiers.gpu.capacity),
                 make_store(tiers.host.eviction, tiers.host.capacity)
@@ -112,8 +124,20 @@ class Simulation:
                     ctx.admission(t.admission, t.capacity)
                     for t in (tiers.gpu, tiers.host, tiers.nvme)
                 ],
+                ("write_back", tiers.host.write_policy, tiers.nvme.write_policy),
+                (1, tiers.host.write_threshold, tiers.nvme.write_threshold),
+                Writes(
+                    lambda: self.env.now,
+                    d2h,
+                    nvme_write,
+                    node.gpus,
+                    tiers.host.enabled,
+                    ctx.nvme_gds,
+                    (None, tiers.host.write_queue, tiers.nvme.write_queue),
+                    (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
+                ),
+                count_uses=ctx.put_policy == 1,
             )
-            link = self.fabric.link
             h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
             nvme = (
                 link(f"e{i}.nvme", node.nvme_read_per_drive * node.nvme_drives, node.nvme_latency)
@@ -124,7 +148,7 @@ class Simulation:
             nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
             # one rank's own path (its NIC and its PCIe link): an unsharded GET's client
             client = link(f"e{i}.client", min(node.nic_per_gpu, node.h2d_per_gpu))
-            self.engines.append(Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client))
+            self.engines.append(Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client, d2h))
         self.engines.sort(key=lambda e: e.index)
         ctx.engines = self.engines
         self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
@@ -292,6 +316,14 @@ class Simulation:
                 "blocks": sum(len(s) for s in stores),
                 "evictions": sum(s.evictions for s in stores),
                 "demotions_in": sum(e.local.demotions[level] for e in self.engines),
+                "written_through_in": sum(e.local.through[level] for e in self.engines),
+                "dropped_on_backlog": sum(
+                    e.local.writes.dropped[level] if e.local.writes is not None else 0
+                    for e in self.engines
+                ),
+                "dropped_on_backlog_bytes": sum(
+                    (e.local.dropped_bytes[level] for e in self.engines), 0.0
+                ),
                 "read_bytes": sum((e.local.read_bytes[level] for e in self.engines), 0.0),
                 "write_bytes": sum((s.written for s in stores), 0.0),
             }
@@ -313,6 +345,8 @@ class Simulation:
             name: {"bytes": link.bytes, "busy_s": link.busy_time}
             for name, link in self.fabric.links.items()
         }
+        for pipe in self.pipes:  # busy until its last queued write, which may be past `end`
+            links[pipe.name] = {"bytes": pipe.bytes, "busy_s": pipe.busy_time}
         activity = [
             {
                 "steps": e.step_spans,

@@ -1,0 +1,101 @@
+"""The write side of one engine's local tiers: which links a write crosses, its queue.
+
+Every block stored into host DRAM or NVMe is a write on a link (docs/data-path.md):
+
+- into host: the node's GPU-to-host (D2H) copy path, rank 0's link standing for all (every
+  rank copies its own shard at once), shared with the staging copy before a remote put;
+- into NVMe: the drives' write bandwidth (striped over the drives); when there is no host
+  tier the blocks leave HBM too: through a host bounce buffer (D2H, then the drives) or,
+  with GPUDirect Storage, straight to the drives.
+
+Each link is a :class:`~kvsim.kernel.pipe.Pipe` (served in order). A tier's
+``write_queue`` bounds the bytes waiting on the link that writes into it; when it is
+over, ``on_backlog`` decides: ``drop`` (the blocks are not written and are counted) or
+``block`` (the engine waits before its next step until the queue is back under the bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kvsim.kernel.pipe import Pipe
+
+HOST = 1  # tier codes (as kvsim.cache.local; repeated to keep this module's imports light)
+NVME = 2
+
+
+class Writes:
+    """One engine's write links, write-queue bounds and drop counters."""
+
+    __slots__ = ("blocks", "clock", "d2h", "dropped", "gds", "host", "limit", "nvme", "ranks")
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        d2h: Pipe,
+        nvme: Pipe | None,
+        ranks: int,
+        host: bool,
+        gds: bool,
+        queues: Sequence[float | None] = (None, None, None),
+        block: Sequence[bool] = (False, False, False),
+    ) -> None:
+        self.clock = clock
+        self.d2h = d2h  # rank 0's GPU-to-host link
+        self.nvme = nvme  # the drives' write bandwidth
+        self.ranks = ranks  # ranks that copy their shards of a block in parallel
+        self.host = host  # a host tier exists (NVMe writes come from host memory)
+        self.gds = gds
+        # per tier: the write queue as seconds of work on its link (None: unbounded), and
+        # whether a full queue blocks the engine (else new writes are dropped)
+        self.limit: list[float | None] = [None, None, None]
+        self.blocks = [False, False, False]
+        for level, q in ((HOST, queues[HOST]), (NVME, queues[NVME])):
+            if q is not None:
+                self.limit[level] = q / self._bandwidth(level)
+                self.blocks[level] = block[level]
+        self.dropped = [0, 0, 0]  # blocks not written because the queue was full (drop)
+
+    def _bandwidth(self, level: int) -> float:
+        """The tier's write bandwidth in node bytes/s."""
+        if level == HOST or self.nvme is None:
+            return self.d2h.bandwidth * self.ranks
+        return self.nvme.bandwidth
+
+    def _pipe(self, level: int) -> Pipe:
+        return self.nvme if level == NVME and self.nvme is not None else self.d2h
+
+    def room(self, level: int) -> bool:
+        """False when writes into the tier are to be dropped: its queue is over its bound
+        and it drops on backlog."""
+        limit = self.limit[level]
+        if limit is None or self.blocks[level]:
+            return True
+        return self._pipe(level).backlog(self.clock()) <= limit
+
+    def write(self, level: int, nbytes: float) -> None:
+        """Queue the write of ``nbytes`` into tier ``level`` (a background copy)."""
+        now = self.clock()
+        if level == HOST:
+            self.d2h.send(now, nbytes, 1.0 / self.ranks)
+            return
+        nvme = self.nvme
+        assert nvme is not None
+        if self.host or self.gds:
+            nvme.send(now, nbytes)
+        else:  # from HBM through a host bounce buffer
+            nvme.send(self.d2h.send(now, nbytes, 1.0 / self.ranks), nbytes)
+
+    def stall(self) -> float:
+        """Seconds the engine must wait for its blocking queues to fall back under their
+        bounds (0 when none is over by more than a nanosecond)."""
+        now = self.clock()
+        wait = 0.0
+        for level in (HOST, NVME):
+            limit = self.limit[level]
+            if limit is not None and self.blocks[level]:
+                over = self._pipe(level).backlog(now) - limit
+                if over > wait:
+                    wait = over
+        # under a nanosecond is rounding left by the last wait, not a queue to drain
+        return wait if wait > 1e-9 else 0.0
