@@ -223,6 +223,24 @@ CASES: list[Case] = [
     S("unknown write policy", "remote:\n  write_policy: write_around\n", "remote.write_policy"),
     S("negative write queue", "tiers:\n  nvme: {write_queue: -1 GB}\n", "tiers.nvme.write_queue"),
     S("unknown backlog rule", "tiers:\n  host: {on_backlog: spill}\n", "tiers.host.on_backlog"),
+    S(
+        "prefetch into a disabled host tier",
+        "tiers:\n  host: {enabled: false}\nprefetch: {policy: best_effort}\n",
+        "prefetch.policy",
+        "host tier is disabled",
+    ),
+    S("prefetch timeout missing", "prefetch: {policy: timeout}\n", "prefetch.timeout"),
+    S(
+        "codec ratio above 1",
+        "tiers:\n  host:\n    codec: {ratio: 1.5, encode_bandwidth: 10 GB/s, "
+        "decode_bandwidth: 10 GB/s}\n",
+        "tiers.host.codec.ratio",
+    ),
+    S(
+        "codec ratio of 0",
+        "remote:\n  codec: {ratio: 0, encode_bandwidth: 10 GB/s, decode_bandwidth: 10 GB/s}\n",
+        "remote.codec.ratio",
+    ),
     # ---- tenancy ----
     S(
         "quota without isolation",

@@ -41,12 +41,25 @@ BASE: dict[str, Any] = {
     "seed": 1,
     "run": {"warmup": "1 s", "max_time": "600 s"},
     "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
+    "node": {"nvme_write_per_drive": "7 GB/s"},
     "tiers": {
         "gpu": {"capacity": "40 GB"},
-        "host": {"capacity": "120 GB", "t0": "1 ms"},
-        "nvme": {"capacity": "400 GB"},
+        "host": {"capacity": "120 GB", "t0": "1 ms", "write_queue": "1 GB", "on_backlog": "drop"},
+        "nvme": {
+            "capacity": "400 GB",
+            "write_policy": "write_through_selective",
+            "write_threshold": 2,
+            "codec": {"ratio": 0.5, "encode_bandwidth": "20 GB/s", "decode_bandwidth": "40 GB/s"},
+        },
     },
-    "remote": {"servers": 8, "sharding": "per_rank", "timeout": "2 s", "bandwidth": "10 GB/s"},
+    "remote": {
+        "servers": 8,
+        "sharding": "per_rank",
+        "timeout": "2 s",
+        "bandwidth": "10 GB/s",
+        "write_policy": "write_back",
+    },
+    "prefetch": {"policy": "timeout", "timeout": "50 ms", "on_session": True},
     "faults": [{"kind": "server_down", "server": 1, "at": "5 s", "until": "8 s"}],
     "tenancy": {"isolation": "tenant", "ttl": "60 s"},
     "workload": {

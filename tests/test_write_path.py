@@ -182,14 +182,16 @@ def test_remote_write_through_selective_puts_only_hot_blocks():
     host_mb=st.sampled_from([0.2, 1]),
     queue=st.sampled_from([None, "0.05 MB"]),
     mode=st.sampled_from(["drop", "block"]),
+    prefetch=st.sampled_from(["none", "best_effort", "wait_complete"]),
 )
 def test_bytes_written_to_a_tier_are_the_bytes_its_write_link_carried(
-    spec, host_policy, nvme_policy, remote_policy, gpu_mb, host_mb, queue, mode
+    spec, host_policy, nvme_policy, remote_policy, gpu_mb, host_mb, queue, mode, prefetch
 ):
-    """Two independent counts: what each store says it stored, and what the write links
-    carried. Host's stored bytes plus the staging copies (the remote store's put bytes
-    under write-through policies) are the GPU-to-host link's bytes; NVMe's stored bytes
-    are the drives' write bytes; the remote store's landed bytes never exceed its puts."""
+    """Two independent counts: what each store says it stored, and what the links carried.
+    Host's stored bytes less what prefetches brought, plus the staging copies (the remote
+    store's put bytes under write-through policies), are the GPU-to-host link's bytes;
+    prefetches moved no more than the NVMe and NIC links carried; NVMe's stored bytes are
+    the drives' write bytes; the remote store's landed bytes never exceed its puts."""
     reqs = []
     for i, (tokens, family) in enumerate(spec):
         n = -(-tokens // 100)
@@ -217,13 +219,123 @@ def test_bytes_written_to_a_tier_are_the_bytes_its_write_link_carried(
             },
         },
         remote={"enabled": True, "write_policy": remote_policy, "write_threshold": 1},
+        prefetch={"policy": prefetch},
     )
     res = api.run(sc, requests=reqs)
     s = res.summary
     written, links, tiers = s["tier_write_bytes"], s["link_utilisation"], s["tiers"]
     staged = tiers["remote"]["put_bytes"] if remote_policy != "write_back" else 0.0
-    assert links["d2h"]["bytes"] == pytest.approx(written["host"] + staged)
+    # host: demotions and write-throughs (over d2h) + prefetches (over the sources' links)
+    fetched = tiers["host"]["prefetched_bytes_in"]
+    assert links["d2h"]["bytes"] == pytest.approx(written["host"] - fetched + staged)
+    assert fetched <= links["nvme"]["bytes"] + links["nic_in"]["bytes"] + 1e-6
     assert links["nvme_write"]["bytes"] == pytest.approx(written["nvme"])
     assert written["remote"] <= tiers["remote"]["put_bytes"] + 1e-6
     if queue is None or mode == "block":
         assert s["tier_dropped_on_backlog"] == {"host": 0, "nvme": 0}
+
+
+def prefetch_ttft(policy: str, busy: bool = False, **prefetch) -> float:
+    """A's ten blocks (1 MB) sink to NVMe (host holds 1 MB, and B pushes A out); at 20 s
+    C asks for A's prompt again. The drives read 4 MB/s: C's 1 MB takes 0.25 s to fetch
+    into host (or, with no prefetch, 0.24975 s to restore its 999 tokens directly); host
+    to HBM is 50 GB/s; computing one token takes 0.1 s, 1,000 tokens 1.099 s."""
+    sc = toy(
+        node={**ONE_GPU, "nvme_drives": 1, "nvme_read_per_drive": "4 MB/s"},
+        tiers={
+            "host": {"enabled": True, "capacity": "1 MB", "t0": "0 s"},
+            "nvme": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
+        },
+        prefetch={"policy": policy, **prefetch},
+    )
+    a, b = list(range(10)), list(range(10, 20))
+    reqs = [req(0, 0.0, 1000, a), req(1, 5.0, 1000, b)]
+    if busy:  # D keeps the engine busy from 19 s until 20.099 s
+        reqs.append(req(3, 19.0, 1000, range(30, 40)))
+    reqs.append(req(2, 20.0, 1000, a))
+    res = api.run(sc, requests=reqs)
+    return rows(res)[2].ttft_s
+
+
+def test_prefetch_wait_complete_against_best_effort():
+    h2d = 0.999e6 / 50e9  # the 999 cached tokens from host into HBM
+    assert prefetch_ttft("none") == pytest.approx(0.24975 + 0.1)
+    # C waits for its prefetch, then restores from host
+    assert prefetch_ttft("wait_complete") == pytest.approx(0.25 + h2d + 0.1)
+    # the engine is idle when C arrives: best effort takes what has arrived (nothing)
+    assert prefetch_ttft("best_effort") == pytest.approx(1.099)
+    # D (arrived at 19 s) keeps the engine busy until 20.099 s: by then the prefetch has
+    # moved 0.099 s x 4 MB/s = 0.396 MB, so three whole blocks land; C restores them and
+    # computes 700 tokens (0.799 s)
+    ttft = prefetch_ttft("best_effort", busy=True)
+    assert ttft == pytest.approx(0.099 + 0.3e6 / 50e9 + 0.1 + 0.699)
+
+
+def test_prefetch_timeout_goes_with_what_has_arrived():
+    """After 0.1 s, 40% of the 1 MB has moved: four blocks land in host, C restores them
+    and computes the other 600 tokens (0.699 s)."""
+    ttft = prefetch_ttft("timeout", timeout="100 ms")
+    assert ttft == pytest.approx(0.1 + 0.4e6 / 50e9 + 0.699)
+    # a timeout longer than the fetch is wait_complete
+    assert prefetch_ttft("timeout", timeout="1 s") == pytest.approx(prefetch_ttft("wait_complete"))
+
+
+def test_prefetch_on_session_brings_a_turns_kv_up_to_host():
+    """A 2 MB turn leaves its first ten blocks in NVMe (host holds 1 MB): at the turn's
+    end they are fetched back into host, 1 MB over the drives' read link."""
+    from kvsim.workload.request import Request
+
+    sc = toy(
+        node={**ONE_GPU, "nvme_drives": 1, "nvme_read_per_drive": "4 MB/s"},
+        tiers={
+            "host": {"enabled": True, "capacity": "1 MB", "t0": "0 s"},
+            "nvme": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
+        },
+        prefetch={"on_session": True},
+    )
+    turn = Request(0, 0.0, 2000, 1, tuple(range(20)), session=7, last_turn=False)
+    res = api.run(sc, requests=[turn])
+    host = res.summary["tiers"]["host"]
+    assert host["prefetched_bytes_in"] == pytest.approx(1e6)
+    assert res.summary["link_utilisation"]["nvme"]["bytes"] == pytest.approx(1e6)
+
+
+def codec_restore(codec: dict | None):
+    """A (1 MB) falls to host; B reads its 999 tokens back over a 1 MB/s host link."""
+    host = {"enabled": True, "capacity": "1 GB", "t0": "0 s"}
+    if codec is not None:
+        host["codec"] = codec
+    sc = toy(node={**ONE_GPU, "h2d_per_gpu": "1 MB/s"}, tiers={"host": host})
+    reqs = [req(0, 0.0, 1000, range(10)), req(1, 10.0, 1000, range(10))]
+    res = api.run(sc, requests=reqs)
+    return rows(res)[1], res.summary
+
+
+def test_a_codec_halves_the_bytes_and_adds_its_decode_time():
+    plain, s0 = codec_restore(None)
+    assert plain.ttft_s == pytest.approx(0.999 + 0.1)
+    half = {"ratio": 0.5, "encode_bandwidth": "1 GB/s", "decode_bandwidth": "10 MB/s"}
+    row, s = codec_restore(half)
+    # 0.4995 MB over 1 MB/s, then 0.999 MB of raw KV decoded at 10 MB/s, then one token
+    assert row.bytes_host == pytest.approx(0.4995e6)
+    assert row.load_host_s == pytest.approx(0.4995 + 0.0999)
+    assert row.ttft_s == pytest.approx(0.4995 + 0.0999 + 0.1)
+    assert s["tier_write_bytes"]["host"] == pytest.approx(0.5e6)
+    assert s0["tier_write_bytes"]["host"] == pytest.approx(1e6)
+    # decoding on the GPU is GPU work; on the CPU it is not
+    cpu_row, cpu = codec_restore({**half, "on": "cpu"})
+    assert cpu_row.ttft_s == pytest.approx(row.ttft_s)
+    span = s["duration_s"]
+    assert (s["gpu_busy_frac"] - cpu["gpu_busy_frac"]) * span == pytest.approx(0.0999)
+
+
+def test_a_remote_codec_encodes_before_the_staging_copy():
+    """1 MB of raw KV encoded at 4 MB/s (0.25 s), then 0.5 MB copied at 1 MB/s (0.5 s)."""
+    codec = {"ratio": 0.5, "encode_bandwidth": "4 MB/s", "decode_bandwidth": "1 GB/s"}
+    sc = toy(
+        node={**ONE_GPU, "d2h_per_gpu": "1 MB/s"},
+        remote={"enabled": True, "codec": codec},
+    )
+    res = api.run(sc, requests=[req(0, 0.0, 1000, range(10))])
+    assert rows(res)[0].store_s == pytest.approx(0.75)
+    assert res.summary["tier_write_bytes"]["remote"] == pytest.approx(0.5e6)

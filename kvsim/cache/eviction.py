@@ -216,6 +216,18 @@ class BlockStore:
         out_keys: list[Key] = []
         out_sizes: list[float] = []
         blocks = self.blocks
+        if self.rules is None:  # the oldest first, as insert_many evicts
+            pop = blocks.popitem
+            limit = self.capacity - self.reserved
+            used = self.used
+            while blocks and used > limit:
+                victim, size = pop(False)
+                used -= size
+                out_keys.append(victim)
+                out_sizes.append(size)
+            self.used = used
+            self.evictions += len(out_keys)
+            return out_keys, out_sizes
         while blocks and self.used + self.reserved > self.capacity:
             victim = next(iter(blocks))
             out_keys.append(victim)

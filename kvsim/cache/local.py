@@ -33,6 +33,11 @@ WRITE_POLICIES: Final = ("write_back", "write_through", "write_through_selective
 BACK: Final = 0
 THROUGH: Final = 1
 SELECTIVE: Final = 2
+# why blocks arrive in a tier
+BY_ADMISSION: Final = 0  # computed or restored into HBM
+BY_DEMOTION: Final = 1
+BY_WRITE_THROUGH: Final = 2  # written through (or selectively)
+BY_PREFETCH: Final = 3  # from NVMe or remote (it crossed their links, not D2H)
 
 
 class LocalCache:
@@ -43,11 +48,13 @@ class LocalCache:
         "below",
         "demotions",
         "dropped_bytes",
+        "fetched",
         "gpu",
         "host",
         "leave",
         "nvme",
         "policy",
+        "ratio",
         "read_bytes",
         "threshold",
         "through",
@@ -66,6 +73,7 @@ class LocalCache:
         threshold: Sequence[int] = (2, 2, 2),
         writes: Writes | None = None,
         count_uses: bool = False,
+        ratio: Sequence[float] = (1.0, 1.0, 1.0),
     ) -> None:
         self.gpu = gpu
         self.host = host
@@ -85,6 +93,9 @@ class LocalCache:
                     break
         self.below: tuple[int, ...] = tuple(below)
         self.writes = writes  # None: writes cost nothing and are never dropped
+        # per tier: stored bytes / raw bytes (a codec); block sizes passed in and out of
+        # this class are raw, each store holds its own (compressed) sizes
+        self.ratio: tuple[float, ...] = tuple(ratio)
         # hits per block (for selective write-through), when some policy needs them
         selective = any(p == SELECTIVE for p in self.policy)
         self.uses: dict[Key, int] | None = {} if selective or count_uses else None
@@ -92,6 +103,7 @@ class LocalCache:
         self.leave: Callable[[Sequence[Key], Sequence[float]], None] | None = None
         self.demotions = [0, 0, 0]  # blocks offered to each tier by demotion
         self.through = [0, 0, 0]  # blocks offered to each tier by write-through
+        self.fetched = [0.0, 0.0, 0.0]  # bytes stored into each tier by prefetches
         self.dropped_bytes = [0.0, 0.0, 0.0]  # not written: the tier's write queue was full
         self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
 
@@ -119,7 +131,12 @@ class LocalCache:
     def admit(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
         """Make a prompt's blocks resident in GPU HBM (refreshing them); what falls out of
         a tier (or a second-hit tier refuses) goes down as its lower tier's policy says."""
-        self._arrive(GPU, blocks, sizes, False)
+        self._arrive(GPU, blocks, sizes, BY_ADMISSION)
+
+    def prefetched(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
+        """Blocks a prefetch brought into host memory (their links were the sources')."""
+        if self.host is not None:
+            self._arrive(HOST, blocks, sizes, BY_PREFETCH)
 
     def reserve(self, nbytes: float) -> None:
         """Hold GPU HBM for blocks on their way in (a restore in flight); what it evicts
@@ -143,13 +160,12 @@ class LocalCache:
                 continue
             store, dest = tiers[t], tiers[lower]
             if store is not None and dest is not None and key not in dest.blocks:
-                self._arrive(lower, (key,), (store.blocks[key],), False)
+                raw = store.blocks[key] / self.ratio[t]
+                self._arrive(lower, (key,), (raw,), BY_WRITE_THROUGH)
 
-    def _arrive(
-        self, level: int, keys: Sequence[Key], sizes: Sequence[float], demoted: bool
-    ) -> None:
-        """Blocks stored into tier ``level`` (admitted to HBM, demoted, or written
-        through): its admission filter, its write link, its evictions."""
+    def _arrive(self, level: int, keys: Sequence[Key], sizes: Sequence[float], cause: int) -> None:
+        """Blocks stored into tier ``level`` (``cause``: admitted to HBM, demoted, written
+        through, prefetched): its admission filter, its write link, its evictions."""
         store = self.tiers[level]
         assert store is not None
         gate = self.admission[level]
@@ -158,7 +174,12 @@ class LocalCache:
         if gate is not None:
             keys, sizes, refused_k, refused_s = gate.filter(keys, sizes, store.blocks)
         writes = self.writes
-        if level != GPU and writes is not None and not writes.room(level):
+        if (
+            writes is not None
+            and writes.drops[level]
+            and cause != BY_PREFETCH
+            and not writes.room(level)
+        ):
             held = store.blocks  # a full write queue: only refreshes go through
             kept_k, kept_s = [], []
             for k, sz in zip(keys, sizes):
@@ -167,20 +188,28 @@ class LocalCache:
                     kept_s.append(sz)
                 else:
                     writes.dropped[level] += 1
-                    self.dropped_bytes[level] += sz
+                    self.dropped_bytes[level] += sz * self.ratio[level]
             keys, sizes = kept_k, kept_s
-        if level != GPU:
-            if demoted:
-                self.demotions[level] += len(keys)
-            else:
-                self.through[level] += len(keys)
+        if cause == BY_DEMOTION:
+            self.demotions[level] += len(keys)
+        elif cause == BY_WRITE_THROUGH:
+            self.through[level] += len(keys)
+        raw = sizes
+        r = self.ratio[level]
+        if r != 1.0:  # the tier's codec: it stores (and its links move) fewer bytes
+            sizes = [x * r for x in sizes]
         before = store.written
         out_k, out_s = store.insert_many(keys, sizes)
-        if writes is not None and level != GPU and store.written > before:
-            writes.write(level, store.written - before)
+        if r != 1.0:
+            out_s = [x / r for x in out_s]
+        if store.written > before and level != GPU:
+            if cause == BY_PREFETCH:
+                self.fetched[level] += store.written - before
+            elif writes is not None:
+                writes.write(level, store.written - before)
         lower = self.below[level]
         if lower >= 0 and self.policy[lower] == THROUGH and keys:
-            self._arrive(lower, keys, sizes, False)
+            self._arrive(lower, keys, raw, BY_WRITE_THROUGH)
         if refused_k:
             out_k, out_s = [*refused_k, *out_k], [*refused_s, *out_s]
         self._fall(level, out_k, out_s)
@@ -197,4 +226,4 @@ class LocalCache:
                 self.leave(keys, sizes)
             return
         if self.policy[lower] == BACK:
-            self._arrive(lower, keys, sizes, True)
+            self._arrive(lower, keys, sizes, BY_DEMOTION)

@@ -206,6 +206,20 @@ class RemoteStore:
                 keys[0] = ks
                 out[0] = ss
             return Batch(keys, out, True, n)
+        if S == 1:  # whole blocks (unsharded): a block's key is its one shard's key
+            for b, size in zip(blocks, sizes):
+                server = cast(int, b) % n
+                if server in down:
+                    continue  # a lost server takes no writes
+                if b not in stores[server].blocks and b not in pending[server]:
+                    got = keys.get(server)
+                    if got is None:
+                        keys[server] = [b]
+                        out[server] = [size]
+                    else:
+                        got.append(b)
+                        out[server].append(size)
+            return Batch(keys, out, False, n)
         for b, size in zip(blocks, sizes):
             part = size / S
             base = cast(int, b) * S

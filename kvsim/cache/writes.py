@@ -27,7 +27,20 @@ NVME = 2
 class Writes:
     """One engine's write links, write-queue bounds and drop counters."""
 
-    __slots__ = ("blocks", "clock", "d2h", "dropped", "gds", "host", "limit", "nvme", "ranks")
+    __slots__ = (
+        "blocking",
+        "blocks",
+        "clock",
+        "d2h",
+        "dropped",
+        "drops",
+        "encode",
+        "gds",
+        "host",
+        "limit",
+        "nvme",
+        "ranks",
+    )
 
     def __init__(
         self,
@@ -39,6 +52,7 @@ class Writes:
         gds: bool,
         queues: Sequence[float | None] = (None, None, None),
         block: Sequence[bool] = (False, False, False),
+        encode: Sequence[float] = (0.0, 0.0, 0.0),
     ) -> None:
         self.clock = clock
         self.d2h = d2h  # rank 0's GPU-to-host link
@@ -54,7 +68,12 @@ class Writes:
             if q is not None:
                 self.limit[level] = q / self._bandwidth(level)
                 self.blocks[level] = block[level]
+        self.blocking = any(self.blocks)  # some full queue makes the engine wait
+        # per tier: a bounded queue that drops (room() can say no)
+        self.drops = [q is not None and not b for q, b in zip(self.limit, self.blocks)]
         self.dropped = [0, 0, 0]  # blocks not written because the queue was full (drop)
+        # per tier: seconds of encoding per byte stored (its codec), before the copy
+        self.encode: list[float] = list(encode)
 
     def _bandwidth(self, level: int) -> float:
         """The tier's write bandwidth in node bytes/s."""
@@ -74,8 +93,9 @@ class Writes:
         return self._pipe(level).backlog(self.clock()) <= limit
 
     def write(self, level: int, nbytes: float) -> None:
-        """Queue the write of ``nbytes`` into tier ``level`` (a background copy)."""
-        now = self.clock()
+        """Queue the write of ``nbytes`` (as stored) into tier ``level`` (a background copy,
+        ready once encoded when the tier has a codec)."""
+        now = self.clock() + nbytes * self.encode[level]
         if level == HOST:
             self.d2h.send(now, nbytes, 1.0 / self.ranks)
             return

@@ -266,6 +266,20 @@ EvictionName = Annotated[str, BeforeValidator(_known_policy)]
 WritePolicy = Literal["write_back", "write_through", "write_through_selective"]
 
 
+class Codec(Record):
+    """KV compression for a tier (CacheGen-like, or FP8 -> FP4): stored and moved bytes
+    shrink; encoding is paid on each write into the tier, decoding on each restore."""
+
+    ratio: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="stored bytes / raw bytes (0.5 halves them; above 1 or 0 is refused)"
+    )
+    encode_bandwidth: Bandwidth = Field(description="raw bytes encoded per second")
+    decode_bandwidth: Bandwidth = Field(description="raw bytes decoded per second")
+    on: Literal["gpu", "cpu"] = Field(
+        "gpu", description="where it runs: gpu (counts as GPU work) or cpu"
+    )
+
+
 class GpuTier(Record):
     """Prefix cache in HBM (vLLM-style); hits cost nothing to load."""
 
@@ -310,6 +324,7 @@ class LocalTier(Record):
         description="bytes that may wait on the link that writes into this tier (null: no "
         "bound); past it, on_backlog applies",
     )
+    codec: Codec | None = Field(None, description="KV compression in this tier (null: none)")
     on_backlog: Literal["drop", "block"] = Field(
         "block",
         description="write queue full: drop (new blocks are not written; counted) or block "
@@ -385,6 +400,7 @@ class Remote(Record):
     write_threshold: Bounded(2**31) = Field(
         2, description="write_through_selective: hits before a block is put (>= 1)"
     )
+    codec: Codec | None = Field(None, description="KV compression in the store (null: none)")
     timeout: PositiveDuration | None = Field(
         None, description="client timeout on a GET; on expiry the request recomputes"
     )
@@ -416,6 +432,28 @@ class Cluster(Record):
         if name not in ROUTERS:
             raise ValueError(f"unknown router {name!r}; choose one of {sorted(ROUTERS)}")
         return name
+
+
+class Prefetch(Record):
+    """Bringing KV from NVMe or the remote store up to host memory ahead of its use
+    (SGLang HiCache's prefetch; docs/data-path.md)."""
+
+    policy: Literal["none", "best_effort", "wait_complete", "timeout"] = Field(
+        "none",
+        description="none: restores read NVMe and remote directly. Otherwise a request's "
+        "blocks in NVMe or remote are fetched into host when it reaches its engine, and "
+        "its restore reads GPU and host only: best_effort (uses what has arrived when "
+        "the request is scheduled, recomputes the rest), wait_complete (the request waits "
+        "for its prefetch), timeout (waits at most prefetch.timeout)",
+    )
+    timeout: PositiveDuration | None = Field(
+        None, description="policy timeout: the longest a request waits for its prefetch"
+    )
+    on_session: bool = Field(
+        False,
+        description="when a turn of a multi-turn session ends, fetch its blocks held in "
+        "NVMe or remote up to host memory during the think time",
+    )
 
 
 class Engine(Record):
@@ -725,6 +763,9 @@ class Scenario(Record):
     remote: Remote = Field(description="the remote store shared by all engines")
     cluster: Cluster = Field(Cluster(), description="engines, routing, load policy")
     engine: Engine = Field(Engine(), description="how each engine batches and schedules")
+    prefetch: Prefetch = Field(
+        Prefetch(), description="fetching KV from NVMe or remote into host ahead of use"
+    )
     workload: Workload = Field(
         description="where requests come from (kind: mooncake | azure | synthetic)"
     )
@@ -754,6 +795,15 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     if sc.tiers.host.enabled and sc.tiers.host.capacity > n.host_dram:
         out.append((("tiers", "host", "capacity"), "exceeds the node's host_dram"))
     nvme_cap = n.nvme_drives * n.nvme_drive_capacity
+    pf = sc.prefetch
+    if pf.policy != "none" or pf.on_session:
+        what = ("prefetch", "policy" if pf.policy != "none" else "on_session")
+        if not sc.tiers.host.enabled:
+            out.append((what, "prefetches into host memory, and the host tier is disabled"))
+        elif not sc.tiers.nvme.enabled and not sc.remote.enabled:
+            out.append((what, "fetches from NVMe or the remote store; both are disabled"))
+    if pf.policy == "timeout" and pf.timeout is None:
+        out.append((("prefetch", "timeout"), "policy timeout needs a timeout (e.g. 200 ms)"))
     if sc.tiers.nvme.path == "gds" and not sc.tiers.nvme.enabled:
         out.append((("tiers", "nvme", "path"), "gds reads from the NVMe tier, which is disabled"))
     if sc.tiers.nvme.enabled:

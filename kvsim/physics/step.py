@@ -142,9 +142,24 @@ class Roofline:
         return self.dense_w + self.expert_w * cover + kv
 
     def compute_share(self, chunks: Sequence[Chunk]) -> float:
-        return self.scale * max(
-            self.flops_of(chunks) / self.flops, self.bytes_of(chunks) / self.hbm
-        )
+        if self.top_k is not None:
+            return self.scale * max(
+                self.flops_of(chunks) / self.flops, self.bytes_of(chunks) / self.hbm
+            )
+        # dense attention, every step of a run: flops_of and bytes_of in one pass (the
+        # same operations in the same order, so the same result to the last bit)
+        linear, pair, kv_per = self.linear, self.pair, self.kv
+        tokens = 0
+        flops = 0.0
+        kv = 0.0
+        for new, ctx in chunks:
+            tokens += new
+            kv += (new + ctx) * kv_per
+            flops += new * linear
+            flops += (new * ctx + new * new / 2.0) * pair  # dense_pairs(new, ctx)
+        cover = expert_coverage(tokens, self.experts, self.k)
+        nbytes = self.dense_w + self.expert_w * cover + kv
+        return self.scale * max(flops / self.flops, nbytes / self.hbm)
 
     def step(self, chunks: Sequence[Chunk]) -> float:
         return self.fixed_s + self.compute_share(chunks)

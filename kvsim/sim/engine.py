@@ -69,6 +69,7 @@ class Job:
         "decision",
         "done",
         "enqueued",
+        "fetch",
         "keys",
         "load_s",
         "lost_s",
@@ -126,6 +127,7 @@ class Job:
         self.reserved = 0.0  # GPU HBM held for its restore
         self.puts: Batch | None = None  # staged for the remote store in its last step
         self.sizes: list[float] | None = None  # bytes of its blocks, once computed
+        self.fetch: Fetch | None = None  # its prefetch into host, while one runs
 
     def drop(self) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
@@ -193,19 +195,33 @@ class Restore:
     every transfer is in (or, for an abandoned GET, every local one).
     """
 
-    __slots__ = ("abandoned", "engine", "job", "local", "over", "remote", "start", "then")
+    __slots__ = (
+        "abandoned",
+        "decoded",
+        "decoding",
+        "engine",
+        "job",
+        "local",
+        "over",
+        "remote",
+        "start",
+        "then",
+    )
 
     def __init__(self, engine: Engine, job: Job, then: Callable[[Job], object]) -> None:
         self.engine = engine
         self.job = job
         self.then = then
         self.abandoned = False
+        self.decoding = 0  # tiers whose bytes are in and being decoded (a codec)
+        self.decoded = [0.0, 0.0, 0.0, 0.0]  # decode seconds per tier
         self.over = True  # until every transfer is started
         ctx = engine.ctx
         fabric = ctx.fabric
         env = engine.env
         s = ctx.kv_bytes
         t0 = ctx.t0
+        ratio = ctx.ratio  # a tier's codec moves fewer bytes
         self.start = env.now
         tokens = job.tokens
         job.restore = self
@@ -215,7 +231,11 @@ class Restore:
                 (
                     HOST,
                     fabric.transfer(
-                        (engine.h2d,), tokens[HOST] * s, delay=t0[HOST], on_done=self.settled
+                        (engine.h2d,),
+                        tokens[HOST] * s * ratio[HOST],
+                        delay=t0[HOST],
+                        on_done=self.settled,
+                        tag=HOST,
                     ),
                 )
             )
@@ -226,9 +246,10 @@ class Restore:
                     NVME,
                     fabric.transfer(
                         engine.nvme_path,
-                        tokens[NVME] * s,
+                        tokens[NVME] * s * ratio[NVME],
                         delay=t0[NVME],
                         on_done=self.settled,
+                        tag=NVME,
                     ),
                 )
             )
@@ -246,6 +267,7 @@ class Restore:
                     delay=t0[REMOTE] + stall,
                     on_done=self.settled,
                     cap=cap,
+                    tag=REMOTE,
                 )
             )
             if ctx.timeout is not None:
@@ -257,9 +279,31 @@ class Restore:
         """A transfer is in, or was aborted (a server holding the shards went down)."""
         if self.over:
             return
-        if flow.state != "finished" and not self.abandoned:
-            self._abandon()
+        if flow.state != "finished":
+            if not self.abandoned:
+                self._abandon()
+        else:
+            engine = self.engine
+            tier = flow.tag
+            assert isinstance(tier, int)
+            ctx = engine.ctx
+            d = self.job.tokens[tier] * ctx.kv_bytes * ctx.decode_s[tier]
+            if d > 0:  # the tier's codec: decode what arrived before it can be used
+                self.decoding += 1
+                self.decoded[tier] = d
+                now = engine.env.now
+                if ctx.codec_on_gpu[tier]:  # GPU work
+                    engine.busy += d
+                    engine.gpu_spans.append(now)
+                    engine.gpu_spans.append(now + d)
+                engine.env.timeout(d).callbacks.append(self._decoded)
+                return
         self._check()
+
+    def _decoded(self, _event: simpy.Event) -> None:
+        self.decoding -= 1
+        if not self.over:
+            self._check()
 
     def timed_out(self, _event: simpy.Event) -> None:
         """The client timeout: give up the GET if anything is still on its way."""
@@ -283,6 +327,8 @@ class Restore:
         self.engine._fall_back(self.job, self.remote)
 
     def _check(self) -> None:
+        if self.decoding:
+            return
         for _, f in self.local:
             if f.state != "finished":
                 return
@@ -307,7 +353,7 @@ class Restore:
         got = [0.0, 0.0, 0.0, 0.0]
         copies = engine.copy_spans
         for tier, f in self.local:
-            job.tier_s[tier] = f.end - start
+            job.tier_s[tier] = f.end + self.decoded[tier] - start
             got[tier] = f.size
             copies.append(f.start)
             copies.append(f.end)
@@ -315,7 +361,7 @@ class Restore:
         if remote:
             ends = [f.end for f in remote if f.state == "finished"]
             end = max(ends) if len(ends) == len(remote) else now
-            job.tier_s[REMOTE] = end - start
+            job.tier_s[REMOTE] = min(end + self.decoded[REMOTE], now) - start
             t0 = engine.ctx.t0[REMOTE]
             job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
             moved = 0.0  # bytes that reached the engine: progress x this engine's shares
@@ -331,6 +377,107 @@ class Restore:
         for tier in (HOST, NVME, REMOTE):
             job.bytes[tier] += got[tier]
         engine.ctx.count_reads(engine, got)
+
+
+class Fetch:
+    """A prefetch into host memory in flight, driven by its transfers' callbacks.
+
+    Per source tier (NVMe, remote) one flow, each after that tier's T0: NVMe over the
+    drives' read link, remote as a GET over the servers and the NIC (not PCIe: it lands in
+    host memory). A flow's blocks land in host when it ends; stopped early (best effort,
+    a timeout), each flow lands the share of its blocks it has moved, in prefix order.
+    The engine hears of it (``_fetched``) once everything is in or it was stopped.
+    """
+
+    __slots__ = ("engine", "job", "over", "parts")
+
+    def __init__(
+        self,
+        engine: Engine,
+        job: Job | None,
+        keys: Sequence[Key],
+        sizes: Sequence[float],
+        src: Sequence[int],
+    ) -> None:
+        self.engine = engine
+        self.job = job
+        self.over = False
+        ctx = engine.ctx
+        fabric = ctx.fabric
+        self.parts: list[tuple[Flow, list[Key], list[float]]] = []
+        nk: list[Key] = []
+        ns: list[float] = []
+        rk: list[Key] = []
+        rs: list[float] = []
+        for key, size, t in zip(keys, sizes, src, strict=False):  # src: the prefix
+            if t == NVME:
+                nk.append(key)
+                ns.append(size)
+            elif t == REMOTE:
+                rk.append(key)
+                rs.append(size)
+        if nk and engine.nvme is not None:
+            size = sum(ns) * ctx.ratio[NVME]  # as stored (its codec)
+            flow = fabric.transfer((engine.nvme,), size, delay=ctx.t0[NVME], on_done=self._in)
+            self.parts.append((flow, nk, ns))
+        if rk:
+            tokens = [round(size / ctx.kv_bytes) for size in rs]
+            links, size, costs, shares, cap = engine._remote_flow(rk, tokens, (engine.nic_in,))
+            flow = fabric.transfer(
+                links,
+                size,
+                costs=costs,
+                shares=shares,
+                delay=ctx.t0[REMOTE],
+                on_done=self._in,
+                cap=cap,
+            )
+            self.parts.append((flow, rk, rs))
+        if not self.parts:
+            self.over = True
+
+    def _in(self, flow: Flow) -> None:
+        """A transfer is in (or was aborted: a server went down)."""
+        if self.over:
+            return
+        for part in self.parts:
+            if part[0] is flow:
+                self._land(part)
+        if all(f.state != "waiting" and f.state != "active" for f, _, _ in self.parts):
+            self.over = True
+            self.parts = []
+            self.engine._fetched(self)
+
+    def _land(self, part: tuple[Flow, list[Key], list[float]]) -> None:
+        """A flow's blocks into host: all of them, or the share it moved."""
+        flow, keys, sizes = part
+        n = len(keys)
+        if flow.state != "finished":
+            moved = flow.size - max(flow.remaining, 0.0) if flow.start == flow.start else 0.0
+            n = int(n * moved / flow.size + 1e-9) if flow.size > 0 else n
+        if n:
+            self.engine.local.prefetched(keys[:n], sizes[:n])
+
+    def stop(self, land: bool = True) -> None:
+        """Stop the transfers still going; what they moved lands (unless ``land`` is
+        false: the engine failed). The engine is not told."""
+        if self.over:
+            return
+        self.over = True
+        fabric = self.engine.ctx.fabric
+        for part in self.parts:
+            flow = part[0]
+            if flow.state == "waiting" or flow.state == "active":
+                fabric.cancel(flow)
+                if land:
+                    self._land(part)
+        self.parts = []
+
+    def expired(self, _event: simpy.Event) -> None:
+        """``prefetch.timeout`` is up: go with what has arrived."""
+        if not self.over:
+            self.stop()
+            self.engine._fetched(self)
 
 
 class Engine:
@@ -379,6 +526,7 @@ class Engine:
         self._put_queue: deque[Batch] = deque()
         self.waiting = Waiting(ctx.scheduler, ctx.aging, self._cached_prefix)
         self.running: list[Job] = []  # computing: picked for a step, chunks left
+        self._fetching: list[Job] = []  # waiting for their prefetch, out of the queue
         self.inflight = 0  # restores in flight
         self._syncing: list[Job] = []  # synchronous restores of the step being formed
         self._sync_left = 0
@@ -403,7 +551,38 @@ class Engine:
         """A request routed here (new, or re-routed from a failed engine)."""
         self.outstanding += 1
         job.submitted = self.env.now
+        ctx = self.ctx
+        if ctx.prefetching and self.up:
+            fetch = self._prefetch(job, job)
+            if fetch is not None:
+                job.fetch = fetch
+                if ctx.prefetch_waits:  # it joins the queue once its KV is in host
+                    self._fetching.append(job)
+                    if ctx.prefetch_timeout is not None:
+                        self.env.timeout(ctx.prefetch_timeout).callbacks.append(fetch.expired)
+                    return
         self._push(job)
+
+    def _prefetch(self, job: Job, owner: Job | None) -> Fetch | None:
+        """Start fetching into host the blocks of the request's prefix that only NVMe or
+        the remote store hold; None when there are none."""
+        src = self._locate(job.keys)
+        if NVME not in src and REMOTE not in src:
+            return None
+        sizes = self.ctx.block_sizes(job.req)
+        fetch = Fetch(self, owner, job.keys, sizes, src)
+        return None if fetch.over else fetch
+
+    def _fetched(self, fetch: Fetch) -> None:
+        """A prefetch is over (in, or stopped by its timeout): a request that waited for
+        it joins the queue, in its arrival place."""
+        job = fetch.job
+        if job is None or job.fetch is not fetch:
+            return
+        job.fetch = None
+        if job in self._fetching:
+            self._fetching.remove(job)
+            self._push(job)
 
     def _push(self, job: Job) -> None:
         if not self.up:  # an async restore finished after its engine failed
@@ -448,6 +627,12 @@ class Engine:
                 self.inflight -= 1
         self._tick()
         held += self.waiting.jobs()
+        held += self._fetching
+        self._fetching = []
+        for job in held:
+            if job.fetch is not None:
+                job.fetch.stop(land=False)
+                job.fetch = None
         self.waiting.clear()
         self.running = []
         self._syncing = []
@@ -476,7 +661,7 @@ class Engine:
                     yield self._wake
                     continue
                 writes = self.local.writes
-                wait = writes.stall() if writes is not None else 0.0
+                wait = writes.stall() if writes is not None and writes.blocking else 0.0
                 if wait > 0:  # a full write queue that blocks: let it drain first
                     self._hold(env.now, env.now + wait)
                     yield env.timeout(wait)
@@ -545,6 +730,9 @@ class Engine:
             if job.state == NEW:
                 if job.start != job.start:  # NaN: first time out of the queue
                     job.start = now
+                if job.fetch is not None:  # best effort: go with what has arrived
+                    job.fetch.stop()
+                    job.fetch = None
                 self._plan(job)
                 tok = job.tokens
                 if tok[HOST] or tok[NVME] or tok[REMOTE]:
@@ -683,12 +871,18 @@ class Engine:
             return end, end
         d2h = self.d2h
         share = ctx.stage_share
+        # the store's codec encodes before the copy (its bytes are as stored)
+        encode = stage / ctx.ratio[REMOTE] * ctx.encode_s[REMOTE] * share
+        if encode > 0 and ctx.codec_on_gpu[REMOTE]:
+            self.busy += encode
+            self.gpu_spans.append(end)
+            self.gpu_spans.append(end + encode)
         alone = stage * share / d2h.bandwidth
         if ctx.layerwise:  # layer l is stored while layer l+1 computes
-            copied = d2h.send(compute_start + c / L, stage, share)
-            stage_end = max(copied, end + alone / L)
+            copied = d2h.send(compute_start + c / L + encode, stage, share)
+            stage_end = max(copied, end + encode + alone / L)
         else:
-            copied = d2h.send(end, stage, share)
+            copied = d2h.send(end + encode, stage, share)
             stage_end = copied
         self.copy_spans.append(copied - alone)
         self.copy_spans.append(copied)
@@ -742,21 +936,9 @@ class Engine:
         remote = ctx.remote
         if not ctx.policy.lower_tiers:
             host = nvme = remote = None
-        in_gpu = gpu.blocks
-        in_host = host.blocks if host is not None else ()
-        in_nvme = nvme.blocks if nvme is not None else ()
-        src: list[int] = []
-        for b in blocks:
-            if b in in_gpu:
-                src.append(GPU)
-            elif b in in_host:
-                src.append(HOST)
-            elif b in in_nvme:
-                src.append(NVME)
-            elif remote is not None and remote.has(b):
-                src.append(REMOTE)
-            else:
-                break
+        elif ctx.prefetching:  # NVMe and remote are read through prefetches into host
+            nvme = remote = None
+        src = self._locate(blocks, host is not None, nvme is not None, remote is not None)
         lower = src.count(GPU) != len(src)
         if lower:
             src = src[: ctx.policy.restore_blocks(src, lambda k: self._estimate(job, src, k))]
@@ -776,6 +958,30 @@ class Engine:
                 j += 1
             stores[t].touch(blocks[i:j])  # type: ignore[union-attr]
             i = j
+
+    def _locate(
+        self, blocks: Sequence[Key], host: bool = True, nvme: bool = True, remote: bool = True
+    ) -> list[int]:
+        """The tier of each block of the longest prefix held anywhere (the fastest tier
+        holding it), looking only in the tiers asked for."""
+        local = self.local
+        store = self.ctx.remote if remote else None
+        in_gpu = local.gpu.blocks
+        in_host = local.host.blocks if host and local.host is not None else ()
+        in_nvme = local.nvme.blocks if nvme and local.nvme is not None else ()
+        src: list[int] = []
+        for b in blocks:
+            if b in in_gpu:
+                src.append(GPU)
+            elif b in in_host:
+                src.append(HOST)
+            elif b in in_nvme:
+                src.append(NVME)
+            elif store is not None and store.has(b):
+                src.append(REMOTE)
+            else:
+                break
+        return src
 
     def _account(self, job: Job, src: list[int]) -> None:
         """Tokens per source for restoring the blocks ``src`` (at least one token computed)."""
@@ -809,50 +1015,56 @@ class Engine:
         probe = Job(job.req, job.warmup, job.keys)
         self._account(probe, src[:k])
         s = ctx.kv_bytes
+        ratio, decode = ctx.ratio, ctx.decode_s
         worst = 0.0
-        if probe.tokens[HOST]:
+        tok = probe.tokens
+        if tok[HOST]:
             rate = ctx.fabric.estimate_rate((self.h2d,))
-            worst = max(worst, ctx.t0[HOST] + probe.tokens[HOST] * s / rate)
-        if probe.tokens[NVME] and self.nvme is not None:
+            worst = max(worst, ctx.t0[HOST] + tok[HOST] * s * (ratio[HOST] / rate + decode[HOST]))
+        if tok[NVME] and self.nvme is not None:
             rate = ctx.fabric.estimate_rate(self.nvme_path)
-            worst = max(worst, ctx.t0[NVME] + probe.tokens[NVME] * s / rate)
-        if probe.tokens[REMOTE]:
+            worst = max(worst, ctx.t0[NVME] + tok[NVME] * s * (ratio[NVME] / rate + decode[NVME]))
+        if tok[REMOTE]:
             links, size, costs, _, cap = self._remote_get(probe)
             rate = ctx.fabric.estimate_rate(links, costs)
             if cap is not None and cap < rate:
                 rate = cap
-            worst = max(worst, ctx.t0[REMOTE] + size / rate)
+            worst = max(worst, ctx.t0[REMOTE] + size / rate + tok[REMOTE] * s * decode[REMOTE])
         new = job.req.input_tokens - probe.cached
         return worst + lone_seconds(ctx.steps, new, probe.cached, ctx.per_step)
 
     # ---- restore -------------------------------------------------------------------------
 
     def _remote_get(self, job: Job) -> tuple[tuple[Link, ...], float, tuple, tuple, float | None]:
-        """The request's remote GET as one lockstep flow over the servers it reads (its
-        ranks' parts move together): (links, size, costs, shares, cap). Unsharded, one rank
-        issues the whole GET (then hands the KV to the others over NVLink): it also crosses
-        that rank's own NIC and PCIe (``client``), at most at one connection's rate
-        (``remote.client_bandwidth``: the cap, in progress units)."""
-        ctx = self.ctx
-        remote = ctx.remote
-        assert remote is not None
-        B = ctx.block_tokens
-        blocks = job.keys
+        """The request's remote GET (its blocks ``job.src`` marks remote) into HBM."""
+        B = self.ctx.block_tokens
         last = job.req.input_tokens - 1  # the always-computed last token is not read
         ids, tokens = [], []
         for i, t in enumerate(job.src):
             if t == REMOTE:
                 tok = min(B, last - i * B)
                 if tok > 0:
-                    ids.append(blocks[i])
+                    ids.append(job.keys[i])
                     tokens.append(tok)
-        s = ctx.kv_bytes / remote.shards
+        return self._remote_flow(ids, tokens, (self.nic_in, self.h2d))
+
+    def _remote_flow(
+        self, ids: list[Key], tokens: list[int], path: tuple[Link, ...]
+    ) -> tuple[tuple[Link, ...], float, tuple, tuple, float | None]:
+        """A GET of blocks ``ids`` (``tokens`` each) as one lockstep flow over the servers
+        it reads (its ranks' parts move together), then over the engine's ``path`` (NIC,
+        and PCIe when it lands in HBM): (links, size, costs, shares, cap). Unsharded, one
+        rank issues the whole GET (then hands the KV to the others over NVLink): it also
+        crosses that rank's own NIC and PCIe (``client``), at most at one connection's rate
+        (``remote.client_bandwidth``: the cap, in progress units)."""
+        ctx = self.ctx
+        remote = ctx.remote
+        assert remote is not None
+        s = ctx.kv_bytes * ctx.ratio[REMOTE] / remote.shards  # as stored (its codec)
         per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
         if remote.shards > 1:  # per rank: every rank its own connection
-            return (*ctx.lockstep(remote.parts(per_server), (self.nic_in, self.h2d)), None)
-        links, size, costs, shares = ctx.lockstep(
-            remote.parts(per_server), (self.nic_in, self.h2d, self.client)
-        )
+            return (*ctx.lockstep(remote.parts(per_server), path), None)
+        links, size, costs, shares = ctx.lockstep(remote.parts(per_server), (*path, self.client))
         cap = ctx.client_bandwidth
         return links, size, costs, shares, None if cap is None else cap / shares[-1]
 
@@ -878,6 +1090,9 @@ class Engine:
         ctx = self.ctx
         keys: Sequence[Key] = job.keys
         sizes = job.sizes = ctx.block_sizes(job.req)
+        r = ctx.ratio[REMOTE]
+        if r != 1.0:  # the store's codec: it holds (and puts move) fewer bytes
+            sizes = [x * r for x in sizes]
         if ctx.put_policy == 1:  # selective: only blocks hit often enough on this engine
             uses = self.local.uses
             assert uses is not None
@@ -899,6 +1114,9 @@ class Engine:
         remote = ctx.remote
         if remote is None or not ctx.max_pending_puts or not self.up:
             return
+        r = ctx.ratio[REMOTE]
+        if r != 1.0:
+            sizes = [x * r for x in sizes]
         gate = ctx.remote_admission
         if gate is not None:
             keys, sizes, _, _ = gate.filter(keys, sizes, remote)
@@ -920,6 +1138,8 @@ class Engine:
             self.local.admit(job.keys, sizes)
             if puts:
                 self._put(puts)
+            if ctx.prefetch_on_session and job.req.session >= 0 and not job.req.last_turn:
+                self._prefetch(job, None)  # the session's KV up to host for its next turn
         elif puts:  # its tenant was deleted while it ran: nothing of it is kept
             ctx.remote.release(puts)  # type: ignore[union-attr]
         self.outstanding -= 1

@@ -82,6 +82,22 @@ class Shared:
         )
         self.put_threshold: int = rc.write_threshold
         self.stage_share: float = 1.0  # part of a staging copy rank 0's D2H link carries
+        # KV codecs per tier (gpu, host, nvme, remote): stored bytes / raw bytes, and
+        # seconds per raw byte to encode (writes into the tier) and decode (restores)
+        codecs = (None, tiers.host.codec, tiers.nvme.codec, rc.codec)
+        self.ratio: list[float] = [c.ratio if c is not None else 1.0 for c in codecs]
+        self.encode_s: list[float] = [
+            1.0 / c.encode_bandwidth if c is not None else 0.0 for c in codecs
+        ]
+        self.decode_s: list[float] = [
+            1.0 / c.decode_bandwidth if c is not None else 0.0 for c in codecs
+        ]
+        self.codec_on_gpu: list[bool] = [c is not None and c.on == "gpu" for c in codecs]
+        pf = sc.prefetch
+        self.prefetching: bool = pf.policy != "none"  # NVMe and remote reached by prefetch
+        self.prefetch_waits: bool = pf.policy in ("wait_complete", "timeout")
+        self.prefetch_timeout: float | None = pf.timeout if pf.policy == "timeout" else None
+        self.prefetch_on_session: bool = pf.on_session
         self._op_factor = 0.0
         self._op_bytes = 1.0
         self._stall_rng = stream(sc.seed, "stalls")

@@ -20,7 +20,7 @@ from typing import Any, cast
 import simpy
 
 from kvsim.cache.eviction import Key, make_store
-from kvsim.cache.local import HOST, NVME, LocalCache
+from kvsim.cache.local import HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
 from kvsim.config.schema import Scenario, SyntheticWorkload
@@ -135,8 +135,10 @@ class Simulation:
                     ctx.nvme_gds,
                     (None, tiers.host.write_queue, tiers.nvme.write_queue),
                     (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
+                    [ctx.encode_s[t] / ctx.ratio[t] for t in (0, HOST, NVME)],
                 ),
                 count_uses=ctx.put_policy == 1,
+                ratio=ctx.ratio[:3],
             )
             h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
             nvme = (
@@ -178,7 +180,8 @@ class Simulation:
                 )
             )
         ctx = self.shared
-        self.remote.prestore(list(dict.fromkeys(keys)), ctx.block_tokens * ctx.kv_bytes)
+        full = ctx.block_tokens * ctx.kv_bytes * ctx.ratio[REMOTE]  # as stored (its codec)
+        self.remote.prestore(list(dict.fromkeys(keys)), full)
 
     # ---- what engines report ------------------------------------------------------------
 
@@ -317,6 +320,7 @@ class Simulation:
                 "evictions": sum(s.evictions for s in stores),
                 "demotions_in": sum(e.local.demotions[level] for e in self.engines),
                 "written_through_in": sum(e.local.through[level] for e in self.engines),
+                "prefetched_bytes_in": sum((e.local.fetched[level] for e in self.engines), 0.0),
                 "dropped_on_backlog": sum(
                     e.local.writes.dropped[level] if e.local.writes is not None else 0
                     for e in self.engines
