@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from kvsim import api
 from kvsim.sim.simulation import Simulation
 
-from conftest import examples, req, toy
+from conftest import ROOT, examples, req, toy
 
 MB = 1e6
 ONE_GPU = {"gpus": 1, "pcp": 1}
@@ -231,6 +231,8 @@ def test_bytes_written_to_a_tier_are_the_bytes_its_write_link_carried(
     assert fetched <= links["nvme"]["bytes"] + links["nic_in"]["bytes"] + 1e-6
     assert links["nvme_write"]["bytes"] == pytest.approx(written["nvme"])
     assert written["remote"] <= tiers["remote"]["put_bytes"] + 1e-6
+    for kind, use in links.items():  # writes queued past the end do not count
+        assert 0.0 <= use["busy_frac"] <= use["busy_frac_max"] <= 1.0 + 1e-9, kind
     if queue is None or mode == "block":
         assert s["tier_dropped_on_backlog"] == {"host": 0, "nvme": 0}
 
@@ -339,3 +341,31 @@ def test_a_remote_codec_encodes_before_the_staging_copy():
     res = api.run(sc, requests=[req(0, 0.0, 1000, range(10))])
     assert rows(res)[0].store_s == pytest.approx(0.75)
     assert res.summary["tier_write_bytes"]["remote"] == pytest.approx(0.5e6)
+
+
+def test_a_remote_codec_on_the_cpu_copies_raw_kv_and_encodes_off_the_engines_path():
+    """On the CPU the raw 1 MB is copied (1 s at 1 MB/s) and encoded in host memory after
+    it: the engine waits for the copy only; the store still holds 0.5 MB."""
+    codec = {"ratio": 0.5, "encode_bandwidth": "4 MB/s", "decode_bandwidth": "1 GB/s"}
+    sc = toy(
+        node={**ONE_GPU, "d2h_per_gpu": "1 MB/s"},
+        remote={"enabled": True, "codec": {**codec, "on": "cpu"}},
+    )
+    res = api.run(sc, requests=[req(0, 0.0, 1000, range(10))])
+    assert rows(res)[0].store_s == pytest.approx(1.0)
+    assert res.summary["tier_write_bytes"]["remote"] == pytest.approx(0.5e6)
+    assert res.summary["link_utilisation"]["d2h"]["bytes"] == pytest.approx(1e6)
+
+
+def test_a_bare_yaml_on_key_names_where_a_codec_runs(tmp_path):
+    """YAML 1.1 reads ``on:`` as the boolean true; the codec takes it as ``on``."""
+    from kvsim.config.loader import load_scenario
+
+    path = tmp_path / "codec.yaml"
+    path.write_text(
+        "extends: " + str(ROOT / "scenarios" / "quickstart.yaml") + "\n"
+        "tiers:\n  host:\n    codec: {ratio: 0.5, encode_bandwidth: 1 GB/s, "
+        "decode_bandwidth: 1 GB/s, on: cpu}\n",
+        encoding="utf-8",
+    )
+    assert load_scenario(path).tiers.host.codec.on == "cpu"

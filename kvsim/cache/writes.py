@@ -34,7 +34,7 @@ class Writes:
         "d2h",
         "dropped",
         "drops",
-        "encode",
+        "expand",
         "gds",
         "host",
         "limit",
@@ -52,7 +52,7 @@ class Writes:
         gds: bool,
         queues: Sequence[float | None] = (None, None, None),
         block: Sequence[bool] = (False, False, False),
-        encode: Sequence[float] = (0.0, 0.0, 0.0),
+        expand: Sequence[float] = (1.0, 1.0, 1.0),
     ) -> None:
         self.clock = clock
         self.d2h = d2h  # rank 0's GPU-to-host link
@@ -72,8 +72,9 @@ class Writes:
         # per tier: a bounded queue that drops (room() can say no)
         self.drops = [q is not None and not b for q, b in zip(self.limit, self.blocks)]
         self.dropped = [0, 0, 0]  # blocks not written because the queue was full (drop)
-        # per tier: seconds of encoding per byte stored (its codec), before the copy
-        self.encode: list[float] = list(encode)
+        # per tier: raw bytes per stored byte crossing the GPU-to-host link (1 / ratio for
+        # a codec that runs on the CPU, in host memory after the copy; else 1)
+        self.expand: list[float] = list(expand)
 
     def _bandwidth(self, level: int) -> float:
         """The tier's write bandwidth in node bytes/s."""
@@ -93,18 +94,19 @@ class Writes:
         return self._pipe(level).backlog(self.clock()) <= limit
 
     def write(self, level: int, nbytes: float) -> None:
-        """Queue the write of ``nbytes`` (as stored) into tier ``level`` (a background copy,
-        ready once encoded when the tier has a codec)."""
-        now = self.clock() + nbytes * self.encode[level]
+        """Queue the write of ``nbytes`` (as stored) into tier ``level``: a background copy
+        (nobody waits for it, nor for its encoding, which holds no link)."""
+        now = self.clock()
         if level == HOST:
-            self.d2h.send(now, nbytes, 1.0 / self.ranks)
+            self.d2h.send(now, nbytes * self.expand[HOST], 1.0 / self.ranks)
             return
         nvme = self.nvme
         assert nvme is not None
         if self.host or self.gds:
             nvme.send(now, nbytes)
         else:  # from HBM through a host bounce buffer
-            nvme.send(self.d2h.send(now, nbytes, 1.0 / self.ranks), nbytes)
+            staged = self.d2h.send(now, nbytes * self.expand[NVME], 1.0 / self.ranks)
+            nvme.send(staged, nbytes)
 
     def stall(self) -> float:
         """Seconds the engine must wait for its blocking queues to fall back under their

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     field_validator,
+    model_validator,
 )
 
 from kvsim.cache.eviction import POLICIES
@@ -279,6 +280,14 @@ class Codec(Record):
         "gpu", description="where it runs: gpu (counts as GPU work) or cpu"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: Any) -> Any:
+        """YAML 1.1 reads a bare ``on:`` key as the boolean true: take it as ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
 
 class GpuTier(Record):
     """Prefix cache in HBM (vLLM-style); hits cost nothing to load."""
@@ -447,7 +456,9 @@ class Prefetch(Record):
         "for its prefetch), timeout (waits at most prefetch.timeout)",
     )
     timeout: PositiveDuration | None = Field(
-        None, description="policy timeout: the longest a request waits for its prefetch"
+        None,
+        description="policy timeout: the longest a request waits for its prefetch (other "
+        "policies ignore it)",
     )
     on_session: bool = Field(
         False,

@@ -49,20 +49,23 @@ METRICS: dict[str, str] = {
     "requests_per_s": "measured requests / window",
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
     "token_source_frac": "per source (gpu, host, nvme, remote, compute): its prompt tokens / all",
-    "tier_read_bytes": "bytes read per tier (GPU hits move none)",
-    "tier_write_bytes": "bytes stored into each tier over the run (not refreshes): GPU the "
-    "prompts it admits, host and NVMe their demotions, remote the puts that landed",
+    "tier_read_bytes": "bytes read per tier by the measured requests' restores (GPU hits "
+    "move none; as stored, after a codec)",
+    "tier_write_bytes": "bytes stored into each tier over the whole run, warm-up included "
+    "(not refreshes; as stored, after a codec): GPU the prompts it admits, host and NVMe "
+    "their demotions, write-throughs and prefetches, remote the puts that landed",
     "tier_dropped_on_backlog": "per host/NVMe tier: blocks not written because the write "
     "queue into it was full (on_backlog: drop)",
     "link_utilisation": "per kind of link (h2d, d2h, nvme, nvme_write, nic_in, nic_out, "
-    "client, remote): busy_frac (mean over the links of that kind of busy time / simulated "
-    "time, warm-up included), busy_frac_max (the busiest one) and bytes moved; d2h is rank "
-    "0's GPU-to-host link, standing for every rank's",
+    "client, remote, remote_group): busy_frac (mean over the links of that kind of busy "
+    "time / simulated time, warm-up included), busy_frac_max (the busiest one) and bytes "
+    "given to them; d2h is rank 0's GPU-to-host link, standing for every rank's",
     "remote_get_bw": "remote bytes read / time in remote GETs after T0, over the requests "
     "that read any: the GET bandwidth achieved under the run's load",
     "remote_stalled_requests": "measured requests with a stalled remote GET",
     "remote_timeouts": "measured requests whose remote GETs the client timeout abandoned",
-    "decisions": "requests per decision (cold, gpu, restore, skipped, fallback)",
+    "decisions": "requests per decision (cold, gpu, restore, skipped, fallback; dropped "
+    "requests are counted in requests_dropped)",
     "timing_extrapolations": "prefill times read beyond the timing table",
     "tiers": "per-tier counters: capacity, use, evictions, demotions, puts",
 }

@@ -871,12 +871,15 @@ class Engine:
             return end, end
         d2h = self.d2h
         share = ctx.stage_share
-        # the store's codec encodes before the copy (its bytes are as stored)
-        encode = stage / ctx.ratio[REMOTE] * ctx.encode_s[REMOTE] * share
-        if encode > 0 and ctx.codec_on_gpu[REMOTE]:
-            self.busy += encode
-            self.gpu_spans.append(end)
-            self.gpu_spans.append(end + encode)
+        encode = 0.0  # the store's codec: bytes so far are as stored
+        if ctx.codec_on_gpu[REMOTE]:  # the GPU encodes first (the step waits), GPU work
+            encode = stage / ctx.ratio[REMOTE] * ctx.encode_s[REMOTE] * share
+            if encode > 0:
+                self.busy += encode
+                self.gpu_spans.append(end)
+                self.gpu_spans.append(end + encode)
+        else:  # raw KV is copied; the CPU encodes it in host memory afterwards
+            stage /= ctx.ratio[REMOTE]
         alone = stage * share / d2h.bandwidth
         if ctx.layerwise:  # layer l is stored while layer l+1 computes
             copied = d2h.send(compute_start + c / L + encode, stage, share)

@@ -135,7 +135,7 @@ class Simulation:
                     ctx.nvme_gds,
                     (None, tiers.host.write_queue, tiers.nvme.write_queue),
                     (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
-                    [ctx.encode_s[t] / ctx.ratio[t] for t in (0, HOST, NVME)],
+                    [1.0 if ctx.codec_on_gpu[t] else 1.0 / ctx.ratio[t] for t in (0, HOST, NVME)],
                 ),
                 count_uses=ctx.put_policy == 1,
                 ratio=ctx.ratio[:3],
@@ -349,8 +349,9 @@ class Simulation:
             name: {"bytes": link.bytes, "busy_s": link.busy_time}
             for name, link in self.fabric.links.items()
         }
-        for pipe in self.pipes:  # busy until its last queued write, which may be past `end`
-            links[pipe.name] = {"bytes": pipe.bytes, "busy_s": pipe.busy_time}
+        for pipe in self.pipes:  # writes still queued at the end keep it busy past `end`
+            late = max(pipe.free_at - end, 0.0)
+            links[pipe.name] = {"bytes": pipe.bytes, "busy_s": max(pipe.busy_time - late, 0.0)}
         activity = [
             {
                 "steps": e.step_spans,
