@@ -43,7 +43,7 @@ from typing import Any, Final
 import simpy
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import GPU, HOST, NVME, REMOTE, LocalCache
+from kvsim.cache.local import BACK, GPU, HOST, NVME, REMOTE, SELECTIVE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.kernel.pipe import Pipe
@@ -453,7 +453,7 @@ class Fetch:
         flow, keys, sizes = part
         n = len(keys)
         if flow.state != "finished":
-            moved = flow.size - max(flow.remaining, 0.0) if flow.start == flow.start else 0.0
+            moved = flow.size - max(flow.remaining, 0.0)  # 0 if it never started
             n = int(n * moved / flow.size + 1e-9) if flow.size > 0 else n
         if n:
             self.engine.local.prefetched(keys[:n], sizes[:n])
@@ -535,7 +535,7 @@ class Engine:
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
         self._queue_t = 0.0
         self._wake: simpy.Event | None = None
-        if ctx.put_policy == 2:
+        if ctx.put_policy == BACK:
             local.leave = self._put_back
         self.process = self.env.process(self._loop())
 
@@ -862,7 +862,7 @@ class Engine:
         # staging of the blocks the remote store lacks, for requests this step finishes:
         # a copy on rank 0's GPU-to-host link, in line behind the demotions queued there
         stage = 0.0
-        if ctx.remote is not None and ctx.max_pending_puts and ctx.put_policy != 2:
+        if ctx.remote is not None and ctx.max_pending_puts and ctx.put_policy != BACK:
             for job, n in batch:
                 if job.done + n >= job.req.input_tokens - job.cached:
                     job.puts = self._stage(job)
@@ -1088,20 +1088,26 @@ class Engine:
     def _stage(self, job: Job) -> Batch:
         """The shards the remote store lacks, reserved at once as pending so that no
         other engine stages them too."""
-        remote = self.ctx.remote
-        assert remote is not None
         ctx = self.ctx
         keys: Sequence[Key] = job.keys
         sizes = job.sizes = ctx.block_sizes(job.req)
-        r = ctx.ratio[REMOTE]
-        if r != 1.0:  # the store's codec: it holds (and puts move) fewer bytes
-            sizes = [x * r for x in sizes]
-        if ctx.put_policy == 1:  # selective: only blocks hit often enough on this engine
+        if ctx.put_policy == SELECTIVE:  # only blocks hit often enough on this engine
             uses = self.local.uses
             assert uses is not None
             least = ctx.put_threshold
             hot = [i for i, k in enumerate(keys) if uses.get(k, 0) >= least]
             keys, sizes = [keys[i] for i in hot], [sizes[i] for i in hot]
+        return self._claim(keys, sizes)
+
+    def _claim(self, keys: Sequence[Key], sizes: Sequence[float]) -> Batch:
+        """Of blocks (``sizes`` raw), the shards the store lacks and would admit, as it
+        would store them (its codec), reserved as pending so no other engine puts them."""
+        ctx = self.ctx
+        remote = ctx.remote
+        assert remote is not None
+        r = ctx.ratio[REMOTE]
+        if r != 1.0:  # the store's codec: it holds (and puts move) fewer bytes
+            sizes = [x * r for x in sizes]
         gate = ctx.remote_admission
         if gate is not None:  # second hit: store only blocks offered before
             keys, sizes, _, _ = gate.filter(keys, sizes, remote)
@@ -1114,19 +1120,11 @@ class Engine:
         lacks them); leaving HBM itself (no lower tier), they are copied out first, on the
         GPU-to-host link in the background."""
         ctx = self.ctx
-        remote = ctx.remote
-        if remote is None or not ctx.max_pending_puts or not self.up:
+        if ctx.remote is None or not ctx.max_pending_puts or not self.up:
             return
-        r = ctx.ratio[REMOTE]
-        if r != 1.0:
-            sizes = [x * r for x in sizes]
-        gate = ctx.remote_admission
-        if gate is not None:
-            keys, sizes, _, _ = gate.filter(keys, sizes, remote)
-        batch = remote.missing(keys, sizes)
+        batch = self._claim(keys, sizes)
         if not batch:
             return
-        remote.reserve(batch)
         if self.local.below[GPU] < 0:
             self.d2h.send(self.env.now, batch.total_bytes(), ctx.stage_share)
         self._put(batch)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from kvsim.cache.eviction import SecondHit
-from kvsim.cache.local import HOST, NVME, REMOTE
+from kvsim.cache.local import HOST, NVME, REMOTE, WRITE_POLICIES
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario
 from kvsim.kernel.fabric import Fabric, Link
@@ -74,12 +74,8 @@ class Shared:
         self.nvme_gds: bool = tiers.nvme.path == "gds"
         self.remote_admission: SecondHit | None = None
         self.max_pending_puts: int = rc.max_pending_puts
-        # remote write policy: 0 write-through, 1 selective (hot blocks only), 2 write-back
-        self.put_policy: int = (
-            ("write_through", "write_through_selective", "write_back").index(rc.write_policy)
-            if rc.enabled
-            else 0
-        )
+        # remote write policy, coded as the local tiers' (kvsim.cache.local.BACK, ...)
+        self.put_policy: int = WRITE_POLICIES.index(rc.write_policy)
         self.put_threshold: int = rc.write_threshold
         self.stage_share: float = 1.0  # part of a staging copy rank 0's D2H link carries
         # KV codecs per tier (gpu, host, nvme, remote): stored bytes / raw bytes, and

@@ -20,7 +20,7 @@ from typing import Any, cast
 import simpy
 
 from kvsim.cache.eviction import Key, make_store
-from kvsim.cache.local import HOST, NVME, REMOTE, LocalCache
+from kvsim.cache.local import HOST, NVME, REMOTE, SELECTIVE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
 from kvsim.config.schema import Scenario, SyntheticWorkload
@@ -137,7 +137,7 @@ class Simulation:
                     (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
                     [1.0 if ctx.codec_on_gpu[t] else 1.0 / ctx.ratio[t] for t in (0, HOST, NVME)],
                 ),
-                count_uses=ctx.put_policy == 1,
+                count_uses=ctx.put_policy == SELECTIVE,
                 ratio=ctx.ratio[:3],
             )
             h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
