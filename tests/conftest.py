@@ -39,7 +39,8 @@ TOY: dict[str, Any] = {
         "nvme_latency": "0 s",
         "network_latency": "0 s",
         "d2h_per_gpu": "1 EB/s",
-    },  # staging before puts: negligible unless a test sets it
+        "nvlink_per_gpu": "1 EB/s",
+    },  # staging before puts and the NVLink hand-off: negligible unless a test sets them
     "model": {"name": "toy", "kv_bytes_per_token": "1000 B"},
     "timing": {
         "new_tokens": [1, 1001],

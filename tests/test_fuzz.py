@@ -41,7 +41,7 @@ BASE: dict[str, Any] = {
     "seed": 1,
     "run": {"warmup": "1 s", "max_time": "600 s"},
     "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
-    "node": {"nvme_write_per_drive": "7 GB/s"},
+    "node": {"nvme_write_per_drive": "7 GB/s", "nvlink_per_gpu": "900 GB/s"},
     "tiers": {
         "gpu": {"capacity": "40 GB"},
         "host": {"capacity": "120 GB", "t0": "1 ms", "write_queue": "1 GB", "on_backlog": "drop"},

@@ -134,6 +134,12 @@ class Node(Record):
         "and the staging copy before a put (the engine waits for that one, as vLLM's "
         "connector wait_for_save does)",
     )
+    nvlink_per_gpu: Bandwidth = Field(
+        "900 GB/s",
+        description="NVLink bandwidth out of one GPU (one direction, half the bidirectional "
+        "figure): with an unsharded remote store, the rank that issued a GET hands the "
+        "other ranks their parts over it",
+    )
     hbm_bandwidth_per_gpu: Bandwidth | None = Field(
         None, description="HBM bandwidth per GPU (the roofline step model's memory roof)"
     )

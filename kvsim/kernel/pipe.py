@@ -7,6 +7,9 @@ a DMA copy stream or a drive's submission queue; it needs no events, because whe
 write ends follows from the writes before it. ``free_at`` is when the link falls idle; the
 backlog at time t is the work still ahead of a new write, ``free_at - t`` seconds.
 
+The NVLink hand-off after an unsharded remote GET (the rank that read the KV sends the
+other ranks their parts) is served the same way, one queue per issuing GPU.
+
 Restores (reads up the hierarchy) and remote GETs and puts share their links fairly
 instead and run on the fabric (:mod:`kvsim.kernel.fabric`).
 """

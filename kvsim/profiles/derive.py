@@ -1,5 +1,5 @@
 """Derive prefill timing tables from a FLOP model (how the shipped CSVs were made), and
-calibrate the default profile's roofline step model.
+calibrate the default profile's roofline step model and its remote store server.
 
 Prefill of ``new`` tokens on top of ``cached`` tokens costs
 
@@ -12,7 +12,10 @@ a cold 16,384-token prefill in 0.31 s, the seed study's figure). Run
 ``python -m kvsim.profiles.derive`` to rewrite the CSV tables next to this file and print
 the default profile's calibrated ``timing.roofline.achievable_flops``: the FLOP/s that
 makes a lone cold 16,384-token prompt take 0.31 s on the default engine (two 8,192-token
-steps of the roofline model, kvsim/physics/step.py).
+steps of the roofline model, kvsim/physics/step.py), the remote server's bandwidth and
+per-operation time solved from the study's two GET rates (:func:`solve_remote`), and the
+per-rank speed-up that published single-server rates alone would predict
+(:func:`split_speedup`).
 """
 
 from __future__ import annotations
@@ -109,6 +112,40 @@ B300_GLM5_ROOFLINE: dict[str, Any] = {
 }
 
 
+def solve_remote(
+    nbytes: float, ops: int, one: float, split: float, parts: int
+) -> tuple[float, float]:
+    """A store server's payload bandwidth and per-operation time from two measured GET
+    rates of the same ``nbytes`` in ``ops`` operations: ``one`` with the whole GET on one
+    server, ``split`` with ``parts`` servers each moving 1/parts of the bytes in as many
+    operations (per-rank sharding). Each server takes ``ops * op + bytes / bandwidth``,
+    so the two times differ only in the bytes: two figures, two unknowns (C)."""
+    t_one, t_split = nbytes / one, nbytes / split
+    bandwidth = (1 - 1 / parts) * nbytes / (t_one - t_split)
+    op = (t_one - nbytes / bandwidth) / ops
+    if not (bandwidth > 0 and op >= 0):
+        raise ValueError("no server bandwidth and per-op time fit these two rates")
+    return bandwidth, op
+
+
+def split_speedup(nbytes: float, ops: int, one: float, bandwidth: float, parts: int) -> float:
+    """How much faster ``parts`` per-rank servers read a GET than one server, when the
+    server's payload ``bandwidth`` is known from elsewhere and its per-op time is what
+    makes the one-server GET run at ``one`` bytes/s: a prediction of the split rate."""
+    t_one = nbytes / one
+    op_total = t_one - nbytes / bandwidth
+    if op_total < 0:
+        raise ValueError("the server bandwidth is below the one-server GET rate")
+    return t_one / (op_total + nbytes / parts / bandwidth)
+
+
+# The seed study's GET rates for a 16,384-token GLM-5 prompt (51,168 B/token) in 64
+# LMCache chunks of 256 tokens, read as GiB/s: one Valkey instance, and 8 per-rank ones.
+STUDY_GET = {"nbytes": 16384 * 51_168, "ops": 64, "one": 1.71 * 2**30, "split": 10.76 * 2**30}
+# Published single-instance Valkey GET rates for multi-MB values (HARDWARE.md, M)
+VALKEY_PUBLISHED_BW = (1.7e9, 2.0e9)
+
+
 def write_table(path: Path, rows: Sequence[tuple[int, int, float]], header: str) -> None:
     with path.open("w", encoding="utf-8", newline="") as fh:
         for line in header.strip().splitlines():
@@ -162,6 +199,18 @@ def main() -> None:  # pragma: no cover - a maintenance script
     here = Path(__file__).parent
     flops = calibrate_roofline_flops(B300_GLM5_ROOFLINE, 16384, 0.31, 8192)
     print(f"b300-pcp8-glm5 timing.roofline.achievable_flops: {flops:.7g}")
+    g = STUDY_GET
+    bw, op = solve_remote(g["nbytes"], g["ops"], g["one"], g["split"], 8)
+    print(
+        f"b300-pcp8-glm5 remote.bandwidth: {bw / 2**30:.4g} GiB/s, op_overhead: {op * 1e3:.3g} ms"
+    )
+    lo, hi = (max(b, g["one"] * 1.0001) for b in VALKEY_PUBLISHED_BW)
+    fast, slow = (split_speedup(g["nbytes"], g["ops"], g["one"], b, 8) for b in (lo, hi))
+    print(
+        f"8 per-rank servers over one, predicted from the published {VALKEY_PUBLISHED_BW[0] / 1e9}"
+        f"-{VALKEY_PUBLISHED_BW[1] / 1e9} GB/s server rate: {slow:.2f}x to {fast:.2f}x "
+        f"(the study: {g['split'] / g['one']:.2f}x)"
+    )
     # the H200 table scales the single-request FLOP model calibrated the same way
     b300 = calibrate_flops_per_s(16384, 0.31, **GLM5)
     h200 = b300 * H200_OVER_B300

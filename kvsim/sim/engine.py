@@ -213,8 +213,8 @@ class Restore:
         self.job = job
         self.then = then
         self.abandoned = False
-        self.decoding = 0  # tiers whose bytes are in and being decoded (a codec)
-        self.decoded = [0.0, 0.0, 0.0, 0.0]  # decode seconds per tier
+        self.decoding = 0  # tiers whose bytes are in and not yet usable (decode, hand-off)
+        self.decoded = [0.0, 0.0, 0.0, 0.0]  # seconds per tier from arrival to usable
         self.over = True  # until every transfer is started
         ctx = engine.ctx
         fabric = ctx.fabric
@@ -287,15 +287,20 @@ class Restore:
             tier = flow.tag
             assert isinstance(tier, int)
             ctx = engine.ctx
-            d = self.job.tokens[tier] * ctx.kv_bytes * ctx.decode_s[tier]
-            if d > 0:  # the tier's codec: decode what arrived before it can be used
+            raw = self.job.tokens[tier] * ctx.kv_bytes
+            d = raw * ctx.decode_s[tier]  # the tier's codec: decode before it can be used
+            now = engine.env.now
+            if d > 0 and ctx.codec_on_gpu[tier]:  # GPU work
+                engine.busy += d
+                engine.gpu_spans.append(now)
+                engine.gpu_spans.append(now + d)
+            nvlink = engine.nvlink
+            if tier == REMOTE and nvlink is not None:
+                # unsharded: the rank that issued the GET hands the others their parts
+                d += nvlink.send(now, raw * ctx.ratio[REMOTE], ctx.handoff_share) - now
+            if d > 0:
                 self.decoding += 1
                 self.decoded[tier] = d
-                now = engine.env.now
-                if ctx.codec_on_gpu[tier]:  # GPU work
-                    engine.busy += d
-                    engine.gpu_spans.append(now)
-                    engine.gpu_spans.append(now + d)
                 engine.env.timeout(d).callbacks.append(self._decoded)
                 return
         self._check()
@@ -494,6 +499,7 @@ class Engine:
         nic_out: Link,
         client: Link,
         d2h: Pipe,
+        nvlink: Pipe | None = None,
     ) -> None:
         self.ctx = ctx
         self.env = ctx.env
@@ -505,6 +511,9 @@ class Engine:
         self.nic_out = nic_out
         self.client = client  # the NIC and PCIe of the rank that issues an unsharded GET
         self.d2h = d2h  # rank 0's GPU-to-host link: demotions to host and staging copies
+        # unsharded remote store: the NVLink out of the rank that issues each GET, which
+        # then hands the other ranks their parts (None: per-rank shards, or one GPU)
+        self.nvlink = nvlink
         # an NVMe restore: GPUDirect Storage straight into HBM, or the drives into a host
         # bounce buffer, then host to GPU
         self.nvme_path: tuple[Link, ...] = ()
@@ -1032,7 +1041,13 @@ class Engine:
             rate = ctx.fabric.estimate_rate(links, costs)
             if cap is not None and cap < rate:
                 rate = cap
-            worst = max(worst, ctx.t0[REMOTE] + size / rate + tok[REMOTE] * s * decode[REMOTE])
+            after = tok[REMOTE] * s * decode[REMOTE]
+            if self.nvlink is not None:  # the hand-off to the other ranks
+                after += (
+                    self.nvlink.backlog(self.env.now)
+                    + tok[REMOTE] * s * ratio[REMOTE] * ctx.handoff_share / self.nvlink.bandwidth
+                )
+            worst = max(worst, ctx.t0[REMOTE] + size / rate + after)
         new = job.req.input_tokens - probe.cached
         return worst + lone_seconds(ctx.steps, new, probe.cached, ctx.per_step)
 

@@ -78,6 +78,9 @@ class Shared:
         self.put_policy: int = WRITE_POLICIES.index(rc.write_policy)
         self.put_threshold: int = rc.write_threshold
         self.stage_share: float = 1.0  # part of a staging copy rank 0's D2H link carries
+        # part of an unsharded GET the issuing rank sends on over NVLink (to every other
+        # rank its part of the KV)
+        self.handoff_share: float = (sc.node.gpus - 1) / sc.node.gpus
         # KV codecs per tier (gpu, host, nvme, remote): stored bytes / raw bytes, and
         # seconds per raw byte to encode (writes into the tier) and decode (restores)
         codecs = (None, tiers.host.codec, tiers.nvme.codec, rc.codec)

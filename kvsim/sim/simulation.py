@@ -150,7 +150,14 @@ class Simulation:
             nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
             # one rank's own path (its NIC and its PCIe link): an unsharded GET's client
             client = link(f"e{i}.client", min(node.nic_per_gpu, node.h2d_per_gpu))
-            self.engines.append(Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client, d2h))
+            # unsharded remote store: the issuing rank's NVLink carries the hand-off
+            nvlink = None
+            if self.remote is not None and self.remote.shards == 1 and node.gpus > 1:
+                nvlink = Pipe(f"e{i}.nvlink", node.nvlink_per_gpu)
+                self.pipes.append(nvlink)
+            self.engines.append(
+                Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client, d2h, nvlink)
+            )
         self.engines.sort(key=lambda e: e.index)
         ctx.engines = self.engines
         self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
