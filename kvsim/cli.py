@@ -527,6 +527,18 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     for value in extra:  # an extra row is named by its bandwidth
         paths.setdefault(f"{value / GIB:.4g} GiB/s", (value, model.t0))
     S = args.tokens
+    from kvsim.physics.costmodel import timing_crossover
+    from kvsim.physics.step import scenario_lone_seconds
+
+    # with --rate the recompute side is the constant rate given; otherwise the engine's
+    # own time for the prompt (super-linear: attention)
+    if rate_value is None:
+        lone = scenario_lone_seconds(sc)
+    else:
+
+        def lone(new: int, cached: int) -> float:
+            return new / rate_value
+
     rows = []
     for name, (bw, t0) in paths.items():
         m = type(model)(model.kv_bytes, model.rate, t0, model.reference_tokens)
@@ -536,12 +548,15 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
                 "bandwidth": bw,
                 "t0_s": t0,
                 "crossover_tokens": m.crossover(bw),
+                "crossover_tokens_timing": timing_crossover(bw, t0, model.kv_bytes, lone),
                 "restore_s": m.restore(S, bw),
                 "recompute_s": m.recompute(S),
             }
         )
     numbers = [model.b_star, model.min_tokens, S / model.rate]
-    numbers += [v for r in rows for k, v in r.items() if k not in ("path", "crossover_tokens")]
+    numbers += [
+        v for r in rows for k, v in r.items() if k not in ("path",) and "crossover" not in k
+    ]
     if not all(math.isfinite(v) and v >= 0 for v in numbers) or not model.b_star > 1e-300:
         raise InputError(
             "the cost model overflows or underflows with these values (check --kv-bytes, "
@@ -549,10 +564,8 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
             where="costmodel",
         )
     if args.plot:
-        from kvsim.physics.step import scenario_lone_seconds
         from kvsim.plots import costmodel_plot
 
-        lone = scenario_lone_seconds(sc)
         remote = [bw for name, (bw, _) in paths.items() if not name.startswith(("host", "nvme"))]
         bws = sorted({*remote, model.b_star * 1.25, 100 * GIB})
         out = Path(args.plot)
@@ -577,9 +590,13 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
                     "b_star_gib_s": model.b_star / GIB,
                     "min_tokens": model.min_tokens,
                     "paths": [  # "never" is null: JSON has no infinity
-                        {**r, "crossover_tokens": None if math.isinf(x) else x}
+                        {
+                            **r,
+                            "crossover_tokens": None if math.isinf(x) else x,
+                            "crossover_tokens_timing": None if math.isinf(y) else y,
+                        }
                         for r in rows
-                        for x in [r["crossover_tokens"]]
+                        for x, y in [(r["crossover_tokens"], r["crossover_tokens_timing"])]
                     ],
                 },
                 indent=2,
@@ -594,25 +611,42 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     )
     print(
         f"  B* = s*R = {model.b_star / 1e9:.4g} GB/s = {model.b_star / GIB:.4g} GiB/s: "
-        "a tier slower than this never beats recompute"
+        f"below it a restore never beats recompute at a constant R (read at {S:,} tokens)"
     )
     print(
-        f"  T0*R = {model.min_tokens:,.0f} tokens: shorter prompts never beat recompute, "
-        "at any bandwidth"
+        f"  T0*R = {model.min_tokens:,.0f} tokens: with a constant R, shorter prompts never "
+        "beat recompute, at any bandwidth"
     )
     print()
     w = max(len(r["path"]) for r in rows)
     print(
         f"  {'restore path':<{w}}  {'bandwidth':>11}  {'T0':>7}  {'crossover':>12}  "
-        f"{'restore ' + format(S, ','):>15}  {'recompute':>9}"
+        f"{'(timing)':>12}  {'restore ' + format(S, ','):>15}  {'recompute':>9}"
     )
+
+    def tokens(x: float) -> str:
+        return "never" if x == float("inf") else f"{x:,.0f} tok"
+
+    differ = []
     for r in rows:
-        x = r["crossover_tokens"]
-        cross = "never" if x == float("inf") else f"{x:,.0f} tok"
+        x, y = r["crossover_tokens"], r["crossover_tokens_timing"]
         print(
             f"  {r['path']:<{w}}  {r['bandwidth'] / GIB:>7.4g} GiB/s  "
-            f"{fmt_duration(r['t0_s']):>7}  {cross:>12}  {fmt_duration(r['restore_s']):>15}  "
-            f"{fmt_duration(r['recompute_s']):>9}"
+            f"{fmt_duration(r['t0_s']):>7}  {tokens(x):>12}  {tokens(y):>12}  "
+            f"{fmt_duration(r['restore_s']):>15}  {fmt_duration(r['recompute_s']):>9}"
+        )
+        if (math.isinf(x) != math.isinf(y)) or (not math.isinf(x) and abs(y - x) > 0.05 * x):
+            differ.append(f"{r['path']}: {tokens(x)} with a constant R, {tokens(y)} timed")
+    print(
+        "\n  crossover: the two-term formula T0 / (1/R - s/B); (timing): against the "
+        "engine's own\n  time for the prompt, t(S, 0) vs T0 + (S-1)*s/B + t(1, S-1), up to "
+        "1M tokens"
+    )
+    if differ:
+        print(
+            "  they differ because recompute is not linear in S (attention grows faster, each "
+            "step has a\n  fixed cost) and a restore still computes the last token:\n    "
+            + "\n    ".join(differ)
         )
     if args.plot:
         print(f"\nwrote {args.plot}", file=sys.stderr)
@@ -711,10 +745,16 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         print(df.to_json(orient="records", indent=2))
         return 0
     print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
-    for _, row in df.iterrows():
+    for cap, (_, row) in zip(caps, df.iterrows(), strict=True):
+        if len(cap.rates) < 2:
+            spread = "(one replication: no interval)"
+        elif len(set(cap.rates)) == 1:
+            spread = "(replications identical: no interval)"
+        else:
+            spread = f"± {row['ci95_rps']:.2g}"
         print(
-            f"  {row['configuration']}: {row['capacity_rps']:.4g} ± {row['ci95_rps']:.2g} "
-            f"requests/s  ({row['factor']:.3g}x the scenario's load)"
+            f"  {row['configuration']}: {row['capacity_rps']:.4g} {spread} requests/s offered "
+            f"({row['factor']:.3g}x the scenario's offered rate)"
         )
     return 0
 

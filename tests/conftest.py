@@ -62,6 +62,7 @@ TOY: dict[str, Any] = {
     },
     "cluster": {"engines": 1, "load_policy": "sync"},
     "engine": {"batching": "serial"},
+    "run": {"warmup": "0 s"},  # hand-computed cases measure every request
     "workload": {
         "kind": "synthetic",
         "requests": 1,

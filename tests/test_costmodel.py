@@ -15,6 +15,7 @@ from kvsim.physics.costmodel import (
     effective_bandwidth,
     recompute_seconds,
     restore_seconds,
+    timing_crossover,
 )
 
 from conftest import SCENARIOS
@@ -94,3 +95,47 @@ def test_costmodel_command(tmp_path, capsys):
     assert data["min_tokens"] == 0
     assert main(["costmodel", "--bandwidth", "fast"]) == 2
     assert "--bandwidth fast" in capsys.readouterr().err
+
+
+def test_the_timing_crossover_equals_the_formula_when_recompute_is_linear():
+    """t(new, cached) = new / R: restoring S - 1 tokens and computing one beats
+    computing S when T0 + (S-1) s/B + 1/R < S/R, i.e. S - 1 > T0 / (1/R - s/B): the
+    formula's crossover X, so S = floor(X) + 2 (one token computed, one for the strict
+    inequality)."""
+    R, s, t0 = 50_000.0, 50_000.0, 0.3
+    for bw in (5e9, 10e9, 1e11):
+        formula = crossover_tokens(bw, t0, s, R)
+        timed = timing_crossover(bw, t0, s, lambda n, c: n / R)
+        assert timed == math.floor(formula + 1e-6) + 2
+    assert math.isinf(timing_crossover(2e9, t0, s, lambda n, c: n / R))  # below B*
+
+
+def test_super_linear_recompute_lets_a_tier_below_b_star_win():
+    """Quadratic attention: t(n, c) = n/R + k (n c + n^2 / 2). Below B* = s R the formula
+    says never; against the timed prefill, long prompts win. Hand check at the answer."""
+    R, s, t0, k = 50_000.0, 50_000.0, 0.3, 1e-10
+
+    def t(n: int, c: int) -> float:
+        return n / R + k * (n * c + n * n / 2)
+
+    bw = 2e9  # below B* = 2.5e9
+    assert math.isinf(crossover_tokens(bw, t0, s, R))
+    x = timing_crossover(bw, t0, s, t)
+    assert math.isfinite(x)
+
+    def wins(n: int) -> bool:
+        return t0 + (n - 1) * s / bw + t(1, n - 1) < t(n, 0)
+
+    assert wins(int(x)) and not wins(int(x) - 1)
+
+
+def test_costmodel_prints_the_timed_crossover_for_the_one_server_tier(capsys):
+    """The default profile: one Valkey server (1.71 GiB/s) is below B*, so the formula
+    says never, but against the step model a remote hit wins from about 58.7k tokens."""
+    assert main(["costmodel", "--json"]) == 0
+    import json
+
+    paths = {p["path"]: p for p in json.loads(capsys.readouterr().out)["paths"]}
+    one = paths["remote (one server)"]
+    assert one["crossover_tokens"] is None
+    assert one["crossover_tokens_timing"] == pytest.approx(58_657, rel=0.02)

@@ -31,6 +31,7 @@ def simulated_hit_ratio(path, capacity_tokens):
                 "nvme": {"enabled": False},
             },
             "remote": {"enabled": False},
+            "run": {"warmup": "0 s"},  # the curve counts every request
             "workload": {"kind": "mooncake", "path": str(path)},
         }
     )

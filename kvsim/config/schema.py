@@ -625,7 +625,17 @@ class _Common(Record):
     window: Window = Field(Window(), description="keep arrivals in [start, end) of the source")
 
 
-class MooncakeWorkload(_Common):
+class _Trace(_Common):
+    resample: Literal["auto", "none", "windows"] = Field(
+        "auto",
+        description="windows: replay a block bootstrap of the trace drawn by the seed "
+        "(its span cut into 40 windows, as many drawn with replacement); none: the trace "
+        "as it is; auto: windows when a sweep, capacity search or baseline runs several "
+        "seeds (so replications differ), none in a single run",
+    )
+
+
+class MooncakeWorkload(_Trace):
     kind: Literal["mooncake"]
     path: str = Field(description="Mooncake JSONL trace (relative to the scenario file)")
     block_tokens: Tokens = Field(512, description="tokens per hash_ids block")
@@ -634,7 +644,7 @@ class MooncakeWorkload(_Common):
     )
 
 
-class AzureWorkload(_Common):
+class AzureWorkload(_Trace):
     kind: Literal["azure"]
     path: str = Field(description="Azure LLM inference CSV (relative to the scenario file)")
     block_tokens: Tokens = Field(512, description="tokens per (generated, unique) block")
@@ -755,8 +765,30 @@ class Tenancy(Record):
 # ---- run and scenario -------------------------------------------------------------
 
 
+def _warmup(value: object) -> float | str:
+    """``auto`` or a duration of at least 0."""
+    if value == "auto":
+        return "auto"
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise ValueError(f'{e}, or "auto"') from None
+    if seconds < 0:
+        raise ValueError(f'must be >= 0 s or "auto", got {value!r}')
+    return seconds
+
+
+_warmup.unit = "duration"  # type: ignore[attr-defined]
+Warmup = Annotated[Literal["auto"] | float, BeforeValidator(_warmup)]
+
+
 class Run(Record):
-    warmup: Duration = Field("0 s", description="arrivals before this are left out of stats")
+    warmup: Warmup = Field(
+        "auto",
+        description="arrivals before this are left out of stats; auto: the transient "
+        "detected in the run (MSER-5 on the requests' TTFT and hit ratio), reported "
+        "as summary warmup_s",
+    )
     max_time: PositiveDuration | None = Field(
         None, description="stop the clock here; unfinished requests are reported"
     )

@@ -22,7 +22,7 @@ from typing import Any
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
 from kvsim.results.metrics import NUMERIC, mean_ci95
-from kvsim.units import parse_duration
+from kvsim.units import parse_duration, parse_rate
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -83,11 +83,42 @@ def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
         out = {"workload.arrivals.rate": f"{w.arrivals.rate * factor!r}/s"}
     else:
         out = {"workload.time_scale": w.time_scale / factor}
-    if sc.run.warmup:
+    return {**out, **scaled_windows(sc, factor)}
+
+
+def scaled_windows(sc: Scenario, factor: float) -> dict[str, Any]:
+    """``run.warmup`` and ``run.max_time`` for ``factor`` times the scenario's load: shrunk
+    with its arrivals (an ``auto`` warm-up finds its own)."""
+    out: dict[str, Any] = {}
+    if sc.run.warmup != "auto" and sc.run.warmup:
         out["run.warmup"] = f"{sc.run.warmup / factor!r} s"
     if sc.run.max_time is not None:
         out["run.max_time"] = f"{sc.run.max_time / factor!r} s"
     return out
+
+
+def load_factor(sc: Scenario, overrides: dict[str, Any]) -> float | None:
+    """By how much ``overrides`` (field path -> raw value, as a sweep sets them) scale the
+    scenario's load through its arrival rate or time scale; None when they do not (or
+    the value is not one kvsim reads: that run fails with its own message)."""
+    w = sc.workload
+    try:
+        if "workload.time_scale" in overrides:
+            return w.time_scale / float(overrides["workload.time_scale"])
+        if "workload.arrivals.rate" in overrides and isinstance(w, SyntheticWorkload):
+            return parse_rate(overrides["workload.arrivals.rate"]) / w.arrivals.rate
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def replication_overrides(sc: Scenario, replications: int) -> dict[str, Any]:
+    """What running ``replications`` seeds of a scenario adds: a trace replayed with
+    ``resample: auto`` is resampled (a block bootstrap per seed), so that replications
+    differ and their spread means something."""
+    if replications > 1 and getattr(sc.workload, "resample", None) == "auto":
+        return {"workload.resample": "windows"}
+    return {}
 
 
 def offered_rate(sc: Scenario) -> float:
@@ -110,10 +141,11 @@ class Capacity:
     """The result of a search: per-replication capacities and their summary."""
 
     slo: SLO
-    rates: list[float]  # requests/s per replication
-    factors: list[float]
+    rates: list[float]  # requests/s per replication (offered, as measured)
+    factors: list[float]  # arrival-rate factors (not the request-rate ratio: sessions)
     evaluations: int
     config: dict[str, Any] = field(default_factory=dict)
+    base_rate: float = math.nan  # requests/s the scenario itself offers
 
     @property
     def mean(self) -> float:
@@ -140,14 +172,22 @@ def search(
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     evaluations = 0
 
-    def meets(factor: float, seed: int) -> bool:
+    extra = replication_overrides(sc, reps)  # a trace: each replication resamples it
+    if extra:
+        log("replications resample the trace (workload.resample: windows, one draw per seed)")
+
+    def run(factor: float, seed: int) -> dict[str, Any]:
         nonlocal evaluations
         evaluations += 1
         try:
-            summary = api.run(sc, load_overrides(sc, factor), seed).summary
+            return api.run(sc, {**load_overrides(sc, factor), **extra}, seed).summary
         except InputError as e:
             raise InputError(f"at {factor:g}x the scenario's load (seed {seed}): {e}") from None
-        return slo.met(summary)
+
+    def meets(factor: float, seed: int) -> bool:
+        return slo.met(run(factor, seed))
+
+    base_rate = offered_rate(api.load(sc, extra or None))
 
     rates, factors = [], []
     for rep in range(reps):
@@ -163,26 +203,55 @@ def search(
                         "one that load can break?"
                     )
         else:
+            floor = run(FLOOR, seed)  # no queueing left: what the requests cost alone
+            if not slo.met(floor):
+                raise InputError(
+                    f"the SLO ({slo}) fails even at vanishing load (1/{1 / FLOOR:g} of the "
+                    f"scenario's, seed {seed}): {floor_report(slo, floor)}"
+                )
             lo = 0.5
             while not meets(lo, seed):
                 hi, lo = lo, lo / 2
-                if lo < 2.0**-20:
-                    raise InputError(f"the SLO ({slo}) fails even at {hi:g}x the load")
         while hi / lo - 1 > tol:
             mid = math.sqrt(lo * hi)
             if meets(mid, seed):
                 lo = mid
             else:
                 hi = mid
-        scaled = api.load(sc, load_overrides(sc, lo), seed)
+        scaled = api.load(sc, {**load_overrides(sc, lo), **extra}, seed)
         rate = offered_rate(scaled)
+        # the offered rate as measured: with multi-turn sessions it grows more slowly than
+        # the session arrival rate (think times do not shrink)
         log(
-            f"replication {rep + 1}/{reps} (seed {seed}): {rate:.4g} requests/s "
-            f"({lo:.4g}x the scenario's load)"
+            f"replication {rep + 1}/{reps} (seed {seed}): {rate:.4g} requests/s offered "
+            f"({rate / base_rate:.4g}x the scenario's {base_rate:.4g} requests/s; arrival "
+            f"rate x{lo:.4g})"
         )
         rates.append(rate)
         factors.append(lo)
-    return Capacity(slo, rates, factors, evaluations)
+    return Capacity(slo, rates, factors, evaluations, base_rate=base_rate)
+
+
+FLOOR = 2.0**-10  # "vanishing" load: the scenario's arrivals spread 1,024 times wider
+
+
+def floor_report(slo: SLO, summary: dict[str, Any]) -> str:
+    """What the SLO's metric is with no queueing, and what makes up the mean TTFT there."""
+    value = summary.get(slo.metric)
+    shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+    parts = {
+        "compute": summary.get("compute_mean_s", math.nan),
+        "restore (T0s and transfers)": summary.get("load_mean_s", math.nan),
+        "queueing": summary.get("queue_wait_mean_s", math.nan),
+        "staging before puts": summary.get("store_mean_s", math.nan),
+    }
+    known = {k: v for k, v in parts.items() if isinstance(v, float) and math.isfinite(v)}
+    top = max(known, key=lambda k: known[k]) if known else "unknown"
+    detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in known.items())
+    return (
+        f"{slo.metric} = {shown} there; of the mean TTFT "
+        f"({summary.get('ttft_mean_s', math.nan) * 1e3:.3g} ms): {detail}; {top} dominates"
+    )
 
 
 def capacity_table(caps: list[Capacity]) -> Any:
@@ -198,7 +267,7 @@ def capacity_table(caps: list[Capacity]) -> Any:
                 "slo": str(c.slo),
                 "capacity_rps": c.mean,
                 "ci95_rps": c.ci95,
-                "factor": sum(c.factors) / len(c.factors),
+                "factor": c.mean / c.base_rate,  # over the scenario's offered rate
                 "replications": len(c.rates),
                 "evaluations": c.evaluations,
                 "rates_rps": " ".join(f"{r:.6g}" for r in c.rates),
@@ -238,7 +307,7 @@ def sweep_capacity(
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     sweep = load_sweep(sweep_path)
-    fixed = dict(sweep.runs[0].fixed) if sweep.runs else {}
+    fixed = dict(sweep.set)
     jobs = [
         (sweep.runs[0].base, {**fixed, **cfg}, slo_text, reps, tol)
         for cfg in sweep.configurations()

@@ -51,7 +51,7 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import Record
 from kvsim.errors import InputError, clean
-from kvsim.experiments.capacity import OUTCOMES, load_overrides
+from kvsim.experiments.capacity import OUTCOMES, load_overrides, replication_overrides
 from kvsim.experiments.sweep import MAX_RUNS, RunSpec, Seed, absolute_paths, execute, load_sweep
 from kvsim.files import MAX_TABLE_BYTES, read_text
 from kvsim.results.metrics import mean_ci95
@@ -160,7 +160,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
             configs.append((str(sp), entry_set, e.name or ""))
         else:
             sw = load_sweep(p.parent / e.sweep)  # type: ignore[operator]
-            fixed = dict(sw.runs[0].fixed)
+            fixed = dict(sw.set)
             for cfg in sw.configurations():
                 label = ",".join(f"{k}={v}" for k, v in cfg.items())
                 configs.append(
@@ -232,7 +232,11 @@ def measure(
     for ei, e in enumerate(suite.entries):
         sc = api.load(e.path, dict(e.overrides))
         for li, load in enumerate(e.loads):
-            fixed = (*e.overrides, *load_overrides(sc, load).items())
+            fixed = (
+                *e.overrides,
+                *load_overrides(sc, load).items(),
+                *replication_overrides(sc, len(suite.seeds)).items(),
+            )
             for seed in suite.seeds:
                 specs.append(RunSpec(len(specs), f"{ei}.{li}.{seed}", e.path, (), fixed, seed))
                 where.append((ei, li))

@@ -63,6 +63,7 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import PosInt, Record
 from kvsim.errors import InputError, clean
+from kvsim.experiments.capacity import load_factor, replication_overrides, scaled_windows
 from kvsim.files import check_regular
 from kvsim.results.writers import clean_leftovers
 
@@ -108,7 +109,9 @@ class RunSpec:
     run_id: str
     base: str  # absolute path of the base scenario
     params: tuple[tuple[str, Any], ...]  # the swept values, in column order
-    fixed: tuple[tuple[str, Any], ...]  # the sweep's `set`
+    # the sweep's `set`, plus what its seeds and a swept load imply (a trace resampled
+    # per seed; warm-up and time limit shrunk with the load)
+    fixed: tuple[tuple[str, Any], ...]
     seed: int
 
     def overrides(self) -> dict[str, Any]:
@@ -123,6 +126,7 @@ class Sweep:
     path: Path
     columns: list[str]  # swept field paths
     runs: list[RunSpec]
+    set: dict[str, Any]  # the sweep's `set` (paths made absolute)
 
     def configurations(self) -> list[dict[str, Any]]:
         """The distinct parameter combinations (seeds folded), in order."""
@@ -214,14 +218,21 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     zip_keys = list(zipped)
     zip_rows = list(zip(*zipped.values(), strict=True)) if zip_keys else [()]
     runs: list[RunSpec] = []
-    fixed = tuple(fixed_set.items())
+    # several seeds of a trace replay resample it (kvsim.experiments.capacity)
+    fixed_all = {**replication_overrides(sc, len(seeds)), **fixed_set}
     combos = itertools.product(itertools.product(*grid.values()), zip_rows)
     for g, z in combos:
         params = tuple(zip(grid_keys, g, strict=True)) + tuple(zip(zip_keys, z, strict=True))
+        # a swept load (arrival rate, time scale) shrinks the warm-up and time limit with
+        # it, as a capacity search does, unless the sweep sets them itself
+        factor = load_factor(sc, dict(params))
+        windows = scaled_windows(sc, factor) if factor else {}
+        given = set(fixed_all) | set(grid_keys) | set(zip_keys)
+        fixed = tuple({**fixed_all, **{k: v for k, v in windows.items() if k not in given}}.items())
         for seed in seeds:
             run_id = _digest({"base": base_hash, "set": fixed, "params": params, "seed": seed})
             runs.append(RunSpec(len(runs), run_id, str(base), params, fixed, seed))
-    return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs)
+    return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs, fixed_set)
 
 
 # scenario fields that name files, and are resolved against the file that sets them

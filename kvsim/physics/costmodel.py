@@ -8,14 +8,15 @@
 
 Assumptions: R is constant (the recompute side is linear in S, true near the reference
 length only: attention makes long prefills super-linear), the whole prompt is restored,
-and nothing else shares the tier. All functions are pure; units are bytes, seconds,
-tokens.
+and nothing else shares the tier. :func:`timing_crossover` drops the first: it compares
+against the engine's own time for the prompt, so "B < B*: never" holds only at the
+reference length. All functions are pure; units are bytes, seconds, tokens.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 GIB = 2.0**30
@@ -40,6 +41,38 @@ def crossover_tokens(bandwidth: float, t0: float, kv_bytes: float, rate: float) 
     """Shortest prompt whose restore beats recompute at this bandwidth (inf if none)."""
     gain = 1.0 / rate - kv_bytes / bandwidth  # seconds saved per token restored
     return t0 / gain if gain > 0 else math.inf
+
+
+def timing_crossover(
+    bandwidth: float,
+    t0: float,
+    kv_bytes: float,
+    compute: Callable[[int, int], float],
+    max_tokens: int = 1 << 20,
+) -> float:
+    """The crossover under the timing model instead of a constant R: the shortest prompt
+    S for which restoring S - 1 tokens and computing the last one, T0 + (S-1)*s/B +
+    t(1, S-1), beats computing it all, t(S, 0). ``compute(new, cached)`` is the engine's
+    time for one prompt alone. Recompute grows faster than linearly (attention), so a
+    tier below B* can still win on long prompts. inf when no prompt up to
+    ``max_tokens`` wins. Scans a geometric grid of lengths, then bisects the first
+    winning step (one crossing assumed inside it)."""
+
+    def wins(n: int) -> bool:
+        return t0 + (n - 1) * kv_bytes / bandwidth + compute(1, n - 1) < compute(n, 0)
+
+    grid = sorted({max(2, round(2 ** (k / 4))) for k in range(4, 4 * max_tokens.bit_length())})
+    grid = [n for n in grid if n <= max_tokens]
+    prev = 1
+    for n in grid:
+        if wins(n):
+            lo, hi = prev, n  # lo loses (or is 1), hi wins
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if wins(mid) else (mid, hi)
+            return float(hi)
+        prev = n
+    return math.inf
 
 
 def effective_bandwidth(

@@ -27,8 +27,16 @@ METRICS: dict[str, str] = {
     "requests_warmup": "requests that arrived during the warm-up (simulated, not measured)",
     "requests_unfinished": "requests still in the system at run.max_time",
     "duration_s": "first arrival to the last request's first token",
+    "warmup_s": "seconds of warm-up left out: run.warmup, or with auto the transient "
+    "MSER-5 found (on TTFT and hit fraction in arrival order)",
     "ttft_mean_s": "mean time to first token (prefill end - arrival)",
     **{f"ttft_p{q}_s": f"{q}th percentile of TTFT" for q in QUANTILES},
+    **{
+        f"ttft_p{q}_ci_s": f"[low, high] 95% interval of the {q}th percentile of TTFT: a "
+        "block bootstrap over 40 arrival-time windows of the measured requests (so a "
+        "trace replay has one too)"
+        for q in (50, 99)
+    },
     "ttft_max_s": "largest TTFT",
     "queue_wait_mean_s": "mean time in engine queues",
     "queue_wait_p99_s": "99th percentile of the time in engine queues",
@@ -79,6 +87,8 @@ NUMERIC = tuple(
         "profile",
         "load_policy",
         "token_source_frac",
+        "ttft_p50_ci_s",
+        "ttft_p99_ci_s",
         "tier_read_bytes",
         "tier_write_bytes",
         "tier_dropped_on_backlog",

@@ -17,6 +17,8 @@ from kvsim import __version__
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
+from kvsim.results.uncertainty import mser5, percentile_ci
+from kvsim.rng import stream
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
 from kvsim.sim.rows import COLUMNS as COLUMNS
 from kvsim.sim.rows import RowTable
@@ -48,14 +50,19 @@ def frame(rows: RowTable) -> pd.DataFrame:
     return df.sort_values("id", kind="stable").reset_index(drop=True)
 
 
-def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
-    """The summary dict (the contract keys, plus diagnostics)."""
+def summarize(
+    df: pd.DataFrame, out: SimOutput, sc: Scenario, warmup: float | None = None
+) -> dict[str, Any]:
+    """The summary dict (the contract keys, plus diagnostics). ``warmup``: the seconds
+    left out (the scenario's, or what ``auto`` found)."""
+    if warmup is None:
+        warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
     measured = df[~df["warmup"]]
     m = measured[measured["decision"] != "dropped"]
     df = df[df["decision"] != "dropped"]  # the clock and the engines only saw these
     ttft = m["ttft_s"].to_numpy()
     first = float(df["arrival_s"].min()) if len(df) else 0.0
-    lo = max(sc.run.warmup, first)
+    lo = max(warmup, first)
     # the last first token (background puts may run on after it)
     hi = float(df["finish_s"].max()) if len(df) else first
     span = max(hi - lo, 0.0)
@@ -81,8 +88,10 @@ def summarize(df: pd.DataFrame, out: SimOutput, sc: Scenario) -> dict[str, Any]:
         "requests_dropped": int((measured["decision"] == "dropped").sum()),
         "requests_rerouted": int((measured["retries"] > 0).sum()),
         "duration_s": hi - first,
+        "warmup_s": warmup,
         "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"),
         **{f"ttft_p{q}_s": percentile(ttft, q) for q in QUANTILES},
+        **ttft_intervals(m, sc.seed),
         "ttft_max_s": float(ttft.max()) if ttft.size else float("nan"),
         "queue_wait_mean_s": float(m["queue_wait_s"].mean()) if len(m) else float("nan"),
         "queue_wait_p99_s": percentile(m["queue_wait_s"].to_numpy(), 99),
@@ -144,6 +153,15 @@ def link_utilisation(links: dict[str, dict[str, float]], end: float) -> dict[str
     }
 
 
+def ttft_intervals(m: pd.DataFrame, seed: int) -> dict[str, list[float]]:
+    """95% intervals of TTFT p50 and p99 by a circular block bootstrap of the measured
+    requests in arrival order (kvsim.results.uncertainty); [nan, nan] under 20."""
+    ttft = m.sort_values("arrival_s", kind="stable")["ttft_s"].to_numpy()
+    return {
+        f"ttft_p{q}_ci_s": list(percentile_ci(ttft, q, stream(seed, f"ci{q}"))) for q in (50, 99)
+    }
+
+
 def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[str, Any]:
     """Per tenant: requests, TTFT percentiles, hit ratio, bytes held per tier at the end,
     and how long its deleted blocks took to be gone (explicit/session deletions, TTL)."""
@@ -180,12 +198,28 @@ def collect(out: SimOutput, scenario: Scenario) -> Results:
     df = frame(out.rows)
     if len(df) == 0:
         raise InputError(f"run.max_time: no request finished within {scenario.run.max_time:g} s")
+    warmup = scenario.run.warmup
+    if warmup == "auto":
+        warmup = auto_warmup(df)
+        df["warmup"] = df["arrival_s"] < warmup
     if df["warmup"].all():
         raise InputError(
             f"run.warmup: all {out.arrived} requests arrived during the "
-            f"{scenario.run.warmup:g} s warm-up; nothing is left to measure"
+            f"{warmup:g} s warm-up; nothing is left to measure"
         )
-    return Results(df, summarize(df, out, scenario), scenario, out.engines)
+    return Results(df, summarize(df, out, scenario, warmup), scenario, out.engines)
+
+
+def auto_warmup(df: pd.DataFrame) -> float:
+    """Seconds of warm-up (``run.warmup: auto``): MSER-5 on two series in arrival order,
+    the requests' TTFT (queues filling) and their hit fraction (caches filling); the later
+    cut wins. Dropped requests are left out. 0 when neither finds a transient."""
+    done = df[df["decision"] != "dropped"].sort_values("arrival_s", kind="stable")
+    if len(done) < 20:
+        return 0.0
+    hit = 1.0 - done["tokens_compute"].to_numpy() / done["input_tokens"].to_numpy()
+    cut = max(mser5(done["ttft_s"].to_numpy()), mser5(hit))
+    return float(done["arrival_s"].iloc[cut]) if cut > 0 else 0.0
 
 
 def _first_arrival(scenario: Scenario) -> float | None:

@@ -161,7 +161,8 @@ class Simulation:
         self.engines.sort(key=lambda e: e.index)
         ctx.engines = self.engines
         self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
-        self.warmup = sc.run.warmup
+        # auto: every request runs as measured; the results cut the transient afterwards
+        self.warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
         self.tenancy = Tenancy(ctx, sc.tenancy)
         self.tenancy.install()
         ctx.finished = self.finished

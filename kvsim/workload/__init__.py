@@ -1,7 +1,8 @@
 """Workload sources (trace readers, the generator) and the shaping every source shares.
 
 ``open_workload`` maps a scenario's ``workload.kind`` to its source and applies, in this
-order: the time window (on source times, rebased to its start), ``time_scale``, ``limit``.
+order: the time window (on source times, rebased to its start), ``time_scale``, ``limit``;
+then, for a trace that asks for it, a block-bootstrap resample (kvsim.workload.resample).
 Sources are iterators, so a trace is read as the simulation consumes it.
 """
 
@@ -12,9 +13,11 @@ from collections.abc import Callable, Iterable, Iterator
 
 from kvsim.config.schema import AzureWorkload, MooncakeWorkload, SyntheticWorkload, Workload
 from kvsim.errors import InputError
+from kvsim.rng import stream
 from kvsim.workload.azure import read_azure
 from kvsim.workload.mooncake import read_mooncake
 from kvsim.workload.request import MAX_ARRIVAL_S, Request
+from kvsim.workload.resample import block_resample
 from kvsim.workload.synthetic import generate
 
 __all__ = ["SOURCES", "Request", "open_workload", "shape"]
@@ -82,12 +85,16 @@ def _retimed(requests: Iterable[Request], start: float, time_scale: float) -> It
 
 
 def open_workload(cfg: Workload, seed: int) -> Iterator[Request]:
-    """The shaped request stream a scenario's workload describes."""
+    """The shaped request stream a scenario's workload describes (for a trace with
+    ``resample: windows``, a block bootstrap of it drawn by ``seed``)."""
     source = SOURCES[cfg.kind](cfg, seed)
-    return shape(
+    shaped = shape(
         source,
         time_scale=cfg.time_scale,
         limit=cfg.limit,
         start=cfg.window.start,
         end=cfg.window.end,
     )
+    if getattr(cfg, "resample", "none") == "windows":
+        return block_resample(shaped, stream(seed, "resample"))
+    return shaped
