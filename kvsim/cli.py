@@ -12,9 +12,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from kvsim import __version__, compiled
 from kvsim.errors import InputError, clean
@@ -223,6 +223,42 @@ def _parser() -> argparse.ArgumentParser:
         help="parallel searches with --sweep (local processes; default: one per core)",
     )
     cp.add_argument("--json", action="store_true", help="print capacity.csv's rows as JSON")
+    cp.add_argument(
+        "--minimize",
+        metavar="FIELD",
+        help="instead of a rate: the smallest value of a numeric FIELD (e.g. "
+        "tiers.host.capacity, cluster.engines, remote.servers) that meets the SLO at the "
+        "scenario's load",
+    )
+    cp.add_argument(
+        "--range",
+        dest="span",
+        metavar="LO..HI",
+        help="with --minimize: where to search, in the field's unit (e.g. '10 GB..2 TB'; "
+        "default: its value / 64 .. x 64)",
+    )
+    cp.add_argument(
+        "--cheapest",
+        action="store_true",
+        help="with --sweep: run each configuration at its own load and pick the cheapest "
+        "(usd_per_hour, from a cost: section) that meets the SLO",
+    )
+
+    se = sub.add_parser(
+        "sensitivity", help="which assumptions an answer rests on: a tornado of one metric"
+    )
+    se.add_argument("scenario", type=_path, help="scenario YAML")
+    se.add_argument("--metric", required=True, help="a numeric summary key, e.g. ttft_p99_s")
+    se.add_argument(
+        "--vary",
+        action="append",
+        metavar="FIELD",
+        help="a field to move (repeatable; default: every profile value marked L or M)",
+    )
+    se.add_argument("--by", default="25%", help="how far down and up to move each (default 25%%)")
+    se.add_argument("--reps", type=int, default=1, help="seeds per run, averaged (default 1)")
+    se.add_argument("--out", type=_path, help="write sensitivity.csv and tornado.png")
+    _add_overrides(se)
 
     bl = sub.add_parser("baseline", help="record a suite's TTFT curves as a baseline")
     bl.add_argument(
@@ -258,7 +294,16 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     pl = sub.add_parser("plot", help="draw the figures of a run's or a sweep's --out folder")
-    pl.add_argument("folder", type=_path, help="a `kvsim run --out` or `kvsim sweep --out` folder")
+    pl.add_argument(
+        "folder",
+        type=_path,
+        nargs="+",
+        help="a `kvsim run --out` or `kvsim sweep --out` folder; several sweep folders: "
+        "their curves overlaid (written into the first)",
+    )
+    pl.add_argument(
+        "--slo", help="sweeps: draw an SLO's threshold, e.g. 'ttft_p99<=1s' (p50 or p99 TTFT)"
+    )
     pl.add_argument("--format", choices=("png", "svg"), default="png", help="image format")
     pl.add_argument(
         "--x",
@@ -701,10 +746,59 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     failed = table[table["status"] != "ok"]
-    print(f"{len(table)} runs ({len(failed)} failed) in {args.out}/results.parquet and results.csv")
-    for _, row in failed.iterrows():
-        print(f"  run {row['run']} failed: {row['error']}")
+    reused = table.attrs.get("reused", 0)
+    print(_sweep_points(table, sweep.columns))
+    print(
+        f"{len(table)} runs ({reused} reused from {args.out}/runs.jsonl, {len(failed)} failed) "
+        f"in {args.out}/results.parquet and results.csv"
+    )
+    if len(failed):
+        for _, row in failed.iterrows():
+            print(f"  run {row['run']} failed: {row['error']}", file=sys.stderr)
+        print(
+            f"kvsim: error: {len(failed)} of {len(table)} runs failed (runs "
+            f"{', '.join(str(r) for r in failed['run'])}); fix them and run again with "
+            "--retry-failed",
+            file=sys.stderr,
+        )
+        return 2
     return 0
+
+
+SWEEP_METRICS = ("ttft_p50_s", "ttft_p99_s", "hit_ratio", "requests_per_s")
+
+
+def _sweep_points(table: Any, columns: list[str]) -> str:
+    """One line per grid point: its key metrics, the mean over its seeds (and how many)."""
+    import pandas as pd
+
+    ok = table[table["status"] == "ok"]
+    if ok.empty:
+        return "no run finished"
+    keys = [c for c in columns if c in ok.columns]
+    metrics = [m for m in SWEEP_METRICS if m in ok.columns]
+    if keys:
+        grouped = ok.groupby(keys, sort=False, dropna=False)
+        points = grouped[metrics].mean().reset_index()
+        points["seeds"] = grouped.size().to_numpy()
+    else:
+        points = pd.DataFrame([ok[metrics].mean()])
+        points["seeds"] = len(ok)
+    cells = [[*keys, *metrics, "seeds"]]
+    for _, row in points.iterrows():
+        cells.append(
+            [str(row[k]) for k in keys]
+            + [f"{row[m]:.4g}" for m in metrics]
+            + [str(int(row["seeds"]))]
+        )
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    return "\n".join(
+        "  ".join(
+            c.rjust(w) if i >= len(keys) else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    )
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
@@ -715,6 +809,10 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise InputError("must be >= 1", where="--reps")
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    if args.minimize is not None or args.span is not None:
+        return _capacity_minimize(args, log)
+    if args.cheapest:
+        return _capacity_cheapest(args, log)
     if args.out is not None:
         from kvsim.results.writers import CAPACITY_FILES, check_out_folder
 
@@ -756,6 +854,147 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             f"  {row['configuration']}: {row['capacity_rps']:.4g} {spread} requests/s offered "
             f"({row['factor']:.3g}x the scenario's offered rate)"
         )
+    return 0
+
+
+def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``kvsim capacity SCENARIO --slo ... --minimize FIELD [--range LO..HI]``."""
+    from kvsim.api import load
+    from kvsim.experiments.capacity import parse_slo
+    from kvsim.experiments.planner import minimize
+
+    if args.minimize is None:
+        raise InputError("--range needs --minimize FIELD", where="--range")
+    if args.sweep is not None or args.cheapest:
+        raise InputError("--minimize searches one scenario: no --sweep or --cheapest")
+    if args.out is not None:
+        raise InputError("--minimize prints its answer; it writes no folder", where="--out")
+    slo = parse_slo(args.slo)
+    sc = load(args.scenario, args.overrides)
+    found = minimize(sc, slo, args.minimize, span=args.span, reps=args.reps, tol=args.tol, log=log)
+    f = found.field
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "field": f.path,
+                    "slo": str(slo),
+                    "mean": found.mean,
+                    "ci95": found.ci95,
+                    "values": found.values,
+                    "evaluations": found.evaluations,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    spread = (
+        "(one replication: no interval)"
+        if len(found.values) < 2
+        else "(replications identical: no interval)"
+        if len(set(found.values)) == 1
+        else f"± {f.show(found.ci95)}"
+    )
+    print(f"smallest {f.path} meeting {slo} at the scenario's load ({args.reps} replications):")
+    print(
+        f"  {f.show(found.mean)} {spread}; per replication: {', '.join(map(f.show, found.values))}"
+    )
+    print(f"  provision {f.show(max(found.values))} to meet it in every replication")
+    return 0
+
+
+def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``kvsim capacity --sweep SWEEP --slo ... --cheapest``."""
+    from kvsim.experiments.capacity import parse_slo
+    from kvsim.experiments.planner import cheapest, layouts
+
+    if args.sweep is None:
+        raise InputError("--cheapest compares the configurations of a --sweep", where="--cheapest")
+    if args.out is not None:
+        raise InputError("--cheapest prints its answer; it writes no folder", where="--out")
+    slo = parse_slo(args.slo)
+    found = layouts(args.sweep, slo, reps=args.reps, log=log)
+    best = cheapest(found)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        **x.config,
+                        slo.metric: x.metric,
+                        "ci95": x.metric_ci95,
+                        "meets": x.meets,
+                        "usd_per_hour": x.usd_per_hour,
+                        "usd_per_million_prompt_tokens": x.usd_per_million_prompt_tokens,
+                        "cheapest": x is best,
+                    }
+                    for x in found
+                ],
+                indent=2,
+            )
+        )
+        return 0 if best is not None else 1
+    print(f"layouts at their own load, {slo} ({args.reps} replications, mean):")
+    for x in found:
+        label = ", ".join(f"{k}={v}" for k, v in x.config.items())
+        mark = "  <- cheapest" if x is best else ""
+        print(
+            f"  {label}: {slo.metric} {x.metric:.4g} {'meets' if x.meets else 'fails'}, "
+            f"${x.usd_per_hour:,.2f}/h, ${x.usd_per_million_prompt_tokens:,.4g} per million "
+            f"prompt tokens{mark}"
+        )
+    if best is None:
+        print(f"no configuration meets {slo}")
+        return 1
+    return 0
+
+
+def _cmd_sensitivity(args: argparse.Namespace) -> int:
+    from kvsim.api import load
+    from kvsim.experiments.sensitivity import parse_by, sensitivity, table, tornado_plot
+
+    by = parse_by(args.by)
+    if args.out is not None:
+        from kvsim.results.writers import SENSITIVITY_FILES, check_out_folder
+
+        check_out_folder(args.out, flag="--out", owned=SENSITIVITY_FILES)
+    sc = load(args.scenario, args.overrides)
+    result = sensitivity(
+        sc,
+        args.metric,
+        vary=args.vary,
+        by=by,
+        reps=args.reps,
+        log=lambda msg: print(msg, file=sys.stderr),
+    )
+    df = table(result)
+    if args.out is not None:
+        from kvsim.results.writers import SENSITIVITY_FILES, write_folder
+
+        paths = write_folder(
+            args.out,
+            {
+                "sensitivity.csv": lambda p: df.to_csv(p, index=False),
+                "tornado.png": lambda p: tornado_plot(result, p),
+            },
+            flag="--out",
+            owned=SENSITIVITY_FILES,
+        )
+        print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    noise = f", seed-to-seed spread {result.noise:.4g}" if result.noise else ""
+    print(
+        f"{result.metric} = {result.base:.4g} as given{noise}; each field moved -{by:.0%} "
+        f"and +{by:.0%}, largest swing first:"
+    )
+    w = max((len(s.path) for s in result.swings), default=5)
+    for s in result.swings:
+        f = s.field
+        print(
+            f"  {s.path:<{w}} ({s.mark})  {f.show(s.low)} -> {s.metric_low:.4g}   "
+            f"{f.show(s.high)} -> {s.metric_high:.4g}   swing {s.swing:+.4g}"
+        )
+    for skipped in result.skipped:
+        print(f"  skipped: {skipped}")
     return 0
 
 
@@ -830,25 +1069,39 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from kvsim.plots import run_plots, sweep_plots
     from kvsim.results.writers import check_writable
 
-    d = Path(args.folder)
-    if not d.is_dir():
-        raise InputError("not a folder", where=args.folder)
+    folders = [Path(f) for f in args.folder]
+    for f in folders:
+        if not f.is_dir():
+            raise InputError("not a folder", where=str(f))
+    d = folders[0]
     check_writable(d, folder=True, flag="")  # the figures are written into the folder
+    slo = None
+    if args.slo is not None:
+        from kvsim.experiments.capacity import parse_slo
+
+        slo = parse_slo(args.slo)
+        if slo.metric not in ("ttft_p50_s", "ttft_p99_s"):
+            raise InputError(
+                "plots draw TTFT p50 and p99: give an SLO on one of them", where="--slo"
+            )
     if (d / "summary.json").exists() or (d / "summary.json").is_symlink():
+        if len(folders) > 1:
+            raise InputError(
+                "overlays are of sweep folders; a run folder is plotted alone", where=str(d)
+            )
         paths = run_plots(d, args.format)
     elif any((d / n).exists() for n in ("results.parquet", "capacity.csv")):
-        paths = sweep_plots(d, args.format, x=args.x)
+        paths = sweep_plots(d, args.format, x=args.x, slo=slo, overlay=folders[1:])
         if not paths:
             raise InputError(
-                "nothing to plot: no swept arrivals.rate or time_scale (use --x) "
-                "and no capacity.csv",
-                where=args.folder,
+                "nothing to plot: nothing swept (no grid) and no capacity.csv",
+                where=str(d),
             )
     else:
         raise InputError(
             "expected a run folder (summary.json) or a sweep folder "
             "(results.parquet or capacity.csv)",
-            where=args.folder,
+            where=str(d),
         )
     for p in paths:
         print(p)
@@ -900,6 +1153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reproduce": _cmd_reproduce,
         "sweep": _cmd_sweep,
         "capacity": _cmd_capacity,
+        "sensitivity": _cmd_sensitivity,
         "plot": _cmd_plot,
         "baseline": _cmd_baseline,
         "check": _cmd_check,

@@ -419,67 +419,168 @@ def _number(v: Any) -> float:
     return math.nan
 
 
+def _seconds_axis(ax: Any) -> None:
+    """Tick labels in human units (ms, s) on a seconds axis."""
+    from matplotlib.ticker import FuncFormatter
+
+    from kvsim.units import fmt_duration
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_duration(v) if v > 0 else "0"))
+
+
+def _spread(values: Any) -> tuple[float, float, float]:
+    """Mean and 95% interval (Student t over seeds; the mean twice with one seed)."""
+    from kvsim.results.metrics import mean_ci95
+
+    v = [float(x) for x in values if np.isfinite(float(x))]
+    if not v:
+        return math.nan, math.nan, math.nan
+    mean, half = mean_ci95(v)
+    return mean, mean - half, mean + half
+
+
+def _slo_line(axes: Sequence[Any], slo: Any) -> None:
+    """The SLO's threshold as a dashed line on the axis of its metric (p50 or p99)."""
+    if slo is None:
+        return
+    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+        if slo.metric == f"ttft_{q}_s":
+            ax.axhline(slo.threshold, color="red", ls="--", lw=1, label=f"SLO {slo}")
+
+
+def _sweep_table(d: Path, x: str | None) -> tuple[Any, list[str], str | None]:
+    """A sweep folder's successful runs, its swept columns and its load axis (or None)."""
+    results = d / "results.parquet"
+    df, columns = read_sweep_results(results)
+    if x and x not in columns:
+        raise InputError(f"not a swept field; swept: {', '.join(columns) or 'none'}", where="--x")
+    df = df[df["status"] == "ok"]
+    axis = x or _load_axis(columns)
+    if axis is not None and not df.empty and df[axis].map(_number).isna().any():
+        raise InputError(
+            f"{axis} is not a number or quantity, so it cannot be an axis", where="--x"
+        )
+    return df, columns, axis
+
+
+def _draw_curves(axes: Sequence[Any], df: Any, columns: list[str], x: str, prefix: str) -> None:
+    """TTFT p50/p99 against the load axis, one curve per configuration: the mean over
+    seeds, and a band for its 95% interval when there are several seeds."""
+    others = [c for c in columns if c != x]
+    xs = df[x].map(_number)
+    inverse = x.endswith("time_scale")  # a smaller time scale is more load
+    df = df.assign(_x=1 / xs if inverse else xs)
+    groups = df.groupby(others, sort=False) if others else [((), df)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        label = prefix + (
+            ", ".join(f"{c.split('.')[-1]}={v}" for c, v in zip(others, key, strict=True)) or "all"
+        )
+        for ax, q in zip(axes, ("p50", "p99"), strict=True):
+            pts = sorted((xv, *_spread(h[f"ttft_{q}_s"])) for xv, h in g.groupby("_x", sort=False))
+            xv = [p[0] for p in pts]
+            (line,) = ax.plot(xv, [p[1] for p in pts], "o-", label=label, ms=3)
+            if g["seed"].nunique() > 1:
+                ax.fill_between(
+                    xv, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15
+                )
+
+
 def sweep_plots(
     out_dir: str | os.PathLike[str],
     fmt: str = "png",
     x: str | None = None,
     title: str = "",
+    slo: Any = None,
+    overlay: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Path]:
-    """TTFT p50/p99 against load, one curve per configuration (mean over seeds); and, when
-    the folder has a capacity.csv, the capacity of each configuration."""
+    """TTFT p50/p99 against load, one curve per configuration (mean over seeds, with a
+    95% band over them), or, when nothing swept is a load, p50/p99 bars per
+    configuration; the SLO's threshold as a line; and, when the folder has a
+    capacity.csv, the capacity of each configuration. ``overlay``: more sweep folders
+    whose curves join this folder's on one figure (``overlay_ttft_vs_load``)."""
     d = Path(out_dir)
     written: list[Path] = []
     results = d / "results.parquet"
     cap = d / "capacity.csv"
-    # read (and check) both tables before drawing anything
+    # read (and check) every table before drawing anything
     cdf = read_capacity(cap) if cap.exists() or cap.is_symlink() else None
+    tables = []
     if results.exists() or results.is_symlink():
-        df, columns = read_sweep_results(results)
-        if x and x not in columns:
-            raise InputError(
-                f"not a swept field; swept: {', '.join(columns) or 'none'}", where="--x"
-            )
-        df = df[df["status"] == "ok"]
-        if df.empty and cdf is None:
+        tables.append((d, *_sweep_table(d, x)))
+        for other in overlay:
+            o = Path(other)
+            if not (o / "results.parquet").exists():
+                raise InputError("not a sweep folder (no results.parquet)", where=str(o))
+            tables.append((o, *_sweep_table(o, x)))
+        if tables[0][1].empty and cdf is None:
             raise InputError("no successful run to plot (every run failed)", where=str(results))
-        x = x or _load_axis(columns)
-        if x is not None and not df.empty:
-            others = [c for c in columns if c != x]
-            xs = df[x].map(_number)
-            if xs.isna().any():
-                raise InputError(
-                    f"{x} is not a number or quantity, so it cannot be an axis", where="--x"
-                )
-            inverse = x.endswith("time_scale")  # a smaller time scale is more load
-            df = df.assign(_x=1 / xs if inverse else xs)
-            xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else x
+    if tables and not tables[0][1].empty:
+        df, columns, axis = tables[0][1], tables[0][2], tables[0][3]
+        if axis is not None:
             fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
-            groups = df.groupby(others, sort=False) if others else [((), df)]
-            for key, g in groups:
-                key = key if isinstance(key, tuple) else (key,)
-                label = (
-                    ", ".join(f"{c.split('.')[-1]}={v}" for c, v in zip(others, key, strict=True))
-                    or "all"
-                )
-                agg = g.groupby("_x")[["ttft_p50_s", "ttft_p99_s"]].mean().sort_index()
-                axes[0].plot(agg.index, agg["ttft_p50_s"], "o-", label=label, ms=3)
-                axes[1].plot(agg.index, agg["ttft_p99_s"], "o-", label=label, ms=3)
+            for folder, t_df, t_cols, t_axis in tables:
+                if t_axis is None or t_df.empty:
+                    raise InputError("no load axis to overlay (use --x)", where=str(folder))
+                prefix = f"{folder.name}: " if overlay else ""
+                _draw_curves(axes, t_df, t_cols, t_axis, prefix)
+            inverse = axis.endswith("time_scale")
+            xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else axis
+            _slo_line(axes, slo)
             for ax, q in zip(axes, ("p50", "p99"), strict=True):
                 ax.set_xlabel(xlabel)
-                ax.set_ylabel(f"TTFT {q} (s)")
-                values = df[f"ttft_{q}_s"]
-                values = values[np.isfinite(values.to_numpy(float))]
+                ax.set_ylabel(f"TTFT {q}")
+                values = pd_values(df, f"ttft_{q}_s")
                 if len(values) and values.min() > 0 and values.max() / values.min() > 20:
                     ax.set_yscale("log")  # tails that explode read better on a log axis
+                _seconds_axis(ax)
                 ax.grid(alpha=0.3, which="both")
             if axes[1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
                 axes[1].legend(fontsize=7)
-            fig.suptitle(title or "TTFT against load (mean over seeds)")
+            seeds = "mean over seeds, 95% band" if df["seed"].nunique() > 1 else "one seed"
+            fig.suptitle(title or f"TTFT against load ({seeds})")
             fig.tight_layout()
-            written.append(_save(fig, d / f"ttft_vs_load.{fmt}"))
+            name = "overlay_ttft_vs_load" if overlay else "ttft_vs_load"
+            written.append(_save(fig, d / f"{name}.{fmt}"))
+        elif columns:  # a categorical sweep (policies, layouts): bars per configuration
+            if overlay:
+                raise InputError("overlays need a load axis (use --x)", where=str(d))
+            written.append(_config_bars(df, columns, d / f"ttft_by_config.{fmt}", title, slo))
     if cdf is not None:
         written.append(capacity_plot(cdf, d / f"capacity.{fmt}", title))
     return written
+
+
+def pd_values(df: Any, column: str) -> Any:
+    """A column's finite values."""
+    v = df[column]
+    return v[np.isfinite(v.to_numpy(float))]
+
+
+def _config_bars(df: Any, columns: list[str], path: Path, title: str, slo: Any) -> Path:
+    """TTFT p50 and p99 per configuration of a sweep with no load axis: the mean over
+    seeds with its 95% interval as an error bar."""
+    groups = list(df.groupby(columns, sort=False))
+    labels = [", ".join(str(v) for v in (k if isinstance(k, tuple) else (k,))) for k, _ in groups]
+    fig, axes = plt.subplots(1, 2, figsize=(min(40, max(8, 1.0 * len(groups) + 4)), 4))
+    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+        stats = [_spread(g[f"ttft_{q}_s"]) for _, g in groups]
+        means = [s[0] for s in stats]
+        err = [[m - lo for m, (_, lo, _) in zip(means, stats, strict=True)]]
+        err.append([hi - m for m, (_, _, hi) in zip(means, stats, strict=True)])
+        ax.bar(range(len(groups)), means, yerr=err, capsize=4, color="#4c78a8")
+        ax.set_xticks(range(len(groups)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(f"TTFT {q}")
+        _seconds_axis(ax)
+        ax.grid(alpha=0.3, axis="y")
+    _slo_line(axes, slo)
+    if slo is not None:
+        for ax in axes:
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    fig.suptitle(title or f"TTFT per configuration ({', '.join(columns)}; mean over seeds, 95%)")
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def capacity_plot(cdf: Any, path: str | os.PathLike[str], title: str = "") -> Path:

@@ -25,6 +25,15 @@ def _t(x: Any) -> str:
     return fmt_duration(x) if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
 
 
+def _interval(ci: Any) -> str:
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return "n/a"
+    lo, hi = ci
+    if not (isinstance(lo, (int, float)) and math.isfinite(lo)):
+        return "n/a (under 20 requests)"
+    return f"{_t(lo)} .. {_t(hi)}"
+
+
 def summary_table(s: dict[str, Any]) -> str:
     """The run summary as an aligned table."""
     src = s["token_source_frac"]
@@ -32,7 +41,7 @@ def summary_table(s: dict[str, Any]) -> str:
     rows = [
         (
             "requests",
-            f"{s['requests']}  (warm-up {s['requests_warmup']}, "
+            f"{s['requests']}  (warm-up {s['requests_warmup']} before {_t(s['warmup_s'])}, "
             f"unfinished {s['requests_unfinished']})",
         ),
         ("simulated time", _t(s["duration_s"])),
@@ -41,6 +50,11 @@ def summary_table(s: dict[str, Any]) -> str:
             f"mean {_t(s['ttft_mean_s'])}   p50 {_t(s['ttft_p50_s'])}   "
             f"p90 {_t(s['ttft_p90_s'])}   p99 {_t(s['ttft_p99_s'])}   "
             f"max {_t(s['ttft_max_s'])}",
+        ),
+        (
+            "95% intervals",
+            f"p50 {_interval(s['ttft_p50_ci_s'])}   p99 {_interval(s['ttft_p99_ci_s'])}   "
+            "(block bootstrap of this run's requests)",
         ),
         ("queue wait", f"mean {_t(s['queue_wait_mean_s'])}   p99 {_t(s['queue_wait_p99_s'])}"),
         (

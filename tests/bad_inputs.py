@@ -1115,6 +1115,43 @@ CASES: list[Case] = [
         "folder",
         files={"d.png/x": ""},
     ),
+    # ---- planning: warm-up, resampling, --minimize, cost, --cheapest, sensitivity ----
+    S("warm-up neither a duration nor auto", "run:\n  warmup: soon\n", "run.warmup", '"auto"'),
+    S("negative price", "cost:\n  gpu_node_hour: -3\n", "cost.gpu_node_hour"),
+    S("price as a word", "cost:\n  dram_gb_month: cheap\n", "cost.dram_gb_month"),
+    C(
+        "--minimize on a non-numeric field",
+        ["capacity", "{QS}", "--slo", "ttft_p99<=2s", "--minimize", "cluster.router"],
+        "--minimize cluster.router",
+        "not a numeric field",
+    ),
+    C(
+        "--minimize with an empty range",
+        [
+            *("capacity", "{QS}", "--slo", "ttft_p99<=2s"),
+            *("--minimize", "tiers.host.capacity", "--range", "200 GB..100 GB"),
+        ],
+        "--range",
+        "empty range",
+    ),
+    C(
+        "--cheapest without prices",
+        ["capacity", "--sweep", "{TMP}/sw.yaml", "--slo", "ttft_p99<=2s", "--cheapest"],
+        "needs prices",
+        files={"sw.yaml": "base: {QS}\ngrid: {cluster.engines: [1, 2]}\n"},
+    ),
+    C(
+        "sensitivity --by 0",
+        ["sensitivity", "{QS}", "--metric", "ttft_p99_s", "--by", "0", "--out", "{OUT}"],
+        "--by",
+        "between 0% and 100%",
+    ),
+    C(
+        "sensitivity on an unknown metric",
+        ["sensitivity", "{QS}", "--metric", "p99", "--out", "{OUT}"],
+        "--metric",
+        "unknown metric",
+    ),
 ]
 
 

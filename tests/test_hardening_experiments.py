@@ -627,7 +627,9 @@ def test_attack_round_odd_grid_values_make_a_parquet_table(tmp_path, capsys):
         "set: {run.warmup: 0 s}\n"
     )
     out = tmp_path / "out"
-    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    # failed runs: exit 2, naming them (issue 14); the table is still written
+    assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    assert "2 of 2 runs failed (runs 0, 1)" in capsys.readouterr().err
     df = pd.read_parquet(out / RESULTS)
     assert df["status"].tolist() == ["error", "error"]
     assert df["workload.requests"].tolist() == ['"2020-01-01"', str(10**30)]

@@ -45,3 +45,35 @@ def test_plot_mistakes(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     assert "expected a run folder" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "nope")]) == 2
+
+
+def _sweep(tmp_path, name, grid, reps=2):
+    sweep = tmp_path / f"{name}.yaml"
+    sweep.write_text(
+        f"base: {SCENARIOS / 'azure-sample.yaml'}\ngrid:\n{grid}\n"
+        f"set: {{workload.limit: 80}}\nreplications: {reps}\n"
+    )
+    out = tmp_path / name
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    return out
+
+
+def test_planner_plots_slo_line_bands_bars_and_overlays(tmp_path, capsys):
+    """An SLO line and 95% bands over seeds on the load curves; a sweep with no load
+    axis as bars per configuration; two sweep folders overlaid into the first."""
+    a = _sweep(tmp_path, "a", "  cluster.engines: [1, 2]\n  workload.time_scale: [0.5, 0.25]")
+    b = _sweep(tmp_path, "b", "  cluster.router: [round_robin]\n  workload.time_scale: [0.5, 0.25]")
+    bars = _sweep(tmp_path, "bars", "  cluster.load_policy: [sync, async]")
+    capsys.readouterr()
+    assert main(["plot", str(a), "--slo", "ttft_p99<=2s"]) == 0
+    assert (a / "ttft_vs_load.png").stat().st_size > 10_000
+    assert main(["plot", str(bars), "--slo", "ttft_p50<=500ms"]) == 0
+    assert (bars / "ttft_by_config.png").stat().st_size > 10_000
+    assert main(["plot", str(a), str(b)]) == 0
+    assert (a / "overlay_ttft_vs_load.png").stat().st_size > 10_000
+    capsys.readouterr()
+    # an SLO the figures do not draw, and a run folder in an overlay, are refused
+    assert main(["plot", str(a), "--slo", "hit_ratio>=0.5"]) == 2
+    assert "--slo" in capsys.readouterr().err
+    assert main(["plot", str(bars), str(a)]) == 2
+    assert "overlays need a load axis" in capsys.readouterr().err

@@ -62,9 +62,15 @@ def test_2x2x2_with_2_replications_gives_16_rows_and_resumes(sweep_file, tmp_pat
         .all()
     )
     assert journal_lines(out) == 16
-    # the same command again runs nothing and gives the same table
+    first = capsys.readouterr().out
+    assert "16 runs (0 reused" in first
+    # a table of the 8 grid points: their key metrics, mean over the 2 seeds
+    points = [line for line in first.splitlines() if line.startswith(("sync ", "async "))]
+    assert len(points) == 8 and all(line.rstrip().endswith(" 2") for line in points)
+    # the same command again runs nothing, says so, and gives the same table
     assert main(["sweep", str(sweep_file), "--out", str(out), "--workers", "2", "--quiet"]) == 0
     assert journal_lines(out) == 16
+    assert "16 runs (16 reused" in capsys.readouterr().out
     pd.testing.assert_frame_equal(df, pd.read_parquet(out / "results.parquet"))
 
 

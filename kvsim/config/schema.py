@@ -772,7 +772,11 @@ def _warmup(value: object) -> float | str:
     try:
         seconds = parse_duration(value)
     except ValueError as e:
-        raise ValueError(f'{e}, or "auto"') from None
+        msg = str(e)
+        shown = (
+            msg.replace(", got", ' (or "auto"), got', 1) if ", got" in msg else f"{msg} (or auto)"
+        )
+        raise ValueError(shown) from None
     if seconds < 0:
         raise ValueError(f'must be >= 0 s or "auto", got {value!r}')
     return seconds
@@ -792,6 +796,28 @@ class Run(Record):
     max_time: PositiveDuration | None = Field(
         None, description="stop the clock here; unfinished requests are reported"
     )
+
+
+Price = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+class Cost(Record):
+    """Prices in US dollars, for the summary's usd_per_hour and
+    usd_per_million_prompt_tokens and ``kvsim capacity --cheapest``. A month is 730 hours;
+    a GB is 10^9 bytes. Memory is priced as provisioned (the tiers' capacities), not as
+    used."""
+
+    gpu_node_hour: Price = Field(0.0, description="per engine (one GPU node) per hour")
+    dram_gb_month: Price = Field(
+        0.0, description="per GB-month of host DRAM for the host tier (its capacity per engine)"
+    )
+    nvme_gb_month: Price = Field(
+        0.0, description="per GB-month of NVMe for the NVMe tier (its capacity per engine)"
+    )
+    remote_memory_gb_month: Price = Field(
+        0.0, description="per GB-month of remote store memory (remote.capacity per server)"
+    )
+    remote_server_hour: Price = Field(0.0, description="per remote store server per hour")
 
 
 class Scenario(Record):
@@ -819,6 +845,7 @@ class Scenario(Record):
         description="where requests come from (kind: mooncake | azure | synthetic)"
     )
     run: Run = Field(Run(), description="warm-up and time limit")
+    cost: Cost | None = Field(None, description="prices for the cost summary (null: none)")
     faults: list[Fault] = Field([], description="scheduled faults (times and targets)")
     tenancy: Tenancy = Field(Tenancy(), description="tenant isolation, quotas, deletion")
     source: str | None = Field(None, description="file the scenario was loaded from")

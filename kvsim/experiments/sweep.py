@@ -806,6 +806,7 @@ def run_sweep(
         ran = [done[r.run_id] for r in sweep.runs if r.run_id in done]
         complete = len(ran) == len(sweep.runs)
         table = results_table(sweep, ran)
+        table.attrs["reused"] = len(sweep.runs) - len(todo)  # rows from the journal
         if complete:
             write_table(table, out)
     finally:

@@ -55,6 +55,10 @@ METRICS: dict[str, str] = {
     "work (GPU idle) / (engines x window)",
     "prompt_tokens_per_s": "measured prompt tokens / window",
     "requests_per_s": "measured requests / window",
+    "usd_per_hour": "what the layout costs per hour at the scenario's cost: prices (engines, "
+    "host and NVMe capacity, remote servers and memory; NaN without a cost: section)",
+    "usd_per_million_prompt_tokens": "usd_per_hour / million prompt tokens an hour served at "
+    "the measured throughput (at this load, not at capacity)",
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
     "token_source_frac": "per source (gpu, host, nvme, remote, compute): its prompt tokens / all",
     "tier_read_bytes": "bytes read per tier by the measured requests' restores (GPU hits "

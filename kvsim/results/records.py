@@ -7,6 +7,7 @@ pandas DataFrame and the summary dict (its keys are a contract: see README.md, O
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from kvsim import __version__
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
-from kvsim.results.uncertainty import mser5, percentile_ci
+from kvsim.results.uncertainty import mser5, percentile_cis
 from kvsim.rng import stream
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
 from kvsim.sim.rows import COLUMNS as COLUMNS
@@ -105,6 +106,7 @@ def summarize(
         "engine_blocked_frac": ratio(blocked, engines * span),
         "prompt_tokens_per_s": ratio(prompt, span),
         "requests_per_s": ratio(len(m), span),
+        **prices(sc, ratio(prompt, span)),
         "hit_ratio": ratio(prompt - src["compute"], prompt),
         "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
         "tier_read_bytes": {
@@ -153,13 +155,44 @@ def link_utilisation(links: dict[str, dict[str, float]], end: float) -> dict[str
     }
 
 
+HOURS_PER_MONTH = 730.0
+
+
+def usd_per_hour(sc: Scenario) -> float:
+    """What the scenario's layout costs per hour at its ``cost:`` prices (NaN without
+    them): engines, the host and NVMe tiers' capacities on every engine, and the remote
+    store's servers and memory."""
+    c = sc.cost
+    if c is None:
+        return float("nan")
+    engines, t, rc = sc.cluster.engines, sc.tiers, sc.remote
+    gb_hour = 1e-9 / HOURS_PER_MONTH
+    usd = engines * c.gpu_node_hour
+    if t.host.enabled:
+        usd += engines * t.host.capacity * gb_hour * c.dram_gb_month
+    if t.nvme.enabled:
+        usd += engines * t.nvme.capacity * gb_hour * c.nvme_gb_month
+    if rc.enabled:
+        usd += rc.servers * (
+            c.remote_server_hour + rc.capacity * gb_hour * c.remote_memory_gb_month
+        )
+    return usd
+
+
+def prices(sc: Scenario, prompt_tokens_per_s: float) -> dict[str, float]:
+    """usd_per_hour, and usd_per_million_prompt_tokens at the throughput measured."""
+    usd = usd_per_hour(sc)
+    served = prompt_tokens_per_s * 3600.0 / 1e6  # million prompt tokens an hour
+    per_m = usd / served if served > 0 and math.isfinite(usd) else float("nan")
+    return {"usd_per_hour": usd, "usd_per_million_prompt_tokens": per_m}
+
+
 def ttft_intervals(m: pd.DataFrame, seed: int) -> dict[str, list[float]]:
     """95% intervals of TTFT p50 and p99 by a circular block bootstrap of the measured
     requests in arrival order (kvsim.results.uncertainty); [nan, nan] under 20."""
     ttft = m.sort_values("arrival_s", kind="stable")["ttft_s"].to_numpy()
-    return {
-        f"ttft_p{q}_ci_s": list(percentile_ci(ttft, q, stream(seed, f"ci{q}"))) for q in (50, 99)
-    }
+    cis = percentile_cis(ttft, (50, 99), stream(seed, "ttft_ci"))
+    return {f"ttft_p{q}_ci_s": list(cis[q]) for q in (50, 99)}
 
 
 def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[str, Any]:

@@ -83,33 +83,44 @@ def block_length(series: np.ndarray) -> int:
     return int(min(max(round(b), 1), n // 4))
 
 
-def percentile_ci(
+def percentile_cis(
     values: np.ndarray,
-    q: float,
+    qs: tuple[float, ...],
     rng: np.random.Generator,
     *,
     draws: int | None = None,
     level: float = 0.95,
-) -> tuple[float, float]:
-    """The ``level`` interval of the ``q``-th percentile of ``values`` (in arrival order)
-    by a circular block bootstrap (see the module docstring). NaNs under 20 values."""
+) -> dict[float, tuple[float, float]]:
+    """The ``level`` interval of each ``q``-th percentile of ``values`` (in arrival
+    order) by a circular block bootstrap (see the module docstring), every percentile
+    from the same resamples. NaNs under 20 values."""
     v = np.asarray(values, dtype=float)
     n = len(v)
     if n < MIN_REQUESTS:
-        return (math.nan, math.nan)
+        return {q: (math.nan, math.nan) for q in qs}
     if v.min() == v.max():
-        return (float(v[0]), float(v[0]))
+        return {q: (float(v[0]), float(v[0])) for q in qs}
     if draws is None:
         draws = DRAWS if n <= LARGE else DRAWS_LARGE
     # the block length from the ranks: a few huge TTFTs do not dominate the correlation
     b = block_length(np.argsort(np.argsort(v)).astype(float))
     blocks = -(-n // b)
     offsets = np.arange(b)
-    est = np.empty(draws)
+    est = np.empty((draws, len(qs)))
     for i in range(draws):
         starts = rng.integers(0, n, size=blocks)
         idx = ((starts[:, None] + offsets) % n).ravel()[:n]
-        est[i] = np.percentile(v[idx], q)
+        est[i] = np.percentile(v[idx], qs)
     alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(est, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
+    out = {}
+    for j, q in enumerate(qs):
+        lo, hi = np.quantile(est[:, j], [alpha, 1.0 - alpha])
+        out[q] = (float(lo), float(hi))
+    return out
+
+
+def percentile_ci(
+    values: np.ndarray, q: float, rng: np.random.Generator, **kw: object
+) -> tuple[float, float]:
+    """The interval of one percentile (:func:`percentile_cis` with one ``q``)."""
+    return percentile_cis(values, (q,), rng, **kw)[q]  # type: ignore[arg-type]

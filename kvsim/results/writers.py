@@ -60,6 +60,7 @@ RUN_FILES = (
 CAPACITY_FILES = ("capacity.csv", *_plots("capacity"))
 REPRODUCTION_FILES = ("reproduction.csv", "reproduction.md", *_plots("ttft_cdf_*"))
 BASELINE_FILES = ("baseline.json",)
+SENSITIVITY_FILES = ("sensitivity.csv", *_plots("tornado"))
 REPORT_FILES = ("kvsim-check.md", "kvsim-check.xml")
 
 # A leftover of an interrupted write: ours (.NAME.kvsim-PID.stage|old|tmp) or an older
