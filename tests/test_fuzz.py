@@ -39,7 +39,7 @@ BASE: dict[str, Any] = {
     "name": "fuzz",
     "profile": "b300-pcp8-glm5",
     "seed": 1,
-    "run": {"warmup": "1 s", "max_time": "600 s"},
+    "run": {"warmup": "auto", "max_time": "600 s"},
     "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
     "node": {"nvme_write_per_drive": "7 GB/s", "nvlink_per_gpu": "900 GB/s"},
     "tiers": {
@@ -60,6 +60,7 @@ BASE: dict[str, Any] = {
         "write_policy": "write_back",
     },
     "prefetch": {"policy": "timeout", "timeout": "50 ms", "on_session": True},
+    "cost": {"gpu_node_hour": 98.0, "dram_gb_month": 3.0, "remote_server_hour": 0.5},
     "faults": [{"kind": "server_down", "server": 1, "at": "5 s", "until": "8 s"}],
     "tenancy": {"isolation": "tenant", "ttl": "60 s"},
     "workload": {

@@ -33,8 +33,8 @@ METRICS: dict[str, str] = {
     **{f"ttft_p{q}_s": f"{q}th percentile of TTFT" for q in QUANTILES},
     **{
         f"ttft_p{q}_ci_s": f"[low, high] 95% interval of the {q}th percentile of TTFT: a "
-        "block bootstrap over 40 arrival-time windows of the measured requests (so a "
-        "trace replay has one too)"
+        "circular block bootstrap of the measured requests in arrival order (so a trace "
+        "replay has one too)"
         for q in (50, 99)
     },
     "ttft_max_s": "largest TTFT",
