@@ -819,7 +819,13 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         check_out_folder(args.out, flag="--out", owned=CAPACITY_FILES)
     if args.sweep:
         caps = sweep_capacity(
-            args.sweep, args.slo, reps=args.reps, tol=args.tol, workers=args.workers, log=log
+            args.sweep,
+            args.slo,
+            reps=args.reps,
+            tol=args.tol,
+            workers=args.workers,
+            sets=args.overrides,
+            log=log,
         )
     else:
         from kvsim.api import load
@@ -845,13 +851,13 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
     for cap, (_, row) in zip(caps, df.iterrows(), strict=True):
         if len(cap.rates) < 2:
-            spread = "(one replication: no interval)"
+            spread = "requests/s offered (one replication: no interval)"
         elif len(set(cap.rates)) == 1:
-            spread = "(replications identical: no interval)"
+            spread = "requests/s offered (replications identical: no interval)"
         else:
-            spread = f"± {row['ci95_rps']:.2g}"
+            spread = f"± {row['ci95_rps']:.2g} requests/s offered"
         print(
-            f"  {row['configuration']}: {row['capacity_rps']:.4g} {spread} requests/s offered "
+            f"  {row['configuration']}: {row['capacity_rps']:.4g} {spread} "
             f"({row['factor']:.3g}x the scenario's offered rate)"
         )
     return 0
@@ -873,15 +879,22 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
     sc = load(args.scenario, args.overrides)
     found = minimize(sc, slo, args.minimize, span=args.span, reps=args.reps, tol=args.tol, log=log)
     f = found.field
+    lo = max(found.mean - found.ci95, 0.0)  # a capacity or a count is never below 0
+    hi = found.mean + found.ci95
     if args.json:
+        units = {"size": "B", "bandwidth": "B/s", "duration": "s", "rate": "1/s"}
         print(
             json.dumps(
                 {
                     "field": f.path,
+                    "unit": units.get(f.unit or "", ""),
                     "slo": str(slo),
                     "mean": found.mean,
-                    "ci95": found.ci95,
+                    "ci95": [lo, hi],
+                    "provision": max(found.values),
                     "values": found.values,
+                    "range": list(found.span),
+                    "at_range_bottom": found.at_bottom,
                     "evaluations": found.evaluations,
                 },
                 indent=2,
@@ -893,13 +906,17 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
         if len(found.values) < 2
         else "(replications identical: no interval)"
         if len(set(found.values)) == 1
-        else f"± {f.show(found.ci95)}"
+        else f"(95% interval {f.show(lo)} .. {f.show(hi)})"
     )
+    each = ", ".join(map(f.show, found.values))
     print(f"smallest {f.path} meeting {slo} at the scenario's load ({args.reps} replications):")
-    print(
-        f"  {f.show(found.mean)} {spread}; per replication: {', '.join(map(f.show, found.values))}"
-    )
+    print(f"  {f.show(found.mean)} {spread}; per replication: {each}")
     print(f"  provision {f.show(max(found.values))} to meet it in every replication")
+    if found.at_bottom:
+        print(
+            f"  note: {found.at_bottom} replication(s) met the SLO at the bottom of the range "
+            f"({f.show(found.span[0])}); the smallest value may be lower: widen --range"
+        )
     return 0
 
 
@@ -913,7 +930,7 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
     if args.out is not None:
         raise InputError("--cheapest prints its answer; it writes no folder", where="--out")
     slo = parse_slo(args.slo)
-    found = layouts(args.sweep, slo, reps=args.reps, log=log)
+    found = layouts(args.sweep, slo, reps=args.reps, sets=args.overrides, log=log)
     best = cheapest(found)
     if args.json:
         print(
@@ -938,8 +955,14 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
     for x in found:
         label = ", ".join(f"{k}={v}" for k, v in x.config.items())
         mark = "  <- cheapest" if x is best else ""
+        near = (
+            " (its 95% interval straddles the threshold)"
+            if args.reps > 1 and abs(x.metric - slo.threshold) < x.metric_ci95
+            else ""
+        )
         print(
-            f"  {label}: {slo.metric} {x.metric:.4g} {'meets' if x.meets else 'fails'}, "
+            f"  {label}: {slo.metric} {x.metric:.4g} ± {x.metric_ci95:.2g} "
+            f"{'meets' if x.meets else 'fails'}{near}, "
             f"${x.usd_per_hour:,.2f}/h, ${x.usd_per_million_prompt_tokens:,.4g} per million "
             f"prompt tokens{mark}"
         )
@@ -981,7 +1004,7 @@ def _cmd_sensitivity(args: argparse.Namespace) -> int:
             owned=SENSITIVITY_FILES,
         )
         print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
-    noise = f", seed-to-seed spread {result.noise:.4g}" if result.noise else ""
+    noise = f", seed-to-seed range (max - min) {result.noise:.4g}" if result.noise else ""
     print(
         f"{result.metric} = {result.base:.4g} as given{noise}; each field moved -{by:.0%} "
         f"and +{by:.0%}, largest swing first:"

@@ -425,7 +425,7 @@ def _seconds_axis(ax: Any) -> None:
 
     from kvsim.units import fmt_duration
 
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_duration(v) if v > 0 else "0"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "0" if v == 0 else fmt_duration(v)))
 
 
 def _spread(values: Any) -> tuple[float, float, float]:
@@ -436,7 +436,7 @@ def _spread(values: Any) -> tuple[float, float, float]:
     if not v:
         return math.nan, math.nan, math.nan
     mean, half = mean_ci95(v)
-    return mean, mean - half, mean + half
+    return mean, max(mean - half, 0.0), mean + half  # a TTFT is never below 0
 
 
 def _slo_line(axes: Sequence[Any], slo: Any) -> None:
@@ -445,7 +445,10 @@ def _slo_line(axes: Sequence[Any], slo: Any) -> None:
         return
     for ax, q in zip(axes, ("p50", "p99"), strict=True):
         if slo.metric == f"ttft_{q}_s":
-            ax.axhline(slo.threshold, color="red", ls="--", lw=1, label=f"SLO {slo}")
+            from kvsim.units import fmt_duration
+
+            shown = f"SLO {slo.metric} {slo.op} {fmt_duration(slo.threshold)}"
+            ax.axhline(slo.threshold, color="red", ls="--", lw=1, label=shown)
 
 
 def _sweep_table(d: Path, x: str | None) -> tuple[Any, list[str], str | None]:

@@ -34,6 +34,15 @@ def _interval(ci: Any) -> str:
     return f"{_t(lo)} .. {_t(hi)}"
 
 
+def _cost_row(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The layout's price, when the scenario has a cost: section."""
+    usd = s.get("usd_per_hour")
+    if not (isinstance(usd, float) and math.isfinite(usd)):
+        return []
+    per_m = s["usd_per_million_prompt_tokens"]
+    return [("cost", f"${usd:,.2f}/h   ${per_m:,.4g} per million prompt tokens at this load")]
+
+
 def summary_table(s: dict[str, Any]) -> str:
     """The run summary as an aligned table."""
     src = s["token_source_frac"]
@@ -69,6 +78,7 @@ def summary_table(s: dict[str, Any]) -> str:
             f"{s['requests_per_s']:.3g} requests/s",
         ),
         ("hit ratio", _pct(s["hit_ratio"])),
+        *_cost_row(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),
         ("bytes read", "   ".join(f"{k} {fmt_bytes(v)}" for k, v in rb.items() if k != "gpu")),
     ]

@@ -190,3 +190,68 @@ def test_bad_prices_and_by_are_refused(plans):
         "capacity", "--sweep", "free.yaml", "--slo", "ttft_p99<=1.2s", "--cheapest", cwd=plans
     )
     assert r.returncode == 2 and "needs prices" in r.stderr
+
+
+def test_sweep_capacity_and_cheapest_apply_set_and_refuse_bad_or_swept_sets(plans):
+    """--set reaches every configuration of --sweep (it used to be ignored silently)."""
+    r = kvsim(
+        "capacity",
+        "--sweep",
+        "engines.yaml",
+        "--slo",
+        "ttft_p99<=1.2s",
+        "--cheapest",
+        "--reps",
+        "1",
+        "--set",
+        "cost.gpu_node_hour=5",
+        cwd=plans,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "$10.00/h" in r.stdout and "<- cheapest" in r.stdout  # 2 engines at $5/h
+    for argv in (
+        ["--cheapest", "--set", "remote.servers=abc"],
+        ["--set", "remote.servers=abc"],
+        ["--cheapest", "--set", "cluster.engines=4"],
+    ):
+        r = kvsim(
+            "capacity", "--sweep", "engines.yaml", "--slo", "ttft_p99<=1.2s", *argv, cwd=plans
+        )
+        assert r.returncode == 2, (argv, r.stdout)
+        assert "--set" in r.stderr.strip().splitlines()[-1]
+
+
+def test_cheapest_refuses_all_zero_prices(plans):
+    (plans / "zero.yaml").write_text(
+        "base: stream.yaml\nset: {cost: {gpu_node_hour: 0, dram_gb_month: 0}}\n"
+        "grid:\n  cluster.engines: [1, 2]\n"
+    )
+    r = kvsim(
+        "capacity", "--sweep", "zero.yaml", "--slo", "ttft_p99<=1.2s", "--cheapest", cwd=plans
+    )
+    assert r.returncode == 2 and "at least one price above 0" in r.stderr
+
+
+def test_minimize_says_when_the_answer_is_the_bottom_of_the_range(plans):
+    r = kvsim(
+        "capacity",
+        "hits.yaml",
+        "--slo",
+        "ttft_p50<=0.6s",
+        "--minimize",
+        "node.h2d_per_gpu",
+        "--range",
+        "1 MB/s..10 MB/s",
+        "--reps",
+        "1",
+        cwd=plans,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "the smallest value may be lower" in r.stdout
+
+
+def test_sensitivity_refuses_a_metric_without_a_value(plans):
+    r = kvsim(
+        "sensitivity", "hits.yaml", "--metric", "usd_per_hour", "--set", "cost=null", cwd=plans
+    )
+    assert r.returncode == 2 and "no value" in r.stderr

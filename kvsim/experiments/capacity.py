@@ -174,7 +174,12 @@ def search(
 
     extra = replication_overrides(sc, reps)  # a trace: each replication resamples it
     if extra:
-        log("replications resample the trace (workload.resample: windows, one draw per seed)")
+        log(
+            "replications resample the trace (workload.resample: windows, one draw per "
+            "seed); resampling breaks prefix reuse across windows, so hit ratios and "
+            "capacities run lower than the trace as it is (--set workload.resample=none "
+            "for that figure, without an interval)"
+        )
 
     def run(factor: float, seed: int) -> dict[str, Any]:
         nonlocal evaluations
@@ -277,13 +282,40 @@ def capacity_table(caps: list[Capacity]) -> Any:
     return pd.DataFrame(rows)
 
 
-def _search_config(args: tuple[str, dict[str, Any], str, int, float]) -> Capacity:
-    base, overrides, slo_text, reps, tol = args
+def _search_config(args: tuple[str, dict[str, Any], list[str], str, int, float]) -> Capacity:
+    base, overrides, extra, slo_text, reps, tol = args
     from kvsim import api
 
-    cap = search(api.load(base, overrides), parse_slo(slo_text), reps=reps, tol=tol)
+    sc = api.load(api.load(base, overrides), extra or None)
+    cap = search(sc, parse_slo(slo_text), reps=reps, tol=tol)
     cap.config = overrides
     return cap
+
+
+def sweep_with_sets(sweep: Any, sets: list[str]) -> list[tuple[dict[str, Any], Scenario]]:
+    """Each configuration of a sweep (its ``set`` and swept values) with the command
+    line's ``--set`` overrides on top, loaded (so a bad --set is refused before any run).
+    A --set of a swept field is refused: it would make the configurations one."""
+    from kvsim import api
+
+    swept = set(sweep.columns)
+    for o in sets:
+        key = str(o).split("=", 1)[0].strip()
+        if key in swept:
+            raise InputError(
+                f"{key} is swept by the sweep file; --set cannot fix it", where=f"--set {o}"
+            )
+    base = sweep.runs[0].base
+    out = []
+    for cfg in sweep.configurations():
+        overrides = {**sweep.set, **cfg}
+        sc = api.load(base, overrides)
+        try:
+            sc = api.load(sc, sets or None)
+        except InputError as e:
+            raise InputError(e.reason, where=" ".join(f"--set {o}" for o in sets)) from None
+        out.append((overrides, sc))
+    return out
 
 
 def sweep_capacity(
@@ -293,10 +325,13 @@ def sweep_capacity(
     reps: int,
     tol: float,
     workers: int,
+    sets: list[str] | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> list[Capacity]:
     """One capacity per configuration of a sweep file (its seeds are ignored: ``reps``
-    replications each), searched in parallel on local processes."""
+    replications each; ``sets``: --set overrides on top), searched in parallel on local
+    processes."""
+    sets = list(sets or [])
     from concurrent.futures.process import BrokenProcessPool
 
     from kvsim.experiments.sweep import load_sweep, stop_pool, worker_pool
@@ -307,11 +342,8 @@ def sweep_capacity(
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     sweep = load_sweep(sweep_path)
-    fixed = dict(sweep.set)
-    jobs = [
-        (sweep.runs[0].base, {**fixed, **cfg}, slo_text, reps, tol)
-        for cfg in sweep.configurations()
-    ]
+    configs = sweep_with_sets(sweep, sets)
+    jobs = [(sweep.runs[0].base, overrides, sets, slo_text, reps, tol) for overrides, _ in configs]
     log(f"{len(jobs)} configurations, {reps} replications each")
     if workers <= 1 or len(jobs) == 1:
         caps = [_search_config(j) for j in jobs]

@@ -7,7 +7,8 @@ base, base+1, ...; a trace is resampled per seed, as everywhere). ``--minimize``
 the field per replication, assuming more is never worse (a bigger tier, more engines or
 servers, a faster link); the replications' thresholds give the answer's spread. A field
 is numeric when its value is a number: a count, or a size, bandwidth, duration or rate
-(written back in base units). ``--cheapest`` needs a ``cost:`` section: a configuration
+(written back in base units); a field where more can be worse (a latency, a T0) is not
+one to minimize. ``--cheapest`` needs a ``cost:`` section: a configuration
 meets the SLO when the mean of its metric over the replications does, and the cheapest of
 those by ``usd_per_hour`` wins.
 """
@@ -130,6 +131,8 @@ class Minimum:
     field: NumericField
     values: list[float]
     evaluations: int
+    span: tuple[float, float] = (math.nan, math.nan)  # the range searched
+    at_bottom: int = 0  # replications already meeting the SLO at the range's bottom
 
     @property
     def mean(self) -> float:
@@ -167,7 +170,9 @@ def minimize(
         try:
             summary = api.run(sc, {**extra, path: f.override(x)}, seed).summary
         except InputError as e:
-            raise InputError(f"with {path} = {f.show(x)} (seed {seed}): {e}") from None
+            raise InputError(
+                f"with {path} = {f.show(x)} (seed {seed}): {e}; give a --range the scenario accepts"
+            ) from None
         return slo.met(summary)
 
     def close(a: float, b: float) -> bool:
@@ -176,6 +181,7 @@ def minimize(
         return b - a <= tol * b
 
     values = []
+    at_bottom = 0  # replications where the bottom of the range already met the SLO
     for rep in range(reps):
         seed = sc.seed + rep
         if not meets(hi, seed):
@@ -185,6 +191,7 @@ def minimize(
             )
         if meets(lo, seed):
             found = lo
+            at_bottom += 1
         else:
             a, b = lo, hi  # a fails, b meets
             while not close(a, b):
@@ -198,7 +205,7 @@ def minimize(
             found = b
         log(f"replication {rep + 1}/{reps} (seed {seed}): {path} = {f.show(found)}")
         values.append(found)
-    return Minimum(slo, f, values, evaluations)
+    return Minimum(slo, f, values, evaluations, (lo, hi), at_bottom)
 
 
 @dataclass
@@ -219,25 +226,26 @@ def layouts(
     slo: SLO,
     *,
     reps: int,
+    sets: list[str] | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> list[Layout]:
     """Every configuration of a sweep, run ``reps`` times at its own load, with the SLO's
     metric, whether its mean meets the SLO, and its price (a ``cost:`` section needed)."""
     from kvsim import api
+    from kvsim.experiments.capacity import sweep_with_sets
     from kvsim.experiments.sweep import load_sweep
+    from kvsim.results.records import usd_per_hour
 
     sweep = load_sweep(sweep_path)
-    base = sweep.runs[0].base
-    configs = sweep.configurations()
-    scenarios = []
-    for cfg in configs:  # every configuration priced, before any run
-        sc = api.load(base, {**sweep.set, **cfg})
-        if sc.cost is None:
+    configs, scenarios = [], []
+    for overrides, sc in sweep_with_sets(sweep, list(sets or [])):  # priced before any run
+        if sc.cost is None or usd_per_hour(sc) == 0:
             raise InputError(
-                "--cheapest needs prices: add a cost: section to the base scenario or the "
-                "sweep's set (see docs/planning.md)",
+                "--cheapest needs prices: add a cost: section with at least one price above "
+                "0 to the base scenario or the sweep's set (see docs/planning.md)",
                 where=str(sweep_path),
             )
+        configs.append({k: v for k, v in overrides.items() if k in sweep.columns})
         scenarios.append(sc)
     log(f"{len(configs)} configurations, {reps} replications each")
     out = []

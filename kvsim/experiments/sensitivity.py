@@ -139,6 +139,8 @@ def sensitivity(
     from kvsim import api
     from kvsim.profiles import profile_path
 
+    if metric not in OUTCOMES and f"{metric}_s" in OUTCOMES:
+        metric = f"{metric}_s"  # as --slo: the _s of times may be left out
     if metric not in OUTCOMES:
         raise InputError(
             f"unknown metric {metric!r}; choose one of {', '.join(OUTCOMES)}", where="--metric"
@@ -171,6 +173,12 @@ def sensitivity(
 
     base_vals = [float(api.run(sc, extra or None, s).summary[metric]) for s in seeds]
     base = sum(base_vals) / len(base_vals)
+    if not math.isfinite(base):
+        raise InputError(
+            f"{metric} has no value in this scenario (NaN: e.g. usd_per_hour without a cost: "
+            "section, or no request measured)",
+            where="--metric",
+        )
     noise = (max(base_vals) - min(base_vals)) if len(base_vals) > 1 else 0.0
     swings = []
     numeric = []
@@ -242,7 +250,13 @@ def tornado_plot(result: Sensitivity, path: Path) -> None:
     )
     ax.axvline(base, color="black", lw=1)
     if result.noise > 0:
-        ax.axvspan(base - result.noise / 2, base + result.noise / 2, color="grey", alpha=0.2)
+        ax.axvspan(
+            base - result.noise / 2,
+            base + result.noise / 2,
+            color="grey",
+            alpha=0.2,
+            label="seed-to-seed range",
+        )
     ax.set_yticks(y, [f"{s.path} ({s.mark})" for s in rows], fontsize=8)
     ax.set_xlabel(result.metric)
     ax.set_title(f"sensitivity of {result.metric} (baseline {base:.4g})")
