@@ -850,17 +850,22 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         return 0
     print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
     for cap, (_, row) in zip(caps, df.iterrows(), strict=True):
-        if len(cap.rates) < 2:
-            spread = "requests/s offered (one replication: no interval)"
-        elif len(set(cap.rates)) == 1:
-            spread = "requests/s offered (replications identical: no interval)"
-        else:
-            spread = f"± {row['ci95_rps']:.2g} requests/s offered"
+        spread = _spread_text(cap.rates, f"± {row['ci95_rps']:.2g}")
         print(
-            f"  {row['configuration']}: {row['capacity_rps']:.4g} {spread} "
+            f"  {row['configuration']}: {row['capacity_rps']:.4g} requests/s offered {spread} "
             f"({row['factor']:.3g}x the scenario's offered rate)"
         )
     return 0
+
+
+def _spread_text(values: list[float], interval: str) -> str:
+    """How a replicated answer's spread reads: ``interval``, or why there is none (never
+    a "± 0")."""
+    if len(values) < 2:
+        return "(one replication: no interval)"
+    if len(set(values)) == 1:
+        return "(replications identical: no interval)"
+    return interval
 
 
 def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
@@ -901,13 +906,7 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
             )
         )
         return 0
-    spread = (
-        "(one replication: no interval)"
-        if len(found.values) < 2
-        else "(replications identical: no interval)"
-        if len(set(found.values)) == 1
-        else f"(95% interval {f.show(lo)} .. {f.show(hi)})"
-    )
+    spread = _spread_text(found.values, f"(95% interval {f.show(lo)} .. {f.show(hi)})")
     each = ", ".join(map(f.show, found.values))
     print(f"smallest {f.path} meeting {slo} at the scenario's load ({args.reps} replications):")
     print(f"  {f.show(found.mean)} {spread}; per replication: {each}")

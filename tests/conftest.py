@@ -78,6 +78,29 @@ def toy(**sections: Any) -> Scenario:
     return scenario_from_dict(deep_merge(copy.deepcopy(TOY), sections))
 
 
+MD1_SERVICE = 0.31  # seconds: every 16,384-token prompt, whatever is cached
+
+
+def md1(seed: int, rate: float, requests: int, warmup: str) -> Scenario:
+    """One serial engine, no cache tier, Poisson arrivals at ``rate`` per second, every
+    prompt 16,384 tokens served in exactly MD1_SERVICE: an M/D/1 queue."""
+    d = MD1_SERVICE
+    return toy(
+        seed=seed,
+        timing={
+            "new_tokens": [1, 16384],
+            "cached_tokens": [0, 1],
+            "seconds": [[0.02, 0.02], [d, d]],
+        },
+        workload={
+            "requests": requests,
+            "arrivals": {"process": "poisson", "rate": f"{rate}/s"},
+            "prompt_tokens": {"dist": "fixed", "value": 16384},
+        },
+        run={"warmup": warmup},
+    )
+
+
 def req(rid: int, t: float, tokens: int, ids: list[int] | tuple[int, ...]) -> Request:
     return Request(rid, t, tokens, 1, tuple(ids))
 

@@ -17,9 +17,9 @@ import pytest
 
 from kvsim import api
 
-from conftest import toy
+from conftest import MD1_SERVICE, md1
 
-D = 0.31
+D = MD1_SERVICE
 REPS = 20
 CUSTOMERS = 40_000
 WARMUP_FRACTION = 0.05
@@ -29,20 +29,7 @@ def md1_runs(rho):
     rate = rho / D
     out = []
     for seed in range(REPS):
-        sc = toy(
-            seed=seed,
-            timing={
-                "new_tokens": [1, 16384],
-                "cached_tokens": [0, 1],
-                "seconds": [[0.02, 0.02], [D, D]],
-            },
-            workload={
-                "requests": CUSTOMERS,
-                "arrivals": {"process": "poisson", "rate": f"{rate}/s"},
-                "prompt_tokens": {"dist": "fixed", "value": 16384},
-            },
-            run={"warmup": f"{CUSTOMERS * WARMUP_FRACTION / rate} s"},
-        )
+        sc = md1(seed, rate, CUSTOMERS, f"{CUSTOMERS * WARMUP_FRACTION / rate} s")
         out.append(api.run(sc))
     return rate, out
 

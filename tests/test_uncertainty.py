@@ -19,7 +19,7 @@ from kvsim.workload import open_workload
 from kvsim.workload.request import Request
 from kvsim.workload.resample import block_resample
 
-from conftest import ROOT, SCENARIOS, req, toy
+from conftest import MD1_SERVICE, ROOT, SCENARIOS, md1, req, toy
 
 # ---- the pure functions ---------------------------------------------------------------
 
@@ -65,7 +65,7 @@ def test_percentile_ci_edge_cases():
 
 # ---- M/D/1: a known median -----------------------------------------------------------
 
-D = 0.31
+D = MD1_SERVICE
 
 
 def md1_wait_cdf(t: float, lam: float) -> float:
@@ -88,7 +88,7 @@ def md1_median_ttft(lam: float) -> float:
 @pytest.mark.slow
 def test_md1_median_falls_inside_its_interval_about_95_percent_of_the_time():
     """One serial engine, Poisson arrivals at rho = 0.6, every prompt served in exactly
-    D = 0.31 s (the toy timing of tests/test_theory.py): the true median TTFT is D plus
+    D = 0.31 s (conftest.md1, as tests/test_theory.py): the true median TTFT is D plus
     the median M/D/1 wait (0.4253 s). 100 seeded runs of 2,000 requests, warm-up auto:
     the reported ttft_p50_ci_s holds it in 88 to 100 of them (about 95%; binomial s.d.
     2.2, so 88 is 3 s.d. below). The development machine measured 95 of 100."""
@@ -97,20 +97,7 @@ def test_md1_median_falls_inside_its_interval_about_95_percent_of_the_time():
     assert true == pytest.approx(0.42529, abs=1e-4)
     hits = 0
     for seed in range(100):
-        sc = toy(
-            seed=seed,
-            timing={
-                "new_tokens": [1, 16384],
-                "cached_tokens": [0, 1],
-                "seconds": [[0.02, 0.02], [D, D]],
-            },
-            workload={
-                "requests": 2000,
-                "arrivals": {"process": "poisson", "rate": f"{lam}/s"},
-                "prompt_tokens": {"dist": "fixed", "value": 16384},
-            },
-            run={"warmup": "auto"},
-        )
+        sc = md1(seed, lam, 2000, "auto")
         lo, hi = api.run(sc).summary["ttft_p50_ci_s"]
         hits += lo <= true <= hi
     assert 88 <= hits <= 100, f"{hits} of 100 intervals hold the true median"

@@ -220,6 +220,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     runs: list[RunSpec] = []
     # several seeds of a trace replay resample it (kvsim.experiments.capacity)
     fixed_all = {**replication_overrides(sc, len(seeds)), **fixed_set}
+    given = set(fixed_all) | set(grid_keys) | set(zip_keys)  # windows the sweep sets itself
     combos = itertools.product(itertools.product(*grid.values()), zip_rows)
     for g, z in combos:
         params = tuple(zip(grid_keys, g, strict=True)) + tuple(zip(zip_keys, z, strict=True))
@@ -227,7 +228,6 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         # it, as a capacity search does, unless the sweep sets them itself
         factor = load_factor(sc, dict(params))
         windows = scaled_windows(sc, factor) if factor else {}
-        given = set(fixed_all) | set(grid_keys) | set(zip_keys)
         fixed = tuple({**fixed_all, **{k: v for k, v in windows.items() if k not in given}}.items())
         for seed in seeds:
             run_id = _digest({"base": base_hash, "set": fixed, "params": params, "seed": seed})
