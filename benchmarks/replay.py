@@ -3,7 +3,11 @@ scenario and report simulated requests and SimPy events per wall-clock second, n
 bare SimPy M/D/c queue (the textbook process-per-customer model) run in the same process
 as a yardstick. The ratio is the figure to quote; absolute speeds depend on the machine.
 
-    python benchmarks/replay.py [--trace PATH] [--repeat N]
+    python benchmarks/replay.py [--trace PATH] [--repeat N] [--plugin-lru]
+
+``--plugin-lru`` also replays it with ``examples/python_lru.py`` (the built-in LRU written
+as a plugin) on the GPU, host and NVMe tiers and reports the slow-down: what calling a
+Python-written eviction policy from the core costs.
 """
 
 from __future__ import annotations
@@ -32,8 +36,15 @@ def events_scheduled(env: simpy.Environment) -> int:
     return next(env._eid)
 
 
-def bench_kvsim(trace: Path) -> dict[str, float]:
-    sc = load(ROOT / "scenarios" / "mooncake-conversation.yaml", {"workload.path": str(trace)})
+PLUGIN_LRU = {
+    "plugins": [str(ROOT / "examples" / "python_lru.py")],
+    **{f"tiers.{t}.eviction": "python_lru" for t in ("gpu", "host", "nvme")},
+}
+
+
+def bench_kvsim(trace: Path, extra: dict | None = None) -> dict[str, float]:
+    overrides = {"workload.path": str(trace), **(extra or {})}
+    sc = load(ROOT / "scenarios" / "mooncake-conversation.yaml", overrides)
     requests = list(read_mooncake(trace, sc.workload.block_tokens))  # parse outside the clock
     gc.collect()
     t = time.perf_counter()
@@ -84,6 +95,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
+    ap.add_argument(
+        "--plugin-lru", action="store_true", help="also time the LRU written as a plugin"
+    )
     args = ap.parse_args()
     if not args.trace.exists():
         print(f"trace not found: {args.trace} (pass --trace PATH)", file=sys.stderr)
@@ -105,6 +119,16 @@ def main() -> None:
         f"ratio kvsim / M/D/8 (requests per second): "
         f"{(k['requests'] / k['sim_wall_s']) / (m['requests'] / m['sim_wall_s']):.3f}"
     )
+    if args.plugin_lru:
+        p = min(
+            (bench_kvsim(args.trace, PLUGIN_LRU) for _ in range(args.repeat)),
+            key=lambda r: r["sim_wall_s"],
+        )
+        same = "same" if p["ttft_p99_s"] == k["ttft_p99_s"] else "DIFFERENT"
+        print(
+            f"python_lru plugin on gpu/host/nvme: {p['sim_wall_s']:.3f} s, "
+            f"{p['sim_wall_s'] / k['sim_wall_s']:.2f}x the built-in lru ({same} TTFT p99)"
+        )
 
 
 if __name__ == "__main__":

@@ -205,6 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--retry-failed", action="store_true", help="re-run runs that failed")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_plugins(sw)
 
     cp = sub.add_parser("capacity", help="highest arrival rate that meets an SLO")
     cp.add_argument("scenario", type=_path, nargs="?", help="scenario YAML (or use --sweep)")
@@ -271,6 +272,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="local worker processes (default: one per core)",
     )
+    _add_overrides(bl)
 
     ck = sub.add_parser(
         "check", help="re-run a suite and compare with a baseline (exit 1 on a regression)"
@@ -337,6 +339,38 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
         metavar="PATH=VALUE",
         help="override a scenario field, e.g. --set remote.sharding=per_rank",
     )
+    _add_plugins(p)
+
+
+def _add_plugins(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin",
+        dest="plugins",
+        action="append",
+        default=[],
+        type=_word,
+        metavar="MODULE",
+        help="a module (or .py file) of policies the scenario may name, added to its "
+        "plugins: (repeatable; docs/extending.md)",
+    )
+
+
+def _plugins_as_overrides(args: argparse.Namespace) -> None:
+    """``--plugin`` values: imported now (a broken one is refused before any work), and
+    added to the scenario's ``plugins`` so that they travel to every worker."""
+    from kvsim.plugins import is_file_spec, load_plugins
+
+    specs = [
+        str(Path(s).expanduser().resolve()) if is_file_spec(s) else s
+        for s in getattr(args, "plugins", None) or []
+    ]
+    if not specs:
+        return
+    for given, spec in zip(args.plugins, specs, strict=True):
+        load_plugins([spec], f"--plugin {given}")
+    args.plugins = specs
+    if hasattr(args, "overrides"):
+        args.overrides.append("plugins=" + json.dumps(specs))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -706,7 +740,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise InputError("must be >= 1", where="--workers")
     if args.scheduler is not None:
         parse_scheduler(args.scheduler)  # a malformed address: refused before any work
-    sweep = load_sweep(args.sweep)
+    sweep = load_sweep(args.sweep, plugins=args.plugins)
     # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
     check_out_folder(args.out, flag="--out", owned=SWEEP_FILES)
     bar = None
@@ -1026,8 +1060,14 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
+    from kvsim.config.loader import parse_override
+
     check_out_folder(args.out, flag="--out", owned=BASELINE_FILES)
-    suite = load_suite(args.suite)
+    extra = {}
+    for expr in args.overrides:
+        parts, value = parse_override(expr)
+        extra[".".join(parts)] = value
+    suite = load_suite(args.suite, extra)
     doc = measure(
         suite,
         workers=args.workers,
@@ -1182,6 +1222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         with signals_as_interrupt():
+            _plugins_as_overrides(args)
             return handlers[args.command](args)
     except InputError as e:
         print(f"kvsim: error: {clean(str(e))}", file=sys.stderr)

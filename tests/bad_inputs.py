@@ -88,6 +88,28 @@ CASES: list[Case] = [
     S("unknown router", "cluster:\n  router: random\n", "unknown router", "round_robin"),
     S("unknown eviction", "tiers:\n  host: {eviction: mru}\n", "unknown eviction policy"),
     S("unknown workload kind", "workload:\n  kind: sharegpt\n", "workload"),
+    # ---- plugins (docs/extending.md; the guard rails are in tests/test_plugins.py) ----
+    S(
+        "plugin module not found",
+        "plugins: [no_such_kvsim_plugin]\n",
+        "bad.yaml:2",
+        "cannot import",
+    ),
+    S("plugin file not found", "plugins: [missing.py]\n", "plugin", "no such file"),
+    S("plugins not a list", "plugins: lfu.py\n", "plugins"),
+    S(
+        "plugin scheduler name without its plugin",
+        "engine:\n  scheduler: longest_first\n",
+        "unknown scheduler 'longest_first'",
+        "plugins:",
+    ),
+    C(
+        "--plugin that does not import",
+        ["run", "{QS}", "--plugin", "{TMP}/broken.py"],
+        "--plugin",
+        "SyntaxError",
+        files={"broken.py": "def f(:\n"},
+    ),
     S("unknown profile", "profile: b200\n", "bad.yaml:2", "unknown profile 'b200'"),
     # ---- scenario files: rules across fields ----
     S("host tier over the node's DRAM", "tiers:\n  host: {capacity: 3 TB}\n", "host_dram"),

@@ -120,13 +120,13 @@ def mutated_baseline(draw, doc: dict) -> bytes:
         op = draw(st.sampled_from(["delete", "junk", "junk", "scale", "extra"]))
         if op == "delete":
             del parent[key]
-        elif op == "junk":
-            parent[key] = draw(st.sampled_from(JUNK))
+        elif op == "junk":  # a copy: JUNK's lists and dicts must not collect later edits
+            parent[key] = copy.deepcopy(draw(st.sampled_from(JUNK)))
         elif op == "scale" and isinstance(parent[key], (int, float)):
             parent[key] = parent[key] * draw(st.sampled_from([0, -1, 1e-9, 1e9, 1.0001]))
         elif op == "extra" and isinstance(parent[key], dict):
-            parent[key][draw(st.sampled_from(["zzz", "mean", "values", ""]))] = draw(
-                st.sampled_from(JUNK)
+            parent[key][draw(st.sampled_from(["zzz", "mean", "values", ""]))] = copy.deepcopy(
+                draw(st.sampled_from(JUNK))
             )
     text = json.dumps(doc, indent=draw(st.sampled_from([None, 2]))).encode()
     damage = draw(st.integers(0, 6))

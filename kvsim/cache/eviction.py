@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Container, Sequence
-from typing import cast
+from typing import Any, cast
 
 # A block's cache key: an int (a tenant-namespaced hash id, or a server's shard key). It
 # is typed ``object`` on purpose: compiled code (see setup.py) then stores the caller's
@@ -281,20 +281,130 @@ class FIFO(BlockStore):
     refresh_on_hit = False
 
 
+class Delegated(BlockStore):
+    """A store whose victims a plugin policy chooses. ``hook`` (a
+    :class:`kvsim.sim.hooks.EvictionHook`) hears every block stored, used and removed,
+    names the victim when room is needed, and checks what the policy answers."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, capacity: float, hook: Any) -> None:
+        super().__init__(capacity)
+        self.hook = hook
+
+    def touch(self, keys: Sequence[Key]) -> None:
+        for key in keys:
+            self.hook.hit(self, key)
+
+    def insert_many(self, keys: Sequence[Key], sizes: Sequence[float]) -> Spilled:
+        if len(keys) != len(sizes):
+            raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes")
+        blocks = self.blocks
+        hook = self.hook
+        cap = self.capacity - self.reserved
+        out_keys: list[Key] = []
+        out_sizes: list[float] = []
+        for key, nbytes in zip(keys, sizes):  # lengths checked above
+            if key in blocks:
+                hook.hit(self, key)
+                continue
+            if nbytes > cap:
+                out_keys.append(key)
+                out_sizes.append(nbytes)
+                continue
+            while self.used + nbytes > cap and blocks:
+                victim = hook.victim(self)
+                out_keys.append(victim)
+                out_sizes.append(self._drop(victim))
+                self.evictions += 1
+            blocks[key] = nbytes
+            self.used += nbytes
+            self.written += nbytes
+            if self.used > self.peak:
+                self.peak = self.used
+            hook.inserted(self, key)
+        return out_keys, out_sizes
+
+    def reserve(self, nbytes: float) -> Spilled:
+        self.reserved += nbytes
+        out_keys: list[Key] = []
+        out_sizes: list[float] = []
+        while self.blocks and self.used + self.reserved > self.capacity:
+            victim = self.hook.victim(self)
+            out_keys.append(victim)
+            out_sizes.append(self._drop(victim))
+            self.evictions += 1
+        return out_keys, out_sizes
+
+    def _drop(self, key: Key) -> float:
+        size = self.blocks.pop(key)
+        self.used -= size
+        self.hook.removed(self, key)
+        return size
+
+    def clear(self) -> None:
+        for key in list(self.blocks):
+            self.hook.removed(self, key)
+        super().clear()
+
+
+class Gate:
+    """An admission filter: which of the blocks offered to a tier it stores."""
+
+    __slots__ = ("rejected",)
+
+    def __init__(self) -> None:
+        self.rejected = 0  # blocks offered and not admitted
+
+    def filter(
+        self, keys: Sequence[Key], sizes: Sequence[float], held: Container[Key]
+    ) -> tuple[list[Key], list[float], list[Key], list[float]]:
+        """(admitted keys, sizes, refused keys, sizes), each in the order offered."""
+        raise NotImplementedError
+
+
+class DelegatedGate(Gate):
+    """Admission by a plugin policy (``hook``: a :class:`kvsim.sim.hooks.AdmissionHook`);
+    a block already held is always admitted (a refresh)."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Any) -> None:
+        super().__init__()
+        self.hook = hook
+
+    def filter(
+        self, keys: Sequence[Key], sizes: Sequence[float], held: Container[Key]
+    ) -> tuple[list[Key], list[float], list[Key], list[float]]:
+        ok_k: list[Key] = []
+        ok_s: list[float] = []
+        no_k: list[Key] = []
+        no_s: list[float] = []
+        for key, size in zip(keys, sizes):  # lengths checked by the stores
+            if key in held or self.hook.admit(key, size):
+                ok_k.append(key)
+                ok_s.append(size)
+            else:
+                no_k.append(key)
+                no_s.append(size)
+        self.rejected += len(no_k)
+        return ok_k, ok_s, no_k, no_s
+
+
 POLICIES: dict[str, type[BlockStore]] = {"lru": LRU, "fifo": FIFO}
 
 
-class SecondHit:
+class SecondHit(Gate):
     """Admission on the second sighting: a block offered to a tier for the first time is
     only remembered (in a ghost list of at most ``limit`` keys, oldest forgotten first);
     offered again while remembered, or already held, it is admitted."""
 
-    __slots__ = ("ghost", "limit", "rejected")
+    __slots__ = ("ghost", "limit")
 
     def __init__(self, limit: int) -> None:
+        super().__init__()
         self.ghost: OrderedDict[Key, None] = OrderedDict()
         self.limit = max(int(limit), 1)
-        self.rejected = 0  # blocks offered and not admitted
 
     def filter(
         self, keys: Sequence[Key], sizes: Sequence[float], held: Container[Key]

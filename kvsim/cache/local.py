@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from kvsim.cache.eviction import BlockStore, Key, SecondHit
+from kvsim.cache.eviction import BlockStore, Gate, Key
 from kvsim.cache.writes import Writes
 
 # tier codes, fastest first (Final: compiled code inlines them)
@@ -68,7 +68,7 @@ class LocalCache:
         gpu: BlockStore,
         host: BlockStore | None,
         nvme: BlockStore | None,
-        admission: Sequence[SecondHit | None] = (None, None, None),
+        admission: Sequence[Gate | None] = (None, None, None),
         policy: Sequence[str] = ("write_back", "write_back", "write_back"),
         threshold: Sequence[int] = (2, 2, 2),
         writes: Writes | None = None,
@@ -79,8 +79,8 @@ class LocalCache:
         self.host = host
         self.nvme = nvme
         self.tiers: tuple[BlockStore | None, ...] = (gpu, host, nvme)
-        # per tier: None (admit all) or a second-hit filter
-        self.admission: tuple[SecondHit | None, ...] = tuple(admission)
+        # per tier: None (admit all) or a filter (second-hit, a plugin)
+        self.admission: tuple[Gate | None, ...] = tuple(admission)
         # per tier: how blocks reach it from the tier above, and selective's hit threshold
         self.policy: tuple[int, ...] = tuple(WRITE_POLICIES.index(p) for p in policy)
         self.threshold: tuple[int, ...] = tuple(threshold)

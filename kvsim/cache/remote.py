@@ -87,14 +87,17 @@ class RemoteStore:
         per_rank: bool,
         ranks: int,
         group: Link | None = None,
+        mirror: bool = True,
     ) -> None:
+        """``mirror``: keep one index while the servers see the same keys (see the
+        module docstring); off for stores whose eviction keeps state of its own."""
         if len(stores) != len(links) or not stores:
             raise ValueError("one store and one link per server are required")
         self.stores = list(stores)
         self.links = list(links)
         self.servers = len(stores)
         self.shards = ranks if per_rank else 1
-        self.mirrored = per_rank and ranks == self.servers and ranks > 1
+        self.mirrored = mirror and per_rank and ranks == self.servers and ranks > 1
         self.group = group if self.mirrored else None  # all servers as one link, mirrored
         self.pending: list[set[Key]] = [set() for _ in self.stores]  # keys being put
         self.down: set[int] = set()  # servers that are lost now

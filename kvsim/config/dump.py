@@ -39,6 +39,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     """The whole scenario, self-contained (inline timing, absolute trace path)."""
     out = record_to_dict(sc)
     out.pop("source", None)
+    if not out["plugins"]:  # as a scenario without plugins was written before they existed
+        del out["plugins"]
     out["timing"]["table"] = None
     path = out["workload"].get("path")
     if path is not None:

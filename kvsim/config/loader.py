@@ -32,6 +32,8 @@ from pydantic import BaseModel, ValidationError
 from kvsim.config.schema import Scenario, cross_checks
 from kvsim.errors import InputError, shown
 from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, read_text
+from kvsim.plugins import is_file_spec, load_plugins
+from kvsim.plugins import scope as plugin_scope
 from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
 Path_ = tuple[Any, ...]
@@ -421,6 +423,12 @@ def _require_mapping(data: Any, where: str) -> dict[str, Any]:
 
 def _normalize_layer(data: dict[str, Any], origins: Origins, base_dir: Path) -> None:
     """Resolve the file references a layer makes, relative to its own folder."""
+    plugins = data.get("plugins")
+    if isinstance(plugins, list):  # .py files relative to the file; modules as they are
+        data["plugins"] = [
+            str(_resolve(base_dir, p)) if isinstance(p, str) and is_file_spec(p) else p
+            for p in plugins
+        ]
     wl = data.get("workload")
     if isinstance(wl, dict) and isinstance(wl.get("path"), str):
         wl["path"] = str(_resolve(base_dir, wl["path"]))
@@ -616,6 +624,8 @@ def apply_overrides(
         old = node.get(key)
         if isinstance(old, dict) and isinstance(value, dict):
             value = deep_merge(old, value)
+        elif path == ("plugins",) and isinstance(old, list) and isinstance(value, list):
+            value = [*old, *(v for v in value if v not in old)]  # plugins add up
         node[key] = _unshared(value)  # never the caller's object, which later overrides edit
         for p in [p for p in origins if p[: len(path)] == path]:
             del origins[p]
@@ -771,9 +781,16 @@ def load_record(
 
 
 def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scenario:
-    """Build the Scenario or raise InputError naming file, line and field path."""
+    """Build the Scenario or raise InputError naming file, line and field path. The
+    scenario's plugins are imported first: their policy names are then valid."""
+    plugins = data.get("plugins")
+    if not isinstance(plugins, list):
+        plugins = []  # (the schema refuses anything else)
+    elif plugins:
+        load_plugins(plugins, _where(origins, ("plugins",), default_where))
     try:
-        scenario = Scenario.model_validate(data)
+        with plugin_scope(plugins):  # its policy names: built-in ones and its plugins'
+            scenario = Scenario.model_validate(data)
     except ValidationError as e:
         errors = e.errors()
         err = errors[0]

@@ -20,13 +20,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 
-from kvsim.cache.eviction import POLICIES
 from kvsim.errors import UNSAFE_CATEGORIES
 from kvsim.physics.timing import TimingTable
+from kvsim.plugins import check_name
 from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
 
 # ---- unit-carrying field types -------------------------------------------------------
@@ -261,13 +260,24 @@ class Timing(Record):
 # ---- cache tiers -------------------------------------------------------------------
 
 
-def _known_policy(name: str) -> str:
-    if name not in POLICIES:
-        raise ValueError(f"unknown eviction policy {name!r}; choose one of {sorted(POLICIES)}")
-    return name
+def _policy_name(kind: str) -> Any:
+    """A policy name of one kind: a built-in one, or one a loaded plugin registered
+    (kvsim.plugins; the scenario's ``plugins`` are imported before it is validated)."""
+
+    def check(name: Any) -> Any:
+        if not isinstance(name, str):
+            return name  # the str type then refuses it
+        return check_name(kind, name)
+
+    return AfterValidator(check)
 
 
-EvictionName = Annotated[str, BeforeValidator(_known_policy)]
+EvictionName = Annotated[str, _policy_name("eviction")]
+AdmissionName = Annotated[str, _policy_name("admission")]
+RouterName = Annotated[str, _policy_name("router")]
+SchedulerName = Annotated[str, _policy_name("scheduler")]
+LoadPolicyName = Annotated[str, _policy_name("load_policy")]
+PrefetchName = Annotated[str, _policy_name("prefetch")]
 
 
 WritePolicy = Literal["write_back", "write_through", "write_through_selective"]
@@ -299,11 +309,12 @@ class GpuTier(Record):
     """Prefix cache in HBM (vLLM-style); hits cost nothing to load."""
 
     capacity: Size = Field(description="KV capacity per engine (all GPUs of the node)")
-    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
-    admission: Literal["all", "second_hit"] = Field(
+    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo | a plugin's")
+    admission: AdmissionName = Field(
         "all",
         description="all: cache every block offered; second_hit: only one offered before "
-        "(a ghost list as long as the tier holds blocks remembers first sightings)",
+        "(a ghost list as long as the tier holds blocks remembers first sightings); or a "
+        "plugin's name",
     )
 
 
@@ -319,11 +330,12 @@ class LocalTier(Record):
         "rest only the request waits. sync: the engine waits all of t0",
     )
     streams: bool = Field(True, description="restores can be read layer by layer (layerwise)")
-    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo")
-    admission: Literal["all", "second_hit"] = Field(
+    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo | a plugin's")
+    admission: AdmissionName = Field(
         "all",
         description="all: cache every block offered; second_hit: only one offered before "
-        "(a ghost list as long as the tier holds blocks remembers first sightings)",
+        "(a ghost list as long as the tier holds blocks remembers first sightings); or a "
+        "plugin's name",
     )
     write_policy: WritePolicy = Field(
         "write_back",
@@ -400,11 +412,14 @@ class Remote(Record):
         False,
         description="GETs can be read layer by layer (LMCache's remote connectors cannot)",
     )
-    eviction: EvictionName = Field("lru", description="eviction policy of each server")
-    admission: Literal["all", "second_hit"] = Field(
+    eviction: EvictionName = Field(
+        "lru", description="eviction policy of each server: lru | fifo | a plugin's"
+    )
+    admission: AdmissionName = Field(
         "all",
         description="all: store every block a request computed; second_hit: only blocks "
-        "offered to the store before (a ghost list as long as the store holds blocks)",
+        "offered to the store before (a ghost list as long as the store holds blocks); or a "
+        "plugin's name",
     )
     write_policy: WritePolicy = Field(
         "write_through",
@@ -428,38 +443,31 @@ class Remote(Record):
 
 # ---- cluster --------------------------------------------------------------------------
 
-LoadPolicy = Literal["sync", "async", "recompute", "auto"]
-
 
 class Cluster(Record):
     engines: Bounded(4096) = Field(1, description="prefill engines (nodes)")
-    router: str = Field("round_robin", description="round_robin | least_loaded | cache_affinity")
-    load_policy: LoadPolicy = Field("sync", description="sync | async | recompute | auto")
+    router: RouterName = Field(
+        "round_robin", description="round_robin | least_loaded | cache_affinity | a plugin's"
+    )
+    load_policy: LoadPolicyName = Field(
+        "sync", description="sync | async | recompute | auto | a plugin's"
+    )
     affinity_slack: NonNegInt = Field(
         4, description="cache_affinity: max extra queued requests accepted for a better hit"
     )
-
-    @field_validator("router")
-    @classmethod
-    def _known_router(cls, name: str) -> str:
-        from kvsim.sim.router import ROUTERS
-
-        if name not in ROUTERS:
-            raise ValueError(f"unknown router {name!r}; choose one of {sorted(ROUTERS)}")
-        return name
 
 
 class Prefetch(Record):
     """Bringing KV from NVMe or the remote store up to host memory ahead of its use
     (SGLang HiCache's prefetch; docs/data-path.md)."""
 
-    policy: Literal["none", "best_effort", "wait_complete", "timeout"] = Field(
+    policy: PrefetchName = Field(
         "none",
         description="none: restores read NVMe and remote directly. Otherwise a request's "
         "blocks in NVMe or remote are fetched into host when it reaches its engine, and "
         "its restore reads GPU and host only: best_effort (uses what has arrived when "
         "the request is scheduled, recomputes the rest), wait_complete (the request waits "
-        "for its prefetch), timeout (waits at most prefetch.timeout)",
+        "for its prefetch), timeout (waits at most prefetch.timeout); or a plugin's name",
     )
     timeout: PositiveDuration | None = Field(
         None,
@@ -490,10 +498,10 @@ class Engine(Record):
     long_prefill_token_threshold: NonNegInt = Field(
         0, description="most tokens one prompt may take per step (0: no cap; vLLM's knob)"
     )
-    scheduler: Literal["fcfs", "lpm", "sjf"] = Field(
+    scheduler: SchedulerName = Field(
         "fcfs",
         description="fcfs: arrival order; lpm: longest cached prefix first; "
-        "sjf: shortest remaining prompt first, with aging",
+        "sjf: shortest remaining prompt first, with aging; or a plugin's name",
     )
     sjf_aging: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
         50_000.0, description="sjf: tokens of priority a request gains per second it waits"
@@ -831,6 +839,11 @@ class Scenario(Record):
     seed: Annotated[int, Field(ge=0, strict=True)] = Field(
         0, description="seed of every random stream (arrivals, lengths, stalls...)"
     )
+    plugins: list[Label(4096)] = Field(
+        [],
+        description="modules (or .py files, relative to the scenario) whose policies the "
+        "scenario may name (docs/extending.md)",
+    )
     node: Node = Field(description="the engine's hardware (from the profile)")
     model: Model = Field(description="the served model (from the profile)")
     timing: Timing = Field(description="prefill step-time model or table (from the profile)")
@@ -863,6 +876,20 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("model",), "give kv_bytes_per_token or kv_layout"))
     out += _timing_checks(sc)
     out += _engine_checks(sc)
+    ten = sc.tenancy
+    if ten.quota or ten.ttl is not None:  # kept by the built-in stores' bookkeeping
+        tiers = [("tiers", t) for t in ("gpu", "host", "nvme")] + [("remote",)]
+        for where in tiers:
+            tier = sc.remote if where == ("remote",) else getattr(sc.tiers, where[1])
+            if tier.eviction not in ("lru", "fifo"):
+                rule = "quotas" if ten.quota else "a ttl"
+                out.append(
+                    (
+                        (*where, "eviction"),
+                        f"tenancy {rule} need a built-in eviction policy (lru | fifo); "
+                        f"{tier.eviction!r} is a plugin's",
+                    )
+                )
     gpu_cap = n.kv_per_gpu * n.gpus
     if sc.tiers.gpu.capacity > gpu_cap:
         out.append(

@@ -49,7 +49,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -65,6 +65,7 @@ from kvsim.config.schema import PosInt, Record
 from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import load_factor, replication_overrides, scaled_windows
 from kvsim.files import check_regular
+from kvsim.plugins import is_file_spec
 from kvsim.results.writers import clean_leftovers
 
 RESULTS = "results.parquet"
@@ -136,8 +137,9 @@ class Sweep:
         return list(seen.values())
 
 
-def load_sweep(path: str | os.PathLike[str]) -> Sweep:
-    """Read and expand a sweep file (InputError on a malformed one).
+def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Sweep:
+    """Read and expand a sweep file (InputError on a malformed one); ``plugins`` (from
+    ``--plugin``) are added to every run's.
 
     Everything that does not depend on a run is checked before any run exists: the keys
     (scenario fields, not ``seed`` or a result column), the values (no empty list, no value
@@ -207,6 +209,13 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     # current folder: made absolute here, so that the run ids follow the files used
     folder = p.parent.resolve()
     fixed_set = absolute_paths(spec.set, folder)
+    if isinstance(fixed_set.get("plugins"), list):  # .py files relative to the sweep file
+        fixed_set["plugins"] = [
+            str(folder / p) if isinstance(p, str) and is_file_spec(p) else p
+            for p in fixed_set["plugins"]
+        ]
+    if plugins:
+        fixed_set["plugins"] = [*fixed_set.get("plugins", []), *plugins]
     grid = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.grid.items()}
     zipped = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.zip.items()}
     # the base must be valid with the sweep's `set` (which may replace its trace, say); a

@@ -533,7 +533,13 @@ class Engine:
         self.copy_spans: list[float] = []  # copy engines: restores into HBM, staging out
         self.pending_puts = 0  # puts queued or in flight
         self._put_queue: deque[Batch] = deque()
-        self.waiting = Waiting(ctx.scheduler, ctx.aging, self._cached_prefix)
+        custom = ctx.hooks.scheduler(ctx.scheduler)  # a plugin's priority, or None
+        self.waiting = Waiting(
+            ctx.scheduler,
+            ctx.aging,
+            self._cached_prefix,
+            custom.bind(self) if custom is not None else None,
+        )
         self.running: list[Job] = []  # computing: picked for a step, chunks left
         self._fetching: list[Job] = []  # waiting for their prefetch, out of the queue
         self.inflight = 0  # restores in flight
@@ -576,6 +582,9 @@ class Engine:
         """Start fetching into host the blocks of the request's prefix that only NVMe or
         the remote store hold; None when there are none."""
         src = self._locate(job.keys)
+        hook = self.ctx.prefetch_hook
+        if hook is not None and owner is not None:  # a plugin says how much of it to fetch
+            src = src[: hook.fetch_blocks(job, src)]
         if NVME not in src and REMOTE not in src:
             return None
         sizes = self.ctx.block_sizes(job.req)
@@ -953,7 +962,7 @@ class Engine:
         src = self._locate(blocks, host is not None, nvme is not None, remote is not None)
         lower = src.count(GPU) != len(src)
         if lower:
-            src = src[: ctx.policy.restore_blocks(src, lambda k: self._estimate(job, src, k))]
+            src = src[: ctx.policy.restore_blocks(src, lambda k: self._estimate(job, src, k), job)]
         self._account(job, src)
         if lower and job.decision in ("gpu", "cold"):
             job.decision = "skipped"  # the policy chose to recompute what a lower tier held

@@ -20,8 +20,11 @@ class LoadPolicy:
     lower_tiers = True  # look up host, NVMe and remote
     blocking = True  # the engine waits for the restore
 
-    def restore_blocks(self, src: Sequence[int], estimate: Callable[[int], float]) -> int:
-        """How many of the available hit blocks (tier codes ``src``) to restore."""
+    def restore_blocks(
+        self, src: Sequence[int], estimate: Callable[[int], float], job: object = None
+    ) -> int:
+        """How many of the available hit blocks (tier codes ``src``) to restore
+        (``job``: the request, for policies that look beyond its sources)."""
         return len(src)
 
 
@@ -42,7 +45,9 @@ class Recompute(LoadPolicy):
 class Auto(LoadPolicy):
     name = "auto"
 
-    def restore_blocks(self, src: Sequence[int], estimate: Callable[[int], float]) -> int:
+    def restore_blocks(
+        self, src: Sequence[int], estimate: Callable[[int], float], job: object = None
+    ) -> int:
         # candidate cut points: the end of each run of blocks from one tier
         cuts = [i for i in range(1, len(src)) if src[i] != src[i - 1]] + [len(src)]
         best, best_t = 0, estimate(0)

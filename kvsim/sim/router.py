@@ -7,7 +7,7 @@ engines that are up (the simulation updates it when one fails or comes back).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from kvsim.cache.eviction import Key
 
@@ -34,7 +34,8 @@ class Router:
         self.engines = list(engines)
         self.slack = slack
 
-    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key], job: object = None) -> RoutedEngine:
+        """The engine for a request (``job``, for routers that look beyond its blocks)."""
         raise NotImplementedError
 
 
@@ -45,7 +46,7 @@ class RoundRobin(Router):
         super().__init__(engines, slack)
         self._next = 0
 
-    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key], job: object = None) -> RoutedEngine:
         n = len(self.engines)  # the engines that are up
         e = self.engines[self._next % n]
         self._next = (self._next + 1) % n
@@ -55,7 +56,7 @@ class RoundRobin(Router):
 class LeastLoaded(Router):
     """The engine with the fewest outstanding (queued, loading or running) requests."""
 
-    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key], job: object = None) -> RoutedEngine:
         return min(self.engines, key=lambda e: e.outstanding)
 
 
@@ -63,7 +64,7 @@ class CacheAffinity(Router):
     """The engine holding the longest prefix locally, unless it is busier than the least
     loaded engine by more than ``slack`` requests; then the least loaded one."""
 
-    def pick(self, blocks: Sequence[Key]) -> RoutedEngine:
+    def pick(self, blocks: Sequence[Key], job: object = None) -> RoutedEngine:
         limit = min([e.outstanding for e in self.engines]) + self.slack
         best, best_hit, best_load = self.engines[0], -1, 0
         for e in self.engines:
@@ -76,6 +77,18 @@ class CacheAffinity(Router):
             if hit >= need and (hit > best_hit or load < best_load):
                 best, best_hit, best_load = e, hit, load
         return best
+
+
+class Delegated(Router):
+    """A plugin router: ``hook`` (a :class:`kvsim.sim.hooks.RouterHook`) asks the
+    plugin and checks that the engine it names is one that is up."""
+
+    def __init__(self, engines: Sequence[RoutedEngine], hook: Any) -> None:
+        super().__init__(engines)
+        self.hook = hook
+
+    def pick(self, blocks: Sequence[Key], job: object = None) -> RoutedEngine:
+        return cast(RoutedEngine, self.hook.route(job, self.engines))
 
 
 ROUTERS: dict[str, type[Router]] = {

@@ -11,6 +11,8 @@
   request whose prompt has the longest prefix in the engine's local tiers goes first,
   ties in arrival order. Like SGLang, a queue longer than 128 falls back to ``fcfs``
   (matching every waiting prompt at every step would cost more than it gains).
+- a plugin's name (:class:`kvsim.plugins.SchedulingPolicy`): the priority it gives a
+  request when it joins the queue, smaller first, ties in arrival order.
 """
 
 from __future__ import annotations
@@ -28,12 +30,20 @@ LPM_MAX_QUEUE: Final = 128  # SGLang: above this, lpm falls back to fcfs
 class Waiting:
     """Requests waiting for a step, in the scheduler's order."""
 
-    __slots__ = ("_heap", "_seq", "aging", "kind", "prefix")
+    __slots__ = ("_heap", "_seq", "aging", "custom", "kind", "prefix")
 
-    def __init__(self, kind: str, aging: float, prefix: Callable[[Job], int]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        aging: float,
+        prefix: Callable[[Job], int],
+        custom: Callable[[Job], float] | None = None,
+    ) -> None:
         self.kind = kind
         self.aging = aging
         self.prefix = prefix  # lpm: cached prefix blocks of a request on this engine
+        # a plugin scheduler: a request's priority when it joins (smaller first)
+        self.custom = custom
         self._heap: list[tuple[float, float, int, Job]] = []
         self._seq = 0
 
@@ -43,6 +53,8 @@ class Waiting:
     def key(self, job: Job) -> tuple[float, float]:
         """A request's place in line: (key, arrival), smaller first."""
         req = job.req
+        if self.custom is not None:
+            return self.custom(job), req.arrival
         if self.kind == "sjf":
             remaining = req.input_tokens - job.cached - job.done
             key = remaining / self.aging + req.arrival if self.aging > 0 else float(remaining)

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from kvsim.cache.eviction import SecondHit
+from kvsim.cache.eviction import Gate
 from kvsim.cache.local import HOST, NVME, REMOTE, WRITE_POLICIES
 from kvsim.cache.remote import RemoteStore
 from kvsim.config.schema import Scenario
 from kvsim.kernel.fabric import Fabric, Link
 from kvsim.physics.step import StepModel, make_step_model, per_step_tokens
 from kvsim.rng import stream
-from kvsim.sim.policy import LOAD_POLICIES, LoadPolicy
+from kvsim.sim.hooks import Hooks, PrefetchHook
+from kvsim.sim.policy import LoadPolicy
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
@@ -44,9 +45,11 @@ class Shared:
         self.engines: list[Engine] = []
         self.remote: RemoteStore | None = None
         self.steps: StepModel = make_step_model(sc)
-        self.policy: LoadPolicy = LOAD_POLICIES[sc.cluster.load_policy]
         self.kv_bytes: float = sc.model.kv_bytes
         self.block_tokens: int = sc.workload.block_tokens
+        # every policy the scenario names, built-in or a plugin's (kvsim.sim.hooks)
+        self.hooks: Hooks = Hooks(self)
+        self.policy: LoadPolicy = self.hooks.load_policy(sc.cluster.load_policy)
         tiers, rc = sc.tiers, sc.remote
         self.t0: list[float] = [0.0, tiers.host.t0, tiers.nvme.t0, rc.t0]
         # the engine's part of each T0 (cross_checks: never more than the T0 itself)
@@ -72,7 +75,7 @@ class Shared:
         self.timeout: float | None = rc.timeout if rc.enabled else None
         self.client_bandwidth: float | None = rc.client_bandwidth
         self.nvme_gds: bool = tiers.nvme.path == "gds"
-        self.remote_admission: SecondHit | None = None
+        self.remote_admission: Gate | None = None
         self.max_pending_puts: int = rc.max_pending_puts
         # remote write policy, coded as the local tiers' (kvsim.cache.local.BACK, ...)
         self.put_policy: int = WRITE_POLICIES.index(rc.write_policy)
@@ -94,7 +97,11 @@ class Shared:
         self.codec_on_gpu: list[bool] = [c is not None and c.on == "gpu" for c in codecs]
         pf = sc.prefetch
         self.prefetching: bool = pf.policy != "none"  # NVMe and remote reached by prefetch
-        self.prefetch_waits: bool = pf.policy in ("wait_complete", "timeout")
+        # a plugin's prefetch policy (None: a built-in one)
+        self.prefetch_hook: PrefetchHook | None = self.hooks.prefetch(pf.policy)
+        self.prefetch_waits: bool = pf.policy in ("wait_complete", "timeout") or (
+            self.prefetch_hook is not None and self.prefetch_hook.wait
+        )
         self.prefetch_timeout: float | None = pf.timeout if pf.policy == "timeout" else None
         self.prefetch_on_session: bool = pf.on_session
         self._op_factor = 0.0
@@ -115,13 +122,6 @@ class Shared:
         # unsharded: one rank saves everything through its own link (LMCache's MLA
         # default); per rank: every rank copies its shard in parallel
         self.stage_share = 1.0 / remote.shards
-
-    def admission(self, kind: str, capacity: float) -> SecondHit | None:
-        """A tier's admission filter: None (admit all), or second-hit with a ghost list as
-        long as the tier holds full blocks."""
-        if kind != "second_hit":
-            return None
-        return SecondHit(int(capacity // (self.block_tokens * self.kv_bytes)))
 
     # ---- physics helpers ---------------------------------------------------------------
 

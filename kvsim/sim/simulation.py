@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import simpy
 
-from kvsim.cache.eviction import Key, make_store
+from kvsim.cache.eviction import POLICIES, Key
 from kvsim.cache.local import HOST, NVME, REMOTE, SELECTIVE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
@@ -29,7 +29,6 @@ from kvsim.kernel.fabric import Fabric
 from kvsim.kernel.pipe import Pipe
 from kvsim.sim import faults
 from kvsim.sim.engine import Engine, Job
-from kvsim.sim.router import make_router
 from kvsim.sim.rows import RowTable
 from kvsim.sim.shared import Shared
 from kvsim.sim.tenancy import Tenancy
@@ -83,18 +82,31 @@ class Simulation:
         self.dropped = 0
         node = sc.node
         rc = sc.remote
+        hooks = ctx.hooks  # every policy by name: built-in, or a plugin's
         if rc.enabled:
             links = [self.fabric.link(f"remote{k}", rc.bandwidth) for k in range(rc.servers)]
-            stores = [make_store(rc.eviction, rc.capacity) for _ in range(rc.servers)]
+            shards = node.pcp if rc.sharding == "per_rank" else 1
+            stores = [
+                hooks.store(rc.eviction, rc.capacity, "remote", shards) for _ in range(rc.servers)
+            ]
+            # a plugin's eviction keeps its own state per server: no mirrored index
+            mirror = rc.eviction in POLICIES
             group = None
-            if rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
+            if mirror and rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
                 group = self.fabric.link("remote*", rc.bandwidth * rc.servers)
             remote = RemoteStore(
-                stores, links, per_rank=rc.sharding == "per_rank", ranks=node.pcp, group=group
+                stores,
+                links,
+                per_rank=rc.sharding == "per_rank",
+                ranks=node.pcp,
+                group=group,
+                mirror=mirror,
             )
             op_bytes = rc.chunk_tokens * ctx.kv_bytes / remote.shards
             ctx.set_remote(remote, op_bytes, rc.op_overhead * rc.bandwidth)
-            ctx.remote_admission = ctx.admission(rc.admission, rc.capacity * rc.servers)
+            ctx.remote_admission = hooks.gate(
+                rc.admission, rc.capacity * rc.servers, "remote", None, remote.shards
+            )
         self.remote = ctx.remote
         self.engines: list[Engine] = []
         tiers = sc.tiers
@@ -112,17 +124,25 @@ class Simulation:
                 else None
             )
             self.pipes += [d2h] if nvme_write is None else [d2h, nvme_write]
-            local = LocalCache(
-                make_store(tiers.gpu.eviction, tiers.gpu.capacity),
-                make_store(tiers.host.eviction, tiers.host.capacity)
+            gpu = hooks.store(tiers.gpu.eviction, tiers.gpu.capacity, "gpu")
+            host = (
+                hooks.store(tiers.host.eviction, tiers.host.capacity, "host")
                 if tiers.host.enabled
-                else None,
-                make_store(tiers.nvme.eviction, tiers.nvme.capacity)
+                else None
+            )
+            nvme_store = (
+                hooks.store(tiers.nvme.eviction, tiers.nvme.capacity, "nvme")
                 if tiers.nvme.enabled
-                else None,
+                else None
+            )
+            local = LocalCache(
+                gpu,
+                host,
+                nvme_store,
                 [
-                    ctx.admission(t.admission, t.capacity)
-                    for t in (tiers.gpu, tiers.host, tiers.nvme)
+                    hooks.gate(tiers.gpu.admission, tiers.gpu.capacity, "gpu", gpu),
+                    hooks.gate(tiers.host.admission, tiers.host.capacity, "host", host),
+                    hooks.gate(tiers.nvme.admission, tiers.nvme.capacity, "nvme", nvme_store),
                 ],
                 ("write_back", tiers.host.write_policy, tiers.nvme.write_policy),
                 (1, tiers.host.write_threshold, tiers.nvme.write_threshold),
@@ -160,7 +180,7 @@ class Simulation:
             )
         self.engines.sort(key=lambda e: e.index)
         ctx.engines = self.engines
-        self.router = make_router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
+        self.router = hooks.router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
         # auto: every request runs as measured; the results cut the transient afterwards
         self.warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
         self.tenancy = Tenancy(ctx, sc.tenancy)
@@ -171,6 +191,12 @@ class Simulation:
         ctx.engines_changed = self.engines_changed
         if self.remote is not None:
             self._prestore(sc)
+        hooks.tenant_of = self.tenancy.key_tenant
+        # block depths, for plugin eviction and admission policies (None: none of those)
+        self._note: Callable[[Sequence[Key]], None] | None = (
+            hooks.note if hooks.depths is not None else None
+        )
+        hooks.setup(self.engines, self.remote)
 
     def _prestore(self, sc: Scenario) -> None:
         """Fill the remote store with the workload's shared prefixes, if it asks for that."""
@@ -217,7 +243,9 @@ class Simulation:
         if not self.router.engines:
             self.drop(job, "no engine is up")
             return
-        engine = cast(Engine, self.router.pick(job.keys))
+        if self._note is not None:
+            self._note(job.keys)
+        engine = cast(Engine, self.router.pick(job.keys, job))
         engine.submit(job)
 
     def drop(self, job: Job, reason: str) -> None:
