@@ -367,7 +367,10 @@ def _plugins_as_overrides(args: argparse.Namespace) -> None:
     if not specs:
         return
     for given, spec in zip(args.plugins, specs, strict=True):
-        load_plugins([spec], f"--plugin {given}")
+        try:
+            load_plugins([spec])
+        except InputError as e:  # named as typed (the message has the path in full)
+            raise InputError(e.reason, where=f"--plugin {given}") from None
     args.plugins = specs
     if hasattr(args, "overrides"):
         args.overrides.append("plugins=" + json.dumps(specs))

@@ -165,7 +165,9 @@ class EngineView:
         self._engine = engine
         names = ("gpu", "host", "nvme")
         self._tiers = {
-            n: TierView(s, n) for n, s in zip(names, engine.local.tiers, strict=True) if s
+            n: TierView(s, n)
+            for n, s in zip(names, engine.local.tiers, strict=True)
+            if s is not None  # (an empty store is falsy)
         }
 
     @property
@@ -576,10 +578,10 @@ def scope(specs: Sequence[Any]) -> Iterator[None]:
         _scope.reset(token)
 
 
-def load_plugins(specs: Sequence[str], where: str) -> None:
+def load_plugins(specs: Sequence[str], where: str | None = None) -> None:
     """Import each plugin (a module name importable from the current folder or
     ``sys.path``, or a ``.py`` file path) so that its policies are registered; an import
-    that fails is a :class:`PluginError` naming the plugin and ``where``."""
+    that fails is a :class:`PluginError` naming the plugin (after ``where``)."""
     for spec in specs:
         if not isinstance(spec, str) or not spec.strip():
             raise PluginError(
@@ -596,7 +598,8 @@ def load_plugins(specs: Sequence[str], where: str) -> None:
         except BaseException as e:  # SystemExit, KeyboardInterrupt too: one line, exit 2
             if isinstance(e, KeyboardInterrupt):
                 raise
-            raise PluginError(_failure(e), where=f"{where}: plugin {spec}") from None
+            here = f"plugin {spec}" if where is None else f"{where}: plugin {spec}"
+            raise PluginError(_failure(e), where=here) from None
         finally:
             _loading.pop()
 

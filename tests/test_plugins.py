@@ -275,6 +275,70 @@ def test_a_plugin_admission_policy_and_prefetch_policy(tmp_path):
     assert res.summary["tiers"]["host"]["prefetched_bytes_in"] == 0
 
 
+def test_views_show_the_engines_tiers_and_queues(tmp_path):
+    """What a router sees: every enabled tier of every engine (empty ones too), live."""
+    from kvsim.plugins import RoutingPolicy
+
+    seen: list[tuple] = []
+
+    class Spy(RoutingPolicy):
+        def setup(self, sim):
+            self.sim = sim
+
+        def route(self, request, engines):
+            e = engines[0]
+            seen.append(
+                (sorted(e.tiers), e.tiers["gpu"].used, e.queued_tokens, request.prompt_tokens)
+            )
+            assert self.sim.engines[0].index == 0 and self.sim.block_tokens == 100
+            return e
+
+    host = {"enabled": True, "capacity": "10 MB", "t0": "10 ms"}
+    rows = [(0, [1, 2]), (10, [1, 2, 3])]
+    with registered("spy", Spy):
+        toy_run(
+            tmp_path,
+            rows,
+            cluster={"router": "spy"},
+            tiers={"gpu": {"capacity": "1 MB"}, "host": host},
+        )
+    assert seen == [(["gpu", "host"], 0.0, 0, 200), (["gpu", "host"], 2 * BLOCK, 0, 300)]
+
+
+def test_a_saved_scenario_with_plugins_runs_again_from_anywhere(tmp_path, capsys):
+    """kvsim run --out writes scenario.yaml with the plugins' files by absolute path."""
+    (tmp_path / "mine.py").write_text((EXAMPLES / "lfu.py").read_text())
+    (tmp_path / "s.yaml").write_text(
+        f"name: s\nextends: {SCENARIOS / 'mooncake-sample.yaml'}\nplugins: [mine.py]\n"
+        "tiers:\n  gpu: {eviction: lfu}\nworkload: {limit: 50}\n"
+    )
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["run", "s.yaml", "--out", "out", "--quiet"]) == 0
+    finally:
+        os.chdir(cwd)
+    saved = yaml.safe_load((tmp_path / "out" / "scenario.yaml").read_text())
+    assert saved["plugins"] == [str(tmp_path / "mine.py")]
+    assert main(["validate", str(tmp_path / "out" / "scenario.yaml")]) == 0, capsys.readouterr().err
+
+
+def test_capacity_over_a_sweep_takes_plugin(tmp_path):
+    """capacity --sweep with a grid of plugin names given by --plugin."""
+    (tmp_path / "sweep.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "base": str(SCENARIOS / "mooncake-sample.yaml"),
+                "grid": {"tiers.gpu.eviction": ["lru", "python_lru"]},
+                "set": {"workload.limit": 200},
+            }
+        )
+    )
+    args = ["capacity", "--sweep", str(tmp_path / "sweep.yaml"), "--slo", "ttft_p99<=2s"]
+    args += ["--reps", "1", "--workers", "1", "--json", "--plugin", str(EXAMPLES / "python_lru.py")]
+    assert main(args) == 0
+
+
 def test_plugin_names_are_listed_with_the_builtin_ones():
     class Mine(EvictionPolicy):
         def victim(self, tier):
@@ -448,6 +512,17 @@ class NanFirst(SchedulingPolicy):
     def priority(self, request, engine):
         return math.nan
 
+@register("admit_one")
+class AdmitOne(AdmissionPolicy):
+    def admit(self, block, tier):
+        return 1
+
+@register("lazy_flag")
+class LazyFlag(LoadPolicy):
+    blocking = "yes"
+    def restore_blocks(self, request, sources, estimate):
+        return 0
+
 @register("forgot_return")
 class ForgotReturn(AdmissionPolicy):
     def admit(self, block, tier):
@@ -501,7 +576,7 @@ RULES = [
         "cluster.load_policy=fractional",
         "load_policy 'fractional'",
         "restore_blocks() broke a rule",
-        "whole number",
+        "expected an int",
     ),
     (
         "engine.scheduler=nan_first",
@@ -514,6 +589,18 @@ RULES = [
         "admission 'forgot_return' on host",
         "admit() broke a rule",
         "True or False",
+    ),
+    (
+        "tiers.host.admission=admit_one",
+        "admission 'admit_one' on host",
+        "admit() broke a rule",
+        "returned 1; expected True or False",
+    ),
+    (
+        "cluster.load_policy=lazy_flag",
+        "load_policy 'lazy_flag'",
+        "its attribute blocking broke a rule",
+        "must be True or False, got 'yes'",
     ),
     (
         "prefetch.policy=overfetch",
@@ -580,4 +667,4 @@ def test_a_missing_plugin_module_on_the_command_line(capsys):
         main(["validate", str(SCENARIOS / "quickstart.yaml"), "--plugin", "no_such_kvsim_x"]) == 2
     )
     err = capsys.readouterr().err
-    assert "--plugin no_such_kvsim_x: plugin no_such_kvsim_x: cannot import it" in err, err
+    assert "--plugin no_such_kvsim_x: cannot import it" in err, err

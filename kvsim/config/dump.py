@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kvsim.config.schema import Scenario, field_unit
+from kvsim.plugins import canonical
 from kvsim.units import UNIT_WRITERS
 
 
@@ -41,6 +42,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     out.pop("source", None)
     if not out["plugins"]:  # as a scenario without plugins was written before they existed
         del out["plugins"]
+    else:  # .py files by absolute path: the written scenario loads from anywhere
+        out["plugins"] = [canonical(p) for p in out["plugins"]]
     out["timing"]["table"] = None
     path = out["workload"].get("path")
     if path is not None:

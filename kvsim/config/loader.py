@@ -426,7 +426,7 @@ def _normalize_layer(data: dict[str, Any], origins: Origins, base_dir: Path) -> 
     plugins = data.get("plugins")
     if isinstance(plugins, list):  # .py files relative to the file; modules as they are
         data["plugins"] = [
-            str(_resolve(base_dir, p)) if isinstance(p, str) and is_file_spec(p) else p
+            str(_resolve(base_dir, p).resolve()) if isinstance(p, str) and is_file_spec(p) else p
             for p in plugins
         ]
     wl = data.get("workload")

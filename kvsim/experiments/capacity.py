@@ -305,16 +305,27 @@ def sweep_with_sets(sweep: Any, sets: list[str]) -> list[tuple[dict[str, Any], S
             raise InputError(
                 f"{key} is swept by the sweep file; --set cannot fix it", where=f"--set {o}"
             )
+    from kvsim.config.loader import parse_override
+
+    # plugins a --set (or --plugin) adds: loaded with the swept values, which may name them
+    extra: list[Any] = []
+    for o in sets:
+        parts, value = parse_override(str(o))
+        if parts == ["plugins"] and isinstance(value, list):
+            extra += value
     base = sweep.runs[0].base
     out = []
     for cfg in sweep.configurations():
         overrides = {**sweep.set, **cfg}
-        sc = api.load(base, overrides)
+        first = overrides
+        if extra:
+            first = {**overrides, "plugins": [*overrides.get("plugins", []), *extra]}
+        sc = api.load(base, first)
         try:
             sc = api.load(sc, sets or None)
         except InputError as e:
             raise InputError(e.reason, where=" ".join(f"--set {o}" for o in sets)) from None
-        out.append((overrides, sc))
+        out.append((first, sc))  # (the plugins travel with the configuration's overrides)
     return out
 
 

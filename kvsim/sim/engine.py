@@ -583,7 +583,7 @@ class Engine:
         the remote store hold; None when there are none."""
         src = self._locate(job.keys)
         hook = self.ctx.prefetch_hook
-        if hook is not None and owner is not None:  # a plugin says how much of it to fetch
+        if hook is not None and owner is not None and src:  # a plugin: how much to fetch
             src = src[: hook.fetch_blocks(job, src)]
         if NVME not in src and REMOTE not in src:
             return None

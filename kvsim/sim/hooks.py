@@ -74,10 +74,25 @@ class Hook:
         return PluginError(f"{method}() broke a rule: {rule}", where=self.where)
 
 
+def _is_bool(value: Any) -> bool:
+    """True or False (NumPy's too), not a number that happens to be 0 or 1."""
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def _flag(hook: Hook, attr: str, value: Any) -> bool:
+    """A policy's class attribute that must be True or False."""
+    if not _is_bool(value):
+        raise PluginError(
+            f"its attribute {attr} broke a rule: must be True or False, got {value!r}",
+            where=hook.where,
+        )
+    return bool(value)
+
+
 def _count(hook: Hook, method: str, value: Any, most: int, what: str) -> int:
     """A plugin's answer that must be a whole number in [0, most]."""
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise hook.broken(method, f"returned {value!r}; expected a whole number of blocks")
+        raise hook.broken(method, f"returned {value!r}; expected an int (a number of blocks)")
     n = int(value)
     if n < 0:
         raise hook.broken(method, f"returned {n}; a number of blocks is never negative")
@@ -140,11 +155,7 @@ class AdmissionHook(StoreHook):
     def admit(self, key: Any, nbytes: float) -> bool:
         view = self._view(self.store)
         ok = self.call("admit", self.hooks.block(key, nbytes, self.shards), view)
-        try:
-            valid = ok is not None and ok in (True, False)
-        except Exception:  # an array, say
-            valid = False
-        if not valid:
+        if not _is_bool(ok):
             raise self.broken("admit", f"returned {ok!r}; expected True or False")
         return bool(ok)
 
@@ -180,13 +191,8 @@ class LoadHook(CoreLoadPolicy):
     def __init__(self, policy: Any, plugin: str, name: str) -> None:
         self.hook = Hook(policy, plugin, "load_policy", name)
         self.name = name
-        blocking = getattr(policy, "blocking", True)
-        lower = getattr(policy, "lower_tiers", True)
-        for attr, value in (("blocking", blocking), ("lower_tiers", lower)):
-            if not isinstance(value, bool):
-                raise self.hook.broken(attr, f"{attr} must be True or False, got {value!r}")
-        self.blocking = blocking
-        self.lower_tiers = lower
+        self.blocking = _flag(self.hook, "blocking", getattr(policy, "blocking", True))
+        self.lower_tiers = _flag(self.hook, "lower_tiers", getattr(policy, "lower_tiers", True))
 
     def restore_blocks(
         self, src: Sequence[int], estimate: Callable[[int], float], job: object = None
@@ -202,10 +208,7 @@ class PrefetchHook(Hook):
 
     def __init__(self, policy: Any, plugin: str, name: str) -> None:
         super().__init__(policy, plugin, "prefetch", name)
-        wait = getattr(policy, "wait", False)
-        if not isinstance(wait, bool):
-            raise self.broken("wait", f"wait must be True or False, got {wait!r}")
-        self.wait = wait
+        self.wait = _flag(self, "wait", getattr(policy, "wait", False))
 
     def fetch_blocks(self, job: Any, src: Sequence[int]) -> int:
         sources = [TIER_NAMES[t] for t in src]
