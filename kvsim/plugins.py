@@ -452,9 +452,12 @@ def add(name: str, cls: type, kind: str | None = None) -> None:
         raise ValueError(f"unknown policy kind {k!r}; choose one of {sorted(INTERFACES)}")
     if name in BUILTIN[k]:
         raise ValueError(f"{k} {name!r} is a built-in name; choose another")
-    missing = [m for m in required_methods(k) if not callable(getattr(cls, m, None))]
     base = INTERFACES[k]
-    missing += [m for m in required_methods(k) if getattr(cls, m, None) is getattr(base, m)]
+    missing = [
+        m
+        for m in base.required
+        if not callable(getattr(cls, m, None)) or getattr(cls, m) is getattr(base, m)
+    ]
     if missing:
         raise TypeError(f"{k} {name!r} ({cls.__name__}) does not define {missing[0]}()")
     plugin, spec = _loading[-1] if _loading else (getattr(cls, "__module__", "?"), None)
@@ -468,10 +471,6 @@ def add(name: str, cls: type, kind: str | None = None) -> None:
 def _same_class(a: type, b: type) -> bool:
     """The same class, or the same class from a module imported again."""
     return a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
-
-
-def required_methods(kind: str) -> tuple[str, ...]:
-    return INTERFACES[kind].required
 
 
 def _visible(entry: Entry, scope: frozenset[str] | None) -> bool:
@@ -521,12 +520,13 @@ def check_name(kind: str, name: str) -> str:
             f"{LABELS[kind]} {name!r} comes from plugin {plugin}, which this scenario "
             "does not list: add it to plugins: (or give --plugin)"
         )
+    known = names(kind)
     hint = (
         ""
-        if len(names(kind)) > len(BUILTIN[kind])
+        if len(known) > len(BUILTIN[kind])
         else "; a plugin's name needs its module in plugins: or --plugin"
     )
-    raise ValueError(f"unknown {LABELS[kind]} {name!r}; choose one of {names(kind)}{hint}")
+    raise ValueError(f"unknown {LABELS[kind]} {name!r}; choose one of {known}{hint}")
 
 
 # ---- loading -----------------------------------------------------------------------------

@@ -209,11 +209,6 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     # current folder: made absolute here, so that the run ids follow the files used
     folder = p.parent.resolve()
     fixed_set = absolute_paths(spec.set, folder)
-    if isinstance(fixed_set.get("plugins"), list):  # .py files relative to the sweep file
-        fixed_set["plugins"] = [
-            str(folder / p) if isinstance(p, str) and is_file_spec(p) else p
-            for p in fixed_set["plugins"]
-        ]
     if plugins:
         fixed_set["plugins"] = [*fixed_set.get("plugins", []), *plugins]
     grid = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.grid.items()}
@@ -250,12 +245,15 @@ PATH_FIELDS = (("workload", "path"), ("timing", "table"))
 
 def absolute_paths(overrides: dict[str, Any], folder: Path) -> dict[str, Any]:
     """``overrides`` (field path -> value) with the relative file names they set (a trace,
-    a timing table, a profile file) made absolute against ``folder``, the folder of the
-    file that wrote them, whether given as ``workload.path: x`` or ``workload: {path: x}``."""
+    a timing table, a profile file, plugin files) made absolute against ``folder``, the
+    folder of the file that wrote them, whether given as ``workload.path: x`` or
+    ``workload: {path: x}``."""
 
     def fix(parts: tuple[str, ...], value: Any) -> Any:
         if isinstance(value, dict):
             return {k: fix((*parts, str(k)), v) for k, v in value.items()}
+        if parts == ("plugins",) and isinstance(value, list):  # modules stay as they are
+            return [str(folder / p) if isinstance(p, str) and is_file_spec(p) else p for p in value]
         if not isinstance(value, str) or not value:
             return value
         is_profile_file = parts == ("profile",) and value.endswith((".yaml", ".yml"))

@@ -29,6 +29,7 @@ from kvsim.cache.eviction import (
 )
 from kvsim.physics.step import lone_seconds
 from kvsim.plugins import (
+    BUILTIN,
     Block,
     EngineView,
     PluginError,
@@ -305,14 +306,14 @@ class Hooks:
 
     def prefetch(self, name: str) -> PrefetchHook | None:
         """None for the built-in prefetch policies."""
-        if name in ("none", "best_effort", "wait_complete", "timeout"):
+        if name in BUILTIN["prefetch"]:
             return None
         policy, plugin = self._make("prefetch", name)
         return PrefetchHook(policy, plugin, name)
 
     def scheduler(self, name: str) -> SchedulerHook | None:
         """None for the built-in schedulers."""
-        if name in ("fcfs", "lpm", "sjf"):
+        if name in BUILTIN["scheduler"]:
             return None
         policy, plugin = self._make("scheduler", name)
         return SchedulerHook(self, policy, plugin, name)
