@@ -1,5 +1,7 @@
 """Block stores, demotion and the remote index, on tiny hand-checked cases."""
 
+from collections import OrderedDict
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -55,6 +57,97 @@ def test_capacity_is_never_exceeded(cap, ops, policy):
         s.insert(key, size)
         assert s.used <= cap
         assert s.used == pytest.approx(sum(s.blocks.values()))
+
+
+class ReferenceStore:
+    """The eviction order spelled out with an OrderedDict (what the stores' log replaces)."""
+
+    def __init__(self, cap, lru):
+        self.cap, self.lru, self.reserved = cap, lru, 0
+        self.held = OrderedDict()
+
+    def insert_many(self, keys, sizes):
+        out = []
+        for key, size in zip(keys, sizes, strict=True):
+            if key in self.held:
+                if self.lru:
+                    self.held.move_to_end(key)
+                continue
+            room = self.cap - self.reserved
+            if size > room:
+                out.append((key, size))
+                continue
+            while sum(self.held.values()) + size > room:
+                out.append(self.held.popitem(last=False))
+            self.held[key] = size
+        return out
+
+    def touch(self, keys):
+        for key in keys:
+            if self.lru:
+                self.held.move_to_end(key)
+
+    def reserve(self, nbytes):
+        self.reserved += nbytes
+        out = []
+        while self.held and sum(self.held.values()) > self.cap - self.reserved:
+            out.append(self.held.popitem(last=False))
+        return out
+
+
+def check_against_reference(policy, cap, ops):
+    store, ref = make_store(policy, cap), ReferenceStore(cap, policy == "lru")
+    for op, keys, n in ops:
+        if op == "insert":
+            got = store.insert_many(keys, [n] * len(keys))
+            assert list(zip(*got, strict=True)) == ref.insert_many(keys, [n] * len(keys))
+        elif op == "touch":
+            held = [k for k in keys if k in ref.held]
+            store.touch(held)
+            ref.touch(held)
+        elif op == "reserve":
+            assert list(zip(*store.reserve(n), strict=True)) == ref.reserve(n)
+        elif op == "unreserve":
+            store.unreserve(n)
+            ref.reserved = max(ref.reserved - n, 0)
+        elif op == "remove":
+            for k in keys:
+                assert store.remove(k) == (ref.held.pop(k, None) is not None)
+        else:
+            store.clear()
+            ref.held.clear()
+            ref.reserved = 0
+        assert store.keys() == list(ref.held)
+        assert store.blocks == dict(ref.held)
+        assert store.used == sum(ref.held.values())
+
+
+@given(
+    policy=st.sampled_from(sorted(POLICIES)),
+    cap=st.integers(0, 120),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["insert"] * 4 + ["touch"] * 2 + ["reserve", "unreserve", "remove"]),
+            st.lists(st.integers(0, 12), max_size=8),
+            st.integers(1, 40),
+        )
+        | st.just(("clear", [], 0)),
+        max_size=60,
+    ),
+)
+def test_stores_evict_exactly_as_an_ordered_dict_would(policy, cap, ops):
+    """Eviction order, hits, reservations and removals match an OrderedDict LRU/FIFO."""
+    check_against_reference(policy, cap, ops)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_the_eviction_log_stays_exact_when_it_is_compacted(policy):
+    """Thousands of hits on a few blocks (the log is rebuilt from its live entries) and a
+    long stream of evictions (its head is trimmed) keep the exact order."""
+    hot = [("insert", [1, 2, 3], 10)] + [("touch", [3, 1, 2, 1], 0)] * 1500
+    stream = [("insert", [k, k + 1], 10) for k in range(0, 6000, 2)]
+    mixed = [("remove", [k], 0) if k % 7 == 0 else ("insert", [k % 40], 10) for k in range(5000)]
+    check_against_reference(policy, 50, hot + stream + mixed)
 
 
 def make_remote(shards_present, ranks=2):

@@ -5,12 +5,21 @@ A store maps block keys to their size in bytes and never holds more than its cap
 block that can never fit), so the caller can demote it to the next tier. The
 policies differ only in which block goes first. ``POLICIES`` is the one place that maps
 scenario names to classes.
+
+The eviction order is a log, not a linked list: ``order`` lists every use of a block (its
+insertion, and under LRU each refresh), oldest first, and a block's live entry is its last
+one. ``stale[key]`` counts the entries of a key that are not live (it was refreshed since,
+or removed), so the oldest block is the first entry whose key has no stale count. A use
+appends to a list and an eviction reads from its head: plain ``list`` and ``dict``
+operations, about half the instructions of ``OrderedDict``'s (the stores are the hottest
+code of a replay; benchmarks/README.md). The log is rebuilt from its live entries when
+the stale ones outnumber them by more than 1,024.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import Any, cast
 
 # A block's cache key: an int (a tenant-namespaced hash id, or a server's shard key). It
@@ -60,16 +69,21 @@ class BlockStore:
     """Capacity-bounded map of block key -> bytes, evicting oldest first.
 
     ``refresh_on_hit`` says whether a use moves a block to the back of the line (LRU) or
-    not (FIFO). Invariant: ``used`` (the sum of held sizes) never exceeds ``capacity``.
+    not (FIFO). Invariant: ``used`` (the sum of held sizes) never exceeds ``capacity``;
+    each key has ``stale.get(key, 0)`` entries in ``order[head:]``, plus one (the live,
+    last one) when it is held.
     """
 
     __slots__ = (
         "blocks",
         "capacity",
         "evictions",
+        "head",
+        "order",
         "peak",
         "reserved",
         "rules",
+        "stale",
         "used",
         "written",
     )
@@ -84,8 +98,11 @@ class BlockStore:
         self.written = 0.0  # bytes of blocks stored (not refreshes, not refused as too big)
         self.peak = 0.0
         self.evictions = 0
-        # key -> bytes, oldest first; read-only outside this class
-        self.blocks: OrderedDict[Key, float] = OrderedDict()
+        # key -> bytes, in the order first stored; read-only outside this class
+        self.blocks: dict[Key, float] = {}
+        self.order: list[Key] = []  # uses from index ``head`` on, oldest first
+        self.head = 0
+        self.stale: dict[Key, int] = {}  # key -> its entries in ``order`` that are not live
         self.rules: Rules | None = None
 
     def __contains__(self, key: Key) -> bool:
@@ -94,27 +111,77 @@ class BlockStore:
     def __len__(self) -> int:
         return len(self.blocks)
 
+    def __iter__(self) -> Iterator[Key]:
+        """Held keys, the next to be evicted first (as :meth:`keys`)."""
+        return iter(self.keys())
+
     def keys(self) -> list[Key]:
-        return list(self.blocks)
+        """Held keys, the next to be evicted first."""
+        left = dict(self.stale)
+        order = self.order
+        out: list[Key] = []
+        for i in range(self.head, len(order)):
+            key = order[i]
+            n = left.get(key, 0)
+            if n:
+                left[key] = n - 1
+            else:
+                out.append(key)
+        return out
+
+    def _pop_oldest(self) -> Key:
+        """Take the oldest live entry off ``order`` and return its key (still held: the
+        caller removes it). Stale entries on the way are dropped."""
+        order, stale = self.order, self.stale
+        head = self.head
+        while True:
+            key = order[head]
+            head += 1
+            n = stale.get(key, 0)
+            if not n:
+                break
+            if n > 1:
+                stale[key] = n - 1
+            else:
+                del stale[key]
+        self.head = head
+        return key
+
+    def _tidy(self) -> None:
+        """Keep ``order`` short: drop what was read off its head, or, when stale entries
+        outnumber the live ones, rebuild it from the live ones (amortised O(1) a use)."""
+        order = self.order
+        if len(order) - self.head > 2 * len(self.blocks) + 1024:
+            self.order = self.keys()
+            self.head = 0
+            self.stale = {}
+        elif self.head > 1024 and 2 * self.head > len(order):
+            del order[: self.head]
+            self.head = 0
 
     def touch(self, keys: Sequence[Key]) -> None:
         """Record a use of blocks that are present (hits), in order."""
         rules = self.rules
+        refresh = self.refresh_on_hit
+        order, stale = self.order, self.stale
         if rules is None:
-            if self.refresh_on_hit:
-                move = self.blocks.move_to_end
+            if refresh:
                 for key in keys:
-                    move(key)
+                    order.append(key)
+                    stale[key] = stale.get(key, 0) + 1
+                self._tidy()
             return
         now = rules.clock() if rules.clock is not None else None
         for key in keys:
-            if self.refresh_on_hit:
-                self.blocks.move_to_end(key)
+            if refresh:
+                order.append(key)
+                stale[key] = stale.get(key, 0) + 1
                 t = rules.tenant_of(key)
                 if t in rules.order:
                     rules.order[t].move_to_end(key)
             if now is not None:
                 rules.stamps[key] = now
+        self._tidy()
 
     def insert(self, key: Key, nbytes: float) -> Evicted:
         """Store a block (or refresh it) and return the blocks evicted to make room."""
@@ -130,10 +197,9 @@ class BlockStore:
             raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes")
         if self.rules is not None:
             return self._insert_ruled(keys, sizes)
-        # the hottest loop of a simulation: methods bound once, counters kept local
-        blocks = self.blocks
-        move = blocks.move_to_end if self.refresh_on_hit else None
-        pop = blocks.popitem
+        # the hottest loop of a simulation: counters kept local
+        blocks, order, stale = self.blocks, self.order, self.stale
+        refresh = self.refresh_on_hit
         cap = self.capacity - self.reserved
         used = self.used
         peak = self.peak
@@ -142,29 +208,36 @@ class BlockStore:
         unfit = 0
         written = 0.0
         for key, nbytes in zip(keys, sizes):  # lengths checked above
-            if key in blocks:
-                if move is not None:
-                    move(key)
-                continue
-            if nbytes > cap:
+            if nbytes <= cap:
+                held = len(blocks)
+                blocks.setdefault(key, nbytes)  # one lookup: stored unless already held
+                if len(blocks) > held:  # a new block: make room behind it
+                    order.append(key)
+                    used += nbytes
+                    written += nbytes
+                    while used > cap and len(blocks) > 1:
+                        victim = self._pop_oldest()  # never the new block: it is the last
+                        size = blocks[victim]
+                        del blocks[victim]
+                        used -= size
+                        out_keys.append(victim)
+                        out_sizes.append(size)
+                    if used > peak:
+                        peak = used
+                    continue
+            elif key not in blocks:  # it can never fit
                 out_keys.append(key)
                 out_sizes.append(nbytes)
                 unfit += 1
                 continue
-            used += nbytes
-            while used > cap:
-                victim, size = pop(False)
-                used -= size
-                out_keys.append(victim)
-                out_sizes.append(size)
-            blocks[key] = nbytes
-            written += nbytes
-            if used > peak:
-                peak = used
+            if refresh:  # a held block, used again
+                order.append(key)
+                stale[key] = stale.get(key, 0) + 1
         self.used = used
         self.peak = peak
         self.written += written
         self.evictions += len(out_keys) - unfit
+        self._tidy()
         return out_keys, out_sizes
 
     def _insert_ruled(self, keys: Sequence[Key], sizes: Sequence[float]) -> Spilled:
@@ -190,12 +263,12 @@ class BlockStore:
                     evicted.append((victim, blocks[victim]))
                     self._drop(victim)
                     self.evictions += 1
-            while self.used + nbytes > cap:
-                victim = next(iter(blocks))
-                evicted.append((victim, blocks[victim]))
-                self._drop(victim)
+            while self.used + nbytes > cap and blocks:
+                victim = self._pop_oldest()
+                evicted.append((victim, self._forget(victim)))
                 self.evictions += 1
             blocks[key] = nbytes
+            self.order.append(key)
             self.used += nbytes
             self.written += nbytes
             held = rules.used[t] = rules.used.get(t, 0.0) + nbytes
@@ -206,6 +279,7 @@ class BlockStore:
                 rules.stamps[key] = now
             if self.used > self.peak:
                 self.peak = self.used
+        self._tidy()
         return [k for k, _ in evicted], [size for _, size in evicted]
 
     def reserve(self, nbytes: float) -> Spilled:
@@ -217,29 +291,32 @@ class BlockStore:
         out_sizes: list[float] = []
         blocks = self.blocks
         if self.rules is None:  # the oldest first, as insert_many evicts
-            pop = blocks.popitem
             limit = self.capacity - self.reserved
             used = self.used
             while blocks and used > limit:
-                victim, size = pop(False)
+                victim = self._pop_oldest()
+                size = blocks[victim]
+                del blocks[victim]
                 used -= size
                 out_keys.append(victim)
                 out_sizes.append(size)
             self.used = used
             self.evictions += len(out_keys)
-            return out_keys, out_sizes
-        while blocks and self.used + self.reserved > self.capacity:
-            victim = next(iter(blocks))
-            out_keys.append(victim)
-            out_sizes.append(self._drop(victim))
-            self.evictions += 1
+        else:
+            while blocks and self.used + self.reserved > self.capacity:
+                victim = self._pop_oldest()
+                out_keys.append(victim)
+                out_sizes.append(self._forget(victim))
+                self.evictions += 1
+        self._tidy()
         return out_keys, out_sizes
 
     def unreserve(self, nbytes: float) -> None:
         """Give back a reservation (its blocks arrived, or never will)."""
         self.reserved = max(self.reserved - nbytes, 0.0)
 
-    def _drop(self, key: Key) -> float:
+    def _forget(self, key: Key) -> float:
+        """Remove a held block whose live entry in ``order`` is gone already; its bytes."""
         size = self.blocks.pop(key)
         self.used -= size
         rules = self.rules
@@ -250,6 +327,11 @@ class BlockStore:
             rules.stamps.pop(key, None)
         return size
 
+    def _drop(self, key: Key) -> float:
+        """Remove a held block (its live entry in ``order`` turns stale); its bytes."""
+        self.stale[key] = self.stale.get(key, 0) + 1
+        return self._forget(key)
+
     def remove(self, key: Key) -> bool:
         """Drop a block if present; True when it was there."""
         if key not in self.blocks:
@@ -259,12 +341,26 @@ class BlockStore:
 
     def clear(self) -> None:
         self.blocks.clear()
+        self.order = []
+        self.head = 0
+        self.stale = {}
         self.used = 0.0
         self.reserved = 0.0
         if self.rules is not None:
             self.rules.used.clear()
             self.rules.order.clear()
             self.rules.stamps.clear()
+
+    def copy_shifted(self, other: BlockStore, offset: int) -> None:
+        """Become a copy of ``other`` whose keys are its keys + ``offset`` (a mirrored
+        server's index, given to a server of its own)."""
+        self.blocks = {cast(int, k) + offset: v for k, v in other.blocks.items()}
+        self.order = [cast(int, k) + offset for k in other]
+        self.head = 0
+        self.stale = {}
+        self.used, self.peak, self.evictions = other.used, other.peak, other.evictions
+        if other.rules is not None:
+            self.rules = other.rules.shifted(offset)
 
 
 class LRU(BlockStore):
@@ -291,6 +387,9 @@ class Delegated(BlockStore):
     def __init__(self, capacity: float, hook: Any) -> None:
         super().__init__(capacity)
         self.hook = hook
+
+    def keys(self) -> list[Key]:
+        return list(self.blocks)
 
     def touch(self, keys: Sequence[Key]) -> None:
         for key in keys:

@@ -22,7 +22,6 @@ the same bytes on every server.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -306,10 +305,7 @@ class RemoteStore:
         first = self.stores[0]
         for r, store in enumerate(self.stores):
             if r:
-                store.blocks = OrderedDict((cast(int, k) + r, v) for k, v in first.blocks.items())
-                store.used, store.peak, store.evictions = first.used, first.peak, first.evictions
-                if first.rules is not None:
-                    store.rules = first.rules.shifted(r)
+                store.copy_shifted(first, r)
                 self.pending[r] = {cast(int, k) + r for k in self.pending[0]}
         self.mirrored = False
 

@@ -22,9 +22,9 @@ Invariant: a link never carries more than its bandwidth (sum of rate x cost <= b
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heappop, heappush
 from typing import Final, cast
 
 import simpy
@@ -209,9 +209,10 @@ class Fabric:
                 lat += link.latency
         wait = delay + lat
         if wait > 0:
+            now = self.env.now
             self._seq += 1
-            heapq.heappush(self._starts, (self.env.now + wait, self._seq, flow))
-            self._arm()
+            heappush(self._starts, (now + wait, self._seq, flow))
+            self._arm(now)
         else:
             self._activate([flow])
         return flow
@@ -222,9 +223,9 @@ class Fabric:
             now = self.env.now
             flow.settle(now)
             self._credit(flow, flow.size - max(flow.remaining, 0.0))
-            touched = self._detach(flow)
-            self._rebalance(touched)
-            self._arm()
+            touched = self._detach(flow, now)
+            self._rebalance(now, touched)
+            self._arm(now)
         flow.state = "cancelled"
         flow.end = self.env.now
 
@@ -266,8 +267,8 @@ class Fabric:
             other.binding = other.capsum > other.bandwidth * (1 + _EPS)
         for f in flows:
             f.rate = -1.0  # force a new finish time for every flow on the link
-        self._rebalance(touched.items(), flows)
-        self._arm()
+        self._rebalance(now, touched.items(), flows)
+        self._arm(now)
 
     def estimate_rate(self, links: Sequence[Link], costs: Sequence[float] | None = None) -> float:
         """Payload rate a new flow would get now (each link's share, slowest link wins)."""
@@ -289,7 +290,7 @@ class Fabric:
             flow.state = "active"
             flow.start = now
             if flow.size <= 0:
-                self._complete(flow)
+                self._complete(flow, now)
                 continue
             flow.since = now
             new.append(flow)
@@ -302,12 +303,11 @@ class Fabric:
                 link.capsum += k * flow.cap
                 link.binding = link.capsum > link.bandwidth * (1 + _EPS)
         if new:
-            self._rebalance(touched.items(), new)
-        self._arm()
+            self._rebalance(now, touched.items(), new)
+        self._arm(now)
 
-    def _detach(self, flow: Flow) -> list[tuple[Link, bool]]:
+    def _detach(self, flow: Flow, now: float) -> list[tuple[Link, bool]]:
         """Take a flow off its links; return (link, was it binding) for each."""
-        now = self.env.now
         touched = []
         for link, k in zip(flow.links, flow.costs):
             touched.append((link, link.binding))
@@ -323,9 +323,9 @@ class Fabric:
         flow.version += 1  # its heap entries are stale now
         return touched
 
-    def _complete(self, flow: Flow) -> None:
+    def _complete(self, flow: Flow, now: float) -> None:
         flow.state = "finished"
-        flow.end = self.env.now
+        flow.end = now
         flow.remaining = 0.0
         self._credit(flow, flow.size)
         if isinstance(flow.done, simpy.Event):
@@ -343,12 +343,14 @@ class Fabric:
             for link, share in zip(flow.links, flow.shares):
                 link.bytes += moved * share
 
-    def _rebalance(self, touched: Iterable[tuple[Link, bool]], new: Sequence[Flow] = ()) -> None:
+    def _rebalance(
+        self, now: float, touched: Iterable[tuple[Link, bool]], new: Sequence[Flow] = ()
+    ) -> None:
         """Re-solve the component(s) around links whose flows changed."""
         seeds = [link for link, was in touched if was or link.binding]
         if not seeds:  # nothing can bind: every new flow runs at its cap
             for f in new:
-                self._set_rate(f, f.cap)
+                self._set_rate(now, f, f.cap)
             return
         flows: dict[Flow, None] = {}
         links: dict[Link, None] = {}
@@ -363,11 +365,11 @@ class Fabric:
                             stack.append(other)
         for f in new:
             if f not in flows:
-                self._set_rate(f, f.cap)  # nothing it shares can bind: it runs at its cap
+                self._set_rate(now, f, f.cap)  # nothing it shares can bind: it runs at its cap
         if flows:
-            self._fill(list(flows), [link for link in links])
+            self._fill(now, list(flows), [link for link in links])
 
-    def _fill(self, flows: list[Flow], links: list[Link]) -> None:
+    def _fill(self, now: float, flows: list[Flow], links: list[Link]) -> None:
         """Progressive filling of ``flows`` over ``links`` (the binding ones), each flow also
         capped by its own solo rate."""
         flows.sort(key=lambda f: f.cap)
@@ -380,17 +382,17 @@ class Fabric:
             for f in flows:
                 k = members.get(f)
                 if k is None:  # reached through a link that no longer binds: its cap rules
-                    self._set_rate(f, f.cap)
+                    self._set_rate(now, f, f.cap)
                     continue
                 if not saturated:
                     share = residual / demand
                     if f.cap < share:
-                        self._set_rate(f, f.cap)
+                        self._set_rate(now, f, f.cap)
                         residual -= f.cap * k
                         demand -= k
                         continue
                     saturated = True  # this flow and every later member get the share
-                self._set_rate(f, share)
+                self._set_rate(now, f, share)
             return
         left = {link: link.bandwidth for link in links}
         wants = {link: link.load for link in links}
@@ -413,7 +415,7 @@ class Fabric:
             still = []
             for f in unfrozen:
                 if f.cap - level <= _EPS * f.cap or any(link in full for link in f.links):
-                    self._set_rate(f, level)
+                    self._set_rate(now, f, level)
                     for link, k in zip(f.links, f.costs):
                         if link in wants:
                             wants[link] -= k
@@ -421,14 +423,13 @@ class Fabric:
                     still.append(f)
             if len(still) == len(unfrozen):  # pragma: no cover - guards float round-off
                 for f in still:
-                    self._set_rate(f, level)
+                    self._set_rate(now, f, level)
                 break
             unfrozen = still
 
-    def _set_rate(self, flow: Flow, rate: float) -> None:
+    def _set_rate(self, now: float, flow: Flow, rate: float) -> None:
         if rate == flow.rate and flow.version:
             return
-        now = self.env.now
         if now > flow.since:
             flow.remaining -= flow.rate * (now - flow.since)
             flow.since = now
@@ -436,19 +437,19 @@ class Fabric:
         flow.version += 1
         remaining = flow.remaining if flow.remaining > 0.0 else 0.0
         self._seq += 1
-        heapq.heappush(self._heap, (now + remaining / rate, self._seq, flow.version, flow))
+        heappush(self._heap, (now + remaining / rate, self._seq, flow.version, flow))
 
-    def _arm(self) -> None:
+    def _arm(self, now: float) -> None:
         """Make sure a timer fires at the earliest finish or start."""
         heap = self._heap
         while heap and heap[0][2] != heap[0][3].version:
-            heapq.heappop(heap)  # stale
+            heappop(heap)  # stale
         at = heap[0][0] if heap else _INF
         if self._starts and self._starts[0][0] < at:
             at = self._starts[0][0]
         if at < self._timer_at:
             self._timer_at = at
-            delay = at - self.env.now
+            delay = at - now
             timer = self.env.timeout(delay if delay > 0.0 else 0.0, at)
             timer.callbacks.append(self._on_timer_event)
 
@@ -464,22 +465,22 @@ class Fabric:
         heap = self._heap
         finished = []
         while heap and heap[0][0] <= now:
-            _, _, version, flow = heapq.heappop(heap)
+            _, _, version, flow = heappop(heap)
             if version == flow.version and flow.state == "active":
                 finished.append(flow)
         touched: dict[Link, bool] = {}
         for flow in finished:
-            for link, was in self._detach(flow):
+            for link, was in self._detach(flow, now):
                 touched.setdefault(link, was)
         for flow in finished:
-            self._complete(flow)
+            self._complete(flow, now)
         if touched:
-            self._rebalance(touched.items())
+            self._rebalance(now, touched.items())
         starts = self._starts
         due = []
         while starts and starts[0][0] <= now:
-            due.append(heapq.heappop(starts)[2])
+            due.append(heappop(starts)[2])
         if due:
             self._activate(due)  # arms the timer
         else:
-            self._arm()
+            self._arm(now)

@@ -607,13 +607,14 @@ class Engine:
             self.outstanding -= 1
             self.ctx.displace(job, self)
             return
-        self._tick()
-        job.enqueued = self.env.now
+        now = self.env.now
+        self._tick(now)
+        job.enqueued = now
         self.waiting.push(job)
         self._poke()
 
-    def _tick(self) -> None:
-        now = self.env.now
+    def _tick(self, now: float) -> None:
+        """Add the queue's length since the last change to its time integral."""
         self.queue_area += len(self.waiting) * (now - self._queue_t)
         self._queue_t = now
 
@@ -643,7 +644,7 @@ class Engine:
                     job.restore.cancel()
                     job.restore = None
                 self.inflight -= 1
-        self._tick()
+        self._tick(self.env.now)
         held += self.waiting.jobs()
         held += self._fetching
         self._fetching = []
@@ -742,7 +743,7 @@ class Engine:
                 continue
             if not waiting:
                 break
-            self._tick()
+            self._tick(now)
             job = waiting.pop()
             job.queue_wait += now - job.enqueued
             if job.state == NEW:

@@ -17,8 +17,8 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -69,12 +69,12 @@ class Waiting:
     def push(self, job: Job) -> None:
         key, arrival = self.key(job)
         self._seq += 1
-        heapq.heappush(self._heap, (key, arrival, self._seq, job))
+        heappush(self._heap, (key, arrival, self._seq, job))
 
     def pop(self) -> Job:
         heap = self._heap
         if self.kind != "lpm" or len(heap) == 1 or len(heap) > LPM_MAX_QUEUE:
-            return heapq.heappop(heap)[3]
+            return heappop(heap)[3]
         prefix = self.prefix
         best = 0
         best_len = -1
@@ -86,7 +86,7 @@ class Waiting:
         last = heap.pop()
         if best < len(heap):
             heap[best] = last
-            heapq.heapify(heap)
+            heapify(heap)
         return entry[3]
 
     def jobs(self) -> list[Job]:

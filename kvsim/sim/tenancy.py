@@ -114,7 +114,7 @@ class Tenancy:
         sim = self.sim
         now = sim.env.now
         for _, store, shards in self.stores():
-            doomed = [k for k in store.blocks if match(block_of(k, shards))]
+            doomed = [k for k in store if match(block_of(k, shards))]
             for k in doomed:
                 store.remove(k)
         record = {"what": what, "tenant": tenant, "at": now, "gone_after_s": 0.0}
@@ -194,8 +194,9 @@ class Tenancy:
                 if (remote is not None and name == "remote" and remote.mirrored)
                 else 1
             )
-            for k, size in store.blocks.items():
+            held = store.blocks
+            for k in store:  # in eviction order: one fixed order for the float sums
                 t = tenant_of(block_of(k, shards))
                 per = out.setdefault(t, {})
-                per[name] = per.get(name, 0.0) + size * copies
+                per[name] = per.get(name, 0.0) + held[k] * copies
         return out
