@@ -663,12 +663,15 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel what has not started and end the workers now (on an interrupt), rather than
-    waiting for their runs to finish."""
+    waiting for their runs to finish. SIGKILL, not SIGTERM: a worker forked a moment ago
+    still has the parent's SIGTERM handler (until its initializer runs) and would print a
+    KeyboardInterrupt traceback; a worker has nothing to clean up (finished rows are the
+    parent's)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         with contextlib.suppress(Exception):
-            proc.terminate()
+            proc.kill()
 
 
 def execute(
