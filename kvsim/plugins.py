@@ -150,7 +150,7 @@ class TierView:
 
     def nbytes(self, key: Any) -> float:
         """Bytes a resident block holds (KeyError if it is not resident)."""
-        return float(self._store.blocks[key])
+        return float(self._store.blocks[key].size)
 
     def __repr__(self) -> str:
         return f"TierView({self.name}, {len(self)} blocks, {self.used:.4g}/{self.capacity:.4g} B)"

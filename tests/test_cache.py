@@ -56,7 +56,7 @@ def test_capacity_is_never_exceeded(cap, ops, policy):
     for key, size in ops:
         s.insert(key, size)
         assert s.used <= cap
-        assert s.used == pytest.approx(sum(s.blocks.values()))
+        assert s.used == pytest.approx(sum(s.sizes().values()))
 
 
 class ReferenceStore:
@@ -118,7 +118,7 @@ def check_against_reference(policy, cap, ops):
             ref.held.clear()
             ref.reserved = 0
         assert store.keys() == list(ref.held)
-        assert store.blocks == dict(ref.held)
+        assert store.sizes() == dict(ref.held)
         assert store.used == sum(ref.held.values())
 
 

@@ -1,19 +1,22 @@
 """Block stores with a pluggable eviction policy: the capacity bookkeeping of every tier.
 
-A store maps block keys to their size in bytes and never holds more than its capacity:
+A store maps block keys to what it holds of them and never holds more than its capacity:
 :meth:`BlockStore.insert_many` makes room first and returns what it pushed out (or a new
 block that can never fit), so the caller can demote it to the next tier. The
 policies differ only in which block goes first. ``POLICIES`` is the one place that maps
 scenario names to classes.
 
-The eviction order is a log, not a linked list: ``order`` lists every use of a block (its
-insertion, and under LRU each refresh), oldest first, and a block's live entry is its last
-one. ``stale[key]`` counts the entries of a key that are not live (it was refreshed since,
-or removed), so the oldest block is the first entry whose key has no stale count. A use
-appends to a list and an eviction reads from its head: plain ``list`` and ``dict``
-operations, about half the instructions of ``OrderedDict``'s (the stores are the hottest
-code of a replay; benchmarks/README.md). The log is rebuilt from its live entries when
-the stale ones outnumber them by more than 1,024.
+Each held block is an :class:`Entry` (its key and bytes), and the eviction order is a log
+of entries, not a linked list: ``order`` lists every use of a block (its insertion, and
+under LRU each refresh), oldest first, and a block's live position is its last use. An
+entry counts its uses still in the log (``uses``), so the oldest block is the first entry
+read off the head whose count drops to zero. A use is one dictionary lookup and an
+append; an eviction reads the head of a list and deletes one key: plain ``list``
+operations and attribute reads, where an ``OrderedDict`` costs about 650 instructions an
+operation (the stores are the hottest code of a replay; benchmarks/README.md). The log is
+rebuilt from its live entries when the stale ones outnumber them by more than 1,024. An
+evicted entry is referred to by nothing else, so the store keeps it on a stack
+(``spare``) and reuses it for the next new block instead of allocating one.
 """
 
 from __future__ import annotations
@@ -29,6 +32,20 @@ from typing import Any, cast
 Key = object
 Evicted = list[tuple[Key, float]]  # (key, bytes) pairs
 Spilled = tuple[list[Key], list[float]]  # keys and their bytes, in eviction order
+
+
+class Entry:
+    """A held block: its key, its bytes, and its uses still in the store's log (the last
+    one is its place in the eviction order). ``live`` turns False when it is removed
+    while uses of it are still in the log."""
+
+    __slots__ = ("key", "live", "size", "uses")
+
+    def __init__(self, key: Key, size: float) -> None:
+        self.key = key
+        self.size = size
+        self.uses = 1
+        self.live = True
 
 
 class Rules:
@@ -66,12 +83,12 @@ class Rules:
 
 
 class BlockStore:
-    """Capacity-bounded map of block key -> bytes, evicting oldest first.
+    """Capacity-bounded map of block key -> :class:`Entry`, evicting oldest first.
 
     ``refresh_on_hit`` says whether a use moves a block to the back of the line (LRU) or
     not (FIFO). Invariant: ``used`` (the sum of held sizes) never exceeds ``capacity``;
-    each key has ``stale.get(key, 0)`` entries in ``order[head:]``, plus one (the live,
-    last one) when it is held.
+    an entry appears ``uses`` times in ``order[head:]``, and a held block's entry is live
+    with ``uses >= 1``.
     """
 
     __slots__ = (
@@ -83,7 +100,8 @@ class BlockStore:
         "peak",
         "reserved",
         "rules",
-        "stale",
+        "spare",
+        "spares",
         "used",
         "written",
     )
@@ -98,11 +116,13 @@ class BlockStore:
         self.written = 0.0  # bytes of blocks stored (not refreshes, not refused as too big)
         self.peak = 0.0
         self.evictions = 0
-        # key -> bytes, in the order first stored; read-only outside this class
-        self.blocks: dict[Key, float] = {}
-        self.order: list[Key] = []  # uses from index ``head`` on, oldest first
+        # key -> its entry, in the order first stored; read-only outside this class
+        self.blocks: dict[Key, Entry] = {}
+        self.order: list[Entry] = []  # uses from index ``head`` on, oldest first
         self.head = 0
-        self.stale: dict[Key, int] = {}  # key -> its entries in ``order`` that are not live
+        # evicted entries, reused for new blocks: a stack, the first ``spares`` of ``spare``
+        self.spare: list[Entry] = []
+        self.spares = 0
         self.rules: Rules | None = None
 
     def __contains__(self, key: Key) -> bool:
@@ -115,46 +135,55 @@ class BlockStore:
         """Held keys, the next to be evicted first (as :meth:`keys`)."""
         return iter(self.keys())
 
-    def keys(self) -> list[Key]:
-        """Held keys, the next to be evicted first."""
-        left = dict(self.stale)
+    def size(self, key: Key) -> float:
+        """Bytes held of a block (KeyError when it is not held)."""
+        return self.blocks[key].size
+
+    def sizes(self) -> dict[Key, float]:
+        """Held key -> bytes, in the order first stored."""
+        return {k: e.size for k, e in self.blocks.items()}
+
+    def _live(self) -> list[Entry]:
+        """Held entries, the next to be evicted first (each at its last use)."""
         order = self.order
-        out: list[Key] = []
-        for i in range(self.head, len(order)):
-            key = order[i]
-            n = left.get(key, 0)
-            if n:
-                left[key] = n - 1
-            else:
-                out.append(key)
+        out: list[Entry] = []
+        for i in range(self.head, len(order)):  # count each entry's uses down ...
+            e = order[i]
+            e.uses -= 1
+            if not e.uses and e.live:
+                out.append(e)
+        for i in range(self.head, len(order)):  # ... and back up
+            order[i].uses += 1
         return out
 
-    def _pop_oldest(self) -> Key:
-        """Take the oldest live entry off ``order`` and return its key (still held: the
-        caller removes it). Stale entries on the way are dropped."""
-        order, stale = self.order, self.stale
+    def keys(self) -> list[Key]:
+        """Held keys, the next to be evicted first."""
+        return [e.key for e in self._live()]
+
+    def _pop_oldest(self) -> Entry:
+        """Take the oldest live entry off ``order`` and return it (still held: the caller
+        removes it). Stale uses on the way are dropped."""
+        order = self.order
         head = self.head
         while True:
-            key = order[head]
+            e = order[head]
             head += 1
-            n = stale.get(key, 0)
-            if not n:
+            e.uses -= 1
+            if not e.uses and e.live:
                 break
-            if n > 1:
-                stale[key] = n - 1
-            else:
-                del stale[key]
         self.head = head
-        return key
+        return e
 
     def _tidy(self) -> None:
-        """Keep ``order`` short: drop what was read off its head, or, when stale entries
+        """Keep ``order`` short: drop what was read off its head, or, when stale uses
         outnumber the live ones, rebuild it from the live ones (amortised O(1) a use)."""
         order = self.order
         if len(order) - self.head > 2 * len(self.blocks) + 1024:
-            self.order = self.keys()
+            live = self._live()
+            for e in live:
+                e.uses = 1
+            self.order = live
             self.head = 0
-            self.stale = {}
         elif self.head > 1024 and 2 * self.head > len(order):
             del order[: self.head]
             self.head = 0
@@ -163,19 +192,24 @@ class BlockStore:
         """Record a use of blocks that are present (hits), in order."""
         rules = self.rules
         refresh = self.refresh_on_hit
-        order, stale = self.order, self.stale
+        blocks, order = self.blocks, self.order
         if rules is None:
             if refresh:
                 for key in keys:
-                    order.append(key)
-                    stale[key] = stale.get(key, 0) + 1
+                    e = blocks.get(key)
+                    if e is not None:
+                        e.uses += 1
+                        order.append(e)
                 self._tidy()
             return
         now = rules.clock() if rules.clock is not None else None
         for key in keys:
+            e = blocks.get(key)
+            if e is None:
+                continue
             if refresh:
-                order.append(key)
-                stale[key] = stale.get(key, 0) + 1
+                e.uses += 1
+                order.append(e)
                 t = rules.tenant_of(key)
                 if t in rules.order:
                     rules.order[t].move_to_end(key)
@@ -197,42 +231,66 @@ class BlockStore:
             raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes")
         if self.rules is not None:
             return self._insert_ruled(keys, sizes)
-        # the hottest loop of a simulation: counters kept local
-        blocks, order, stale = self.blocks, self.order, self.stale
+        # the hottest loop of a simulation: counters kept local, eviction inlined
+        blocks, order = self.blocks, self.order
         refresh = self.refresh_on_hit
         cap = self.capacity - self.reserved
         used = self.used
         peak = self.peak
+        head = self.head
+        spare, spares = self.spare, self.spares
         out_keys: list[Key] = []
         out_sizes: list[float] = []
         unfit = 0
         written = 0.0
         for key, nbytes in zip(keys, sizes):  # lengths checked above
             if nbytes <= cap:
-                held = len(blocks)
-                blocks.setdefault(key, nbytes)  # one lookup: stored unless already held
-                if len(blocks) > held:  # a new block: make room behind it
-                    order.append(key)
+                if spares:  # the top evicted entry, reused: no allocation
+                    e = spare[spares - 1]
+                    e.key, e.size, e.uses = key, nbytes, 1
+                else:
+                    e = Entry(key, nbytes)
+                got = blocks.setdefault(key, e)  # one lookup: stored unless already held
+                if got is not e:
+                    e = got  # held already (a spare entry taken stays on the stack)
+                else:  # a new block: make room behind it
+                    if spares:
+                        spares -= 1
+                    order.append(e)
                     used += nbytes
                     written += nbytes
-                    while used > cap and len(blocks) > 1:
-                        victim = self._pop_oldest()  # never the new block: it is the last
-                        size = blocks[victim]
-                        del blocks[victim]
-                        used -= size
-                        out_keys.append(victim)
-                        out_sizes.append(size)
+                    while used > cap and len(blocks) > 1:  # never the new block: it is last
+                        while True:  # the oldest live entry
+                            v = order[head]
+                            head += 1
+                            v.uses -= 1
+                            if not v.uses and v.live:
+                                break
+                        del blocks[v.key]
+                        used -= v.size
+                        out_keys.append(v.key)
+                        out_sizes.append(v.size)
+                        if spares < len(spare):  # nothing else refers to it any more
+                            spare[spares] = v
+                        else:
+                            spare.append(v)
+                        spares += 1
                     if used > peak:
                         peak = used
                     continue
-            elif key not in blocks:  # it can never fit
-                out_keys.append(key)
-                out_sizes.append(nbytes)
-                unfit += 1
-                continue
+            else:
+                held = blocks.get(key)
+                if held is None:  # it can never fit
+                    out_keys.append(key)
+                    out_sizes.append(nbytes)
+                    unfit += 1
+                    continue
+                e = held
             if refresh:  # a held block, used again
-                order.append(key)
-                stale[key] = stale.get(key, 0) + 1
+                e.uses += 1
+                order.append(e)
+        self.head = head
+        self.spares = spares
         self.used = used
         self.peak = peak
         self.written += written
@@ -260,15 +318,14 @@ class BlockStore:
                 mine = rules.order.get(t)
                 while rules.used.get(t, 0.0) + nbytes > limit and mine:
                     victim = next(iter(mine))
-                    evicted.append((victim, blocks[victim]))
-                    self._drop(victim)
+                    evicted.append((victim, self._drop(victim)))
                     self.evictions += 1
             while self.used + nbytes > cap and blocks:
-                victim = self._pop_oldest()
-                evicted.append((victim, self._forget(victim)))
+                v = self._pop_oldest()
+                evicted.append((v.key, self._forget(v.key)))
                 self.evictions += 1
-            blocks[key] = nbytes
-            self.order.append(key)
+            e = blocks[key] = Entry(key, nbytes)
+            self.order.append(e)
             self.used += nbytes
             self.written += nbytes
             held = rules.used[t] = rules.used.get(t, 0.0) + nbytes
@@ -294,19 +351,18 @@ class BlockStore:
             limit = self.capacity - self.reserved
             used = self.used
             while blocks and used > limit:
-                victim = self._pop_oldest()
-                size = blocks[victim]
-                del blocks[victim]
-                used -= size
-                out_keys.append(victim)
-                out_sizes.append(size)
+                v = self._pop_oldest()
+                del blocks[v.key]
+                used -= v.size
+                out_keys.append(v.key)
+                out_sizes.append(v.size)
             self.used = used
             self.evictions += len(out_keys)
         else:
             while blocks and self.used + self.reserved > self.capacity:
-                victim = self._pop_oldest()
-                out_keys.append(victim)
-                out_sizes.append(self._forget(victim))
+                v = self._pop_oldest()
+                out_keys.append(v.key)
+                out_sizes.append(self._forget(v.key))
                 self.evictions += 1
         self._tidy()
         return out_keys, out_sizes
@@ -316,8 +372,10 @@ class BlockStore:
         self.reserved = max(self.reserved - nbytes, 0.0)
 
     def _forget(self, key: Key) -> float:
-        """Remove a held block whose live entry in ``order`` is gone already; its bytes."""
-        size = self.blocks.pop(key)
+        """Remove a held block whose uses in ``order`` are gone already; its bytes."""
+        e = self.blocks.pop(key)
+        e.live = False
+        size = e.size
         self.used -= size
         rules = self.rules
         if rules is not None:
@@ -328,8 +386,7 @@ class BlockStore:
         return size
 
     def _drop(self, key: Key) -> float:
-        """Remove a held block (its live entry in ``order`` turns stale); its bytes."""
-        self.stale[key] = self.stale.get(key, 0) + 1
+        """Remove a held block (its uses in ``order`` turn stale); its bytes."""
         return self._forget(key)
 
     def remove(self, key: Key) -> bool:
@@ -343,7 +400,6 @@ class BlockStore:
         self.blocks.clear()
         self.order = []
         self.head = 0
-        self.stale = {}
         self.used = 0.0
         self.reserved = 0.0
         if self.rules is not None:
@@ -354,10 +410,10 @@ class BlockStore:
     def copy_shifted(self, other: BlockStore, offset: int) -> None:
         """Become a copy of ``other`` whose keys are its keys + ``offset`` (a mirrored
         server's index, given to a server of its own)."""
-        self.blocks = {cast(int, k) + offset: v for k, v in other.blocks.items()}
-        self.order = [cast(int, k) + offset for k in other]
+        mine = {k: Entry(cast(int, k) + offset, e.size) for k, e in other.blocks.items()}
+        self.blocks = {e.key: e for e in mine.values()}
+        self.order = [mine[e.key] for e in other._live()]
         self.head = 0
-        self.stale = {}
         self.used, self.peak, self.evictions = other.used, other.peak, other.evictions
         if other.rules is not None:
             self.rules = other.rules.shifted(offset)
@@ -416,7 +472,7 @@ class Delegated(BlockStore):
                 out_keys.append(victim)
                 out_sizes.append(self._drop(victim))
                 self.evictions += 1
-            blocks[key] = nbytes
+            blocks[key] = Entry(key, nbytes)
             self.used += nbytes
             self.written += nbytes
             if self.used > self.peak:
@@ -436,7 +492,7 @@ class Delegated(BlockStore):
         return out_keys, out_sizes
 
     def _drop(self, key: Key) -> float:
-        size = self.blocks.pop(key)
+        size = self.blocks.pop(key).size
         self.used -= size
         self.hook.removed(self, key)
         return size

@@ -160,7 +160,7 @@ class LocalCache:
                 continue
             store, dest = tiers[t], tiers[lower]
             if store is not None and dest is not None and key not in dest.blocks:
-                raw = store.blocks[key] / self.ratio[t]
+                raw = store.blocks[key].size / self.ratio[t]
                 self._arrive(lower, (key,), (raw,), BY_WRITE_THROUGH)
 
     def _arrive(self, level: int, keys: Sequence[Key], sizes: Sequence[float], cause: int) -> None:

@@ -124,7 +124,7 @@ class EvictionHook(StoreHook):
     """What a :class:`~kvsim.cache.eviction.Delegated` store calls."""
 
     def _block(self, store: BlockStore, key: Any) -> Block:
-        return self.hooks.block(key, store.blocks[key], self.shards)
+        return self.hooks.block(key, store.blocks[key].size, self.shards)
 
     def inserted(self, store: BlockStore, key: Any) -> None:
         self.call("inserted", self._block(store, key))

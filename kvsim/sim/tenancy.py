@@ -198,5 +198,5 @@ class Tenancy:
             for k in store:  # in eviction order: one fixed order for the float sums
                 t = tenant_of(block_of(k, shards))
                 per = out.setdefault(t, {})
-                per[name] = per.get(name, 0.0) + held[k] * copies
+                per[name] = per.get(name, 0.0) + held[k].size * copies
         return out
