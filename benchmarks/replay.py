@@ -96,7 +96,12 @@ def bench_mdc(customers: int, servers: int = 8, rho: float = 0.5, seed: int = 0)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        default=DEFAULT_TRACE,
+        help="the Mooncake conversation trace (default: %(default)s)",
+    )
     ap.add_argument(
         "--repeat", type=int, default=3, help="runs of each (in pairs); the best is reported"
     )
