@@ -322,7 +322,7 @@ class BlockStore:
                     self.evictions += 1
             while self.used + nbytes > cap and blocks:
                 v = self._pop_oldest()
-                evicted.append((v.key, self._forget(v.key)))
+                evicted.append((v.key, self._drop(v.key)))
                 self.evictions += 1
             e = blocks[key] = Entry(key, nbytes)
             self.order.append(e)
@@ -362,7 +362,7 @@ class BlockStore:
             while blocks and self.used + self.reserved > self.capacity:
                 v = self._pop_oldest()
                 out_keys.append(v.key)
-                out_sizes.append(self._forget(v.key))
+                out_sizes.append(self._drop(v.key))
                 self.evictions += 1
         self._tidy()
         return out_keys, out_sizes
@@ -371,8 +371,8 @@ class BlockStore:
         """Give back a reservation (its blocks arrived, or never will)."""
         self.reserved = max(self.reserved - nbytes, 0.0)
 
-    def _forget(self, key: Key) -> float:
-        """Remove a held block whose uses in ``order`` are gone already; its bytes."""
+    def _drop(self, key: Key) -> float:
+        """Remove a held block (any uses of it left in ``order`` turn stale); its bytes."""
         e = self.blocks.pop(key)
         e.live = False
         size = e.size
@@ -384,10 +384,6 @@ class BlockStore:
             del rules.order[t][key]
             rules.stamps.pop(key, None)
         return size
-
-    def _drop(self, key: Key) -> float:
-        """Remove a held block (its uses in ``order`` turn stale); its bytes."""
-        return self._forget(key)
 
     def remove(self, key: Key) -> bool:
         """Drop a block if present; True when it was there."""
