@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="tokens per hash block of a trace file (default 512, Mooncake's)",
     )
+    _add_no_plugins(ts)
 
     tm = tsub.add_parser("mrc", help="LRU hit ratio against cache capacity, in one pass")
     tm.add_argument("trace", type=_path, help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
@@ -144,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help='print [{"capacity_tokens": ..., "hit_ratio": ...}, ...]',
     )
+    _add_no_plugins(tm)
 
     tg = tsub.add_parser("generate", help="write a scenario's workload as a trace file")
     tg.add_argument("scenario", type=_path, help="scenario YAML (its workload is used)")
@@ -324,9 +327,17 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=_path, help="write reproduction.csv, reproduction.md and TTFT CDF plots"
     )
     rp.add_argument("--json", action="store_true", help="print the figures as JSON")
+    _add_no_plugins(rp)
 
     pr = sub.add_parser("profiles", help="list the shipped hardware/model profiles")
     pr.add_argument("--json", action="store_true", help="print JSON")
+    for parser in (p, *sub.choices.values(), *tsub.choices.values()):
+        parser.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,  # (given before or after the command)
+            help="on an error, print its traceback (a plugin's too) before the one-line message",
+        )
     return p
 
 
@@ -353,24 +364,32 @@ def _add_plugins(p: argparse.ArgumentParser) -> None:
         help="a module (or .py file) of policies the scenario may name, added to its "
         "plugins: (repeatable; docs/extending.md)",
     )
+    _add_no_plugins(p)
+
+
+def _add_no_plugins(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-plugins",
+        action="store_true",
+        help="run no plugin code: skip the scenario's plugins: (and installed kvsim.policies "
+        "entry points); a policy name that is not a built-in one is refused (validate and "
+        "trace list it unchecked). To inspect a scenario you do not trust",
+    )
 
 
 def _plugins_as_overrides(args: argparse.Namespace) -> None:
     """``--plugin`` values: imported now (a broken one is refused before any work), and
     added to the scenario's ``plugins`` so that they travel to every worker."""
-    from kvsim.plugins import is_file_spec, load_plugins
+    from kvsim.plugins import PluginError, canonical, load_plugins
 
-    specs = [
-        str(Path(s).expanduser().resolve()) if is_file_spec(s) else s
-        for s in getattr(args, "plugins", None) or []
-    ]
+    specs = [canonical(s) for s in getattr(args, "plugins", None) or []]
     if not specs:
         return
     for given, spec in zip(args.plugins, specs, strict=True):
         try:
             load_plugins([spec])
         except InputError as e:  # named as typed (the message has the path in full)
-            raise InputError(e.reason, where=f"--plugin {given}") from None
+            raise PluginError(e.reason, where=f"--plugin {given}") from e
     args.plugins = specs
     if hasattr(args, "overrides"):
         args.overrides.append("plugins=" + json.dumps(specs))
@@ -434,6 +453,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{sc.cluster.engines} engine(s), {sc.cluster.load_policy} loading, {w.kind} workload "
         f"of {n} requests"
     )
+    from kvsim.plugins import disabled
+
+    if disabled():
+        from kvsim.plugins import skipped, unchecked
+
+        if skipped():
+            print(f"not imported (--no-plugins): {', '.join(map(clean, skipped()))}")
+        if unchecked():  # names only the plugins' code could have checked
+            print(f"not checked (their plugin code was not run): {', '.join(unchecked())}")
     return 0
 
 
@@ -648,16 +676,14 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     if args.plot:
         from kvsim.plots import costmodel_plot
 
-        remote = [bw for name, (bw, _) in paths.items() if not name.startswith(("host", "nvme"))]
-        bws = sorted({*remote, model.b_star * 1.25, 100 * GIB})
         out = Path(args.plot)
         costmodel_plot(
             model,
-            [b for b in bws if math.isfinite(b)],
+            rows,  # the table's rows, and only those: one line per path printed
             out,
             recompute=lambda n: lone(n, 0),
-            title=f"{sc.profile}: restore vs recompute (T0 = "
-            f"{fmt_duration(model.t0)}, B* = {model.b_star / GIB:.3g} GiB/s)",
+            title=f"{sc.profile}: restore vs recompute at {S:,} tokens' R "
+            f"(B* = {model.b_star / GIB:.4g} GiB/s)",
         )
     if args.json:
         print(
@@ -736,7 +762,13 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from kvsim.experiments.sweep import SWEEP_FILES, load_sweep, parse_scheduler, run_sweep
+    from kvsim.experiments.sweep import (
+        SWEEP_FILES,
+        counted,
+        load_sweep,
+        parse_scheduler,
+        run_sweep,
+    )
     from kvsim.results.writers import check_out_folder
 
     if args.workers < 1:
@@ -744,6 +776,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.scheduler is not None:
         parse_scheduler(args.scheduler)  # a malformed address: refused before any work
     sweep = load_sweep(args.sweep, plugins=args.plugins)
+    if sweep.refused:  # a configuration no run of which could start (a policy name)
+        raise sweep.refused[0]
     # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
     check_out_folder(args.out, flag="--out", owned=SWEEP_FILES)
     bar = None
@@ -786,14 +820,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     reused = table.attrs.get("reused", 0)
     print(_sweep_points(table, sweep.columns))
     print(
-        f"{len(table)} runs ({reused} reused from {args.out}/runs.jsonl, {len(failed)} failed) "
-        f"in {args.out}/results.parquet and results.csv"
+        f"{counted(len(table), 'run')} ({reused} reused from {args.out}/runs.jsonl, "
+        f"{len(failed)} failed) in {args.out}/results.parquet and results.csv"
     )
     if len(failed):
         for _, row in failed.iterrows():
             print(f"  run {row['run']} failed: {row['error']}", file=sys.stderr)
         print(
-            f"kvsim: error: {len(failed)} of {len(table)} runs failed (runs "
+            f"kvsim: error: {len(failed)} of {counted(len(table), 'run')} failed "
+            f"({'run' if len(failed) == 1 else 'runs'} "
             f"{', '.join(str(r) for r in failed['run'])}); fix them and run again with "
             "--retry-failed",
             file=sys.stderr,
@@ -887,7 +922,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         return 0
     print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
     for cap, (_, row) in zip(caps, df.iterrows(), strict=True):
-        spread = _spread_text(cap.rates, f"± {row['ci95_rps']:.2g}")
+        spread = cap.interval.text()
         print(
             f"  {row['configuration']}: {row['capacity_rps']:.4g} requests/s offered {spread} "
             f"({row['factor']:.3g}x the scenario's offered rate)"
@@ -895,14 +930,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spread_text(values: list[float], interval: str) -> str:
-    """How a replicated answer's spread reads: ``interval``, or why there is none (never
-    a "± 0")."""
-    if len(values) < 2:
-        return "(one replication: no interval)"
-    if len(set(values)) == 1:
-        return "(replications identical: no interval)"
-    return interval
+def _json_bounds(values: list[float]) -> list[float | None]:
+    """Numbers for JSON: NaN (no interval) as null."""
+    return [v if math.isfinite(v) else None for v in values]
 
 
 def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
@@ -920,39 +950,10 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
     slo = parse_slo(args.slo)
     sc = load(args.scenario, args.overrides)
     found = minimize(sc, slo, args.minimize, span=args.span, reps=args.reps, tol=args.tol, log=log)
-    f = found.field
-    lo = max(found.mean - found.ci95, 0.0)  # a capacity or a count is never below 0
-    hi = found.mean + found.ci95
-    if args.json:
-        units = {"size": "B", "bandwidth": "B/s", "duration": "s", "rate": "1/s"}
-        print(
-            json.dumps(
-                {
-                    "field": f.path,
-                    "unit": units.get(f.unit or "", ""),
-                    "slo": str(slo),
-                    "mean": found.mean,
-                    "ci95": [lo, hi],
-                    "provision": max(found.values),
-                    "values": found.values,
-                    "range": list(found.span),
-                    "at_range_bottom": found.at_bottom,
-                    "evaluations": found.evaluations,
-                },
-                indent=2,
-            )
-        )
+    if args.json:  # (kvsim.experiments.planner.Minimum: the interval, provision, counts)
+        print(json.dumps(found.as_json(), indent=2))
         return 0
-    spread = _spread_text(found.values, f"(95% interval {f.show(lo)} .. {f.show(hi)})")
-    each = ", ".join(map(f.show, found.values))
-    print(f"smallest {f.path} meeting {slo} at the scenario's load ({args.reps} replications):")
-    print(f"  {f.show(found.mean)} {spread}; per replication: {each}")
-    print(f"  provision {f.show(max(found.values))} to meet it in every replication")
-    if found.at_bottom:
-        print(
-            f"  note: {found.at_bottom} replication(s) met the SLO at the bottom of the range "
-            f"({f.show(found.span[0])}); the smallest value may be lower: widen --range"
-        )
+    print("\n".join(found.lines()))
     return 0
 
 
@@ -975,7 +976,7 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
                     {
                         **x.config,
                         slo.metric: x.metric,
-                        "ci95": x.metric_ci95,
+                        "ci95": _json_bounds([x.metric_ci95])[0],
                         "meets": x.meets,
                         "usd_per_hour": x.usd_per_hour,
                         "usd_per_million_prompt_tokens": x.usd_per_million_prompt_tokens,
@@ -993,11 +994,13 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
         mark = "  <- cheapest" if x is best else ""
         near = (
             " (its 95% interval straddles the threshold)"
-            if args.reps > 1 and abs(x.metric - slo.threshold) < x.metric_ci95
+            if x.interval is not None
+            and x.interval.ok
+            and x.interval.lo <= slo.threshold <= x.interval.hi
             else ""
         )
         print(
-            f"  {label}: {slo.metric} {x.metric:.4g} ± {x.metric_ci95:.2g} "
+            f"  {label}: {slo.metric} {x.metric:.4g} {x.interval.text() if x.interval else ''} "
             f"{'meets' if x.meets else 'fails'}{near}, "
             f"${x.usd_per_hour:,.2f}/h, ${x.usd_per_million_prompt_tokens:,.4g} per million "
             f"prompt tokens{mark}"
@@ -1010,7 +1013,13 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
 
 def _cmd_sensitivity(args: argparse.Namespace) -> int:
     from kvsim.api import load
-    from kvsim.experiments.sensitivity import parse_by, sensitivity, table, tornado_plot
+    from kvsim.experiments.sensitivity import (
+        parse_by,
+        report_lines,
+        sensitivity,
+        table,
+        tornado_plot,
+    )
 
     by = parse_by(args.by)
     if args.out is not None:
@@ -1040,25 +1049,13 @@ def _cmd_sensitivity(args: argparse.Namespace) -> int:
             owned=SENSITIVITY_FILES,
         )
         print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
-    noise = f", seed-to-seed range (max - min) {result.noise:.4g}" if result.noise else ""
-    print(
-        f"{result.metric} = {result.base:.4g} as given{noise}; each field moved -{by:.0%} "
-        f"and +{by:.0%}, largest swing first:"
-    )
-    w = max((len(s.path) for s in result.swings), default=5)
-    for s in result.swings:
-        f = s.field
-        print(
-            f"  {s.path:<{w}} ({s.mark})  {f.show(s.low)} -> {s.metric_low:.4g}   "
-            f"{f.show(s.high)} -> {s.metric_high:.4g}   swing {s.swing:+.4g}"
-        )
-    for skipped in result.skipped:
-        print(f"  skipped: {skipped}")
+    print("\n".join(report_lines(result)))  # (kvsim.experiments.sensitivity)
     return 0
 
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from kvsim.experiments.regression import load_suite, measure, write_baseline
+    from kvsim.experiments.sweep import counted
     from kvsim.results.writers import BASELINE_FILES, check_out_folder
 
     if args.workers < 1:
@@ -1080,8 +1077,8 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     path = write_baseline(doc, args.out)
     points = sum(len(e["points"]) for e in doc["entries"])
     print(
-        f"baseline of {len(doc['entries'])} entries, {points} load points, seeds "
-        f"{doc['seeds']}: {path}"
+        f"baseline of {counted(len(doc['entries']), 'entry')}, {counted(points, 'load point')}, "
+        f"seeds {doc['seeds']}: {path}"
     )
     return 0
 
@@ -1098,6 +1095,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         terminal_table,
         write_reports,
     )
+    from kvsim.experiments.sweep import counted
 
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
@@ -1122,7 +1120,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"REGRESSION {c.line()}")
     print(
         f"{'FAILED' if result.failures else 'passed'}: {len(result.failures)} of "
-        f"{len(result.comparisons)} comparisons moved beyond tolerance"
+        f"{counted(len(result.comparisons), 'comparison')} moved beyond tolerance"
     )
     if args.report:
         for p in write_reports(result, suite, args.report):
@@ -1154,6 +1152,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise InputError(
                 "overlays are of sweep folders; a run folder is plotted alone", where=str(d)
             )
+        for flag, given in (("--slo", args.slo), ("--x", args.x)):
+            if given is not None:  # every option acts on the figures, or is refused
+                raise InputError(
+                    f"is for sweep folders; {d} is a run folder, whose figures have no "
+                    f"{'SLO line' if flag == '--slo' else 'load axis'}",
+                    where=flag,
+                )
         paths = run_plots(d, args.format)
     elif any((d / n).exists() for n in ("results.parquet", "capacity.csv")):
         paths = sweep_plots(d, args.format, x=args.x, slo=slo, overlay=folders[1:])
@@ -1223,14 +1228,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "baseline": _cmd_baseline,
         "check": _cmd_check,
     }
+    from kvsim import plugins
+
+    debug = getattr(args, "debug", False)
+    start = plugins.signals()
+    notice = plugins.on_import
+    plugins.on_import = _say_import
     try:
-        with signals_as_interrupt():
+        with signals_as_interrupt(), _plugin_mode(args):
             _plugins_as_overrides(args)
             return handlers[args.command](args)
     except InputError as e:
-        print(f"kvsim: error: {clean(str(e))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        return _refused(e, debug)
+    except KeyboardInterrupt as e:
+        # plugin code's own KeyboardInterrupt (no signal came) is a plugin failure
+        failure = plugins.from_plugin(e) if plugins.signals() == start else None
+        if failure is not None:
+            return _refused(failure, debug, e)
         print("kvsim: interrupted", file=sys.stderr)
         return 130
     except MemoryError:  # e.g. a workload too large for this machine: one line, no traceback
@@ -1242,22 +1256,73 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # e.g. `kvsim run ... | head`
         return 0
+    except BaseException as e:  # SystemExit, GeneratorExit...: plugin code's, if no guard saw it
+        failure = plugins.from_plugin(e)
+        if failure is None:
+            raise
+        return _refused(failure, debug, e)
+    finally:
+        plugins.on_import = notice
+
+
+def _refused(e: InputError, debug: bool, cause: BaseException | None = None) -> int:
+    """Exit 2 with the one-line message (``--debug``: the traceback first, a plugin's
+    code included)."""
+    if debug:
+        import traceback
+
+        traceback.print_exception(cause if cause is not None else e, file=sys.stderr)
+    print(f"kvsim: error: {clean(str(e))}", file=sys.stderr)
+    return 2
+
+
+def _say_import(what: str) -> None:
+    """Before plugin code is imported: say which (a scenario's plugins: run as code)."""
+    print(f"kvsim: importing plugin code: {clean(what)}", file=sys.stderr)
+
+
+# commands that run no policy: with --no-plugins they accept (and list) plugin names
+_INSPECTING = ("validate", "trace", "costmodel")
+
+
+@contextlib.contextmanager
+def _plugin_mode(args: argparse.Namespace) -> Iterator[None]:
+    """``--no-plugins`` (or KVSIM_NO_PLUGINS=1): no plugin code runs in this command (nor
+    in its local workers)."""
+    from kvsim.plugins import disabled, no_plugins
+
+    if not getattr(args, "no_plugins", False) and not disabled():
+        yield
+        return
+
+    if getattr(args, "plugins", None):
+        raise InputError("--plugin runs plugin code, --no-plugins runs none: give one")
+    if getattr(args, "scheduler", None):
+        raise InputError(
+            "Dask workers cannot be kept from importing a scenario's plugins: use local "
+            "workers (no --scheduler)",
+            where="--no-plugins",
+        )
+    with no_plugins(inspect=args.command in _INSPECTING):
+        yield
 
 
 @contextlib.contextmanager
 def signals_as_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP handled like Ctrl-C (KeyboardInterrupt) while a command runs, so
     a terminated command stops its workers, keeps what finished and leaves no partial
-    output, exactly as on an interrupt (the main thread only: Python's rule)."""
+    output, exactly as on an interrupt (the main thread only: Python's rule). The handler
+    (SIGINT's too, unless it is ignored) counts the signals, so that a KeyboardInterrupt
+    raised by plugin code is told from a real one (kvsim.plugins.interrupted)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    from kvsim.plugins import on_signal
 
     signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
-    old = {sig: signal.signal(sig, handler) for sig in signals}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signals.append(signal.SIGINT)
+    old = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
         yield
     finally:

@@ -19,28 +19,35 @@ from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB, CostModel
 
 
-def _save(fig: plt.Figure, path: str | os.PathLike[str]) -> Path:
+def _save(fig: plt.Figure, path: str | os.PathLike[str], in_folder: bool = False) -> Path:
     """Save a figure all or nothing (a hidden temporary file renamed into place); the
-    format is the file's extension."""
+    format is the file's extension. ``in_folder``: a figure of kvsim's own naming in an
+    output folder, never written through a symlink (writers.refuse_link)."""
     from kvsim.results.writers import write_file
 
     p = Path(path)
     fmt = p.suffix[1:].lower() or "png"
     try:
-        return write_file(p, lambda tmp: fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight"))
+        return write_file(
+            p,
+            lambda tmp: fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight"),
+            in_folder=in_folder,
+        )
     finally:
         plt.close(fig)
 
 
 def costmodel_plot(
     model: CostModel,
-    bandwidths: Sequence[float],
+    paths: Sequence[Mapping[str, Any]],
     path: str | os.PathLike[str],
     recompute: Callable[[int], float] | None = None,
     title: str = "",
 ) -> Path:
-    """Restore time against prompt length, one line per bandwidth, recompute for
-    reference; each crossover marked where a line meets the recompute line."""
+    """Restore time against prompt length, one line per restore path of ``paths`` (the
+    rows ``kvsim costmodel`` prints: ``path``, ``bandwidth``, ``t0_s``; nothing else is
+    drawn), recompute for reference; each crossover marked where a line meets the
+    recompute line. Line labels are :func:`costmodel_label` of their row."""
     tokens = np.linspace(1024, 131072, 256)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     linear = [model.recompute(t) for t in tokens]
@@ -60,15 +67,17 @@ def costmodel_plot(
             ls=":",
             label="recompute, step model (super-linear)",
         )
-    for bw in bandwidths:
-        restore = [model.restore(t, bw) for t in tokens]
-        (line,) = ax.plot(tokens / 1000, restore, lw=1.5, label=f"restore at {bw / GIB:.3g} GiB/s")
-        x = model.crossover(bw)
+    for row in paths:
+        bw = float(row["bandwidth"])
+        m = CostModel(model.kv_bytes, model.rate, float(row["t0_s"]), model.reference_tokens)
+        restore = [m.restore(t, bw) for t in tokens]
+        (line,) = ax.plot(tokens / 1000, restore, lw=1.5, label=costmodel_label(row))
+        x = m.crossover(bw)
         if math.isfinite(x) and x <= tokens[-1]:
-            ax.plot([x / 1000], [model.recompute(x)], "o", color=line.get_color())
+            ax.plot([x / 1000], [m.recompute(x)], "o", color=line.get_color())
             ax.annotate(
                 f"{x / 1000:.1f}k",
-                (x / 1000, model.recompute(x)),
+                (x / 1000, m.recompute(x)),
                 textcoords="offset points",
                 xytext=(4, -12),
                 fontsize=8,
@@ -82,12 +91,27 @@ def costmodel_plot(
     )
     ax.set_ylim(0, max(linear) * 1.05)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    # beside the axes, which the lines fill
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
+def costmodel_label(row: Mapping[str, Any]) -> str:
+    """The legend entry of a restore path's line: its name, bandwidth and T0, as the table
+    prints them."""
+    from kvsim.units import fmt_duration
+
+    return (
+        f"restore, {row['path']}: {float(row['bandwidth']) / GIB:.4g} GiB/s, "
+        f"T0 {fmt_duration(float(row['t0_s']))}"
+    )
+
+
 def ttft_cdf_plot(
-    series: Mapping[str, Sequence[float]], path: str | os.PathLike[str], title: str
+    series: Mapping[str, Sequence[float]],
+    path: str | os.PathLike[str],
+    title: str,
+    in_folder: bool = False,
 ) -> Path:
     """Empirical CDFs of TTFT (log time axis), p50 and p99 marked and given in the legend."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -106,23 +130,27 @@ def ttft_cdf_plot(
     ax.grid(alpha=0.3, which="both")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left")
-    return _save(fig, path)
+    return _save(fig, path, in_folder)
 
 
 # ---- one run ---------------------------------------------------------------------------
 
-PARTS = (
+PARTS = (  # TTFT's parts (lost_s, on failed engines, only where the table has it)
+    ("lost_s", "lost (failed engine)"),
     ("queue_wait_s", "queue"),
-    ("load_s", "restore"),
+    ("load_s", "load (prefetch wait, restore)"),
     ("compute_s", "compute"),
     ("store_s", "store copy"),
 )
 BANDS = ((0, 50), (50, 90), (90, 99), (99, 100))
 
 
-def ttft_breakdown_plot(df: Any, path: str | os.PathLike[str], title: str) -> Path:
-    """Mean queue / restore / compute / store time of the requests in each TTFT percentile
-    band, stacked: where the tail's time goes."""
+def ttft_breakdown_plot(
+    df: Any, path: str | os.PathLike[str], title: str, in_folder: bool = False
+) -> Path:
+    """Mean lost / queue / load / compute / store time of the requests in each TTFT
+    percentile band, stacked (they sum to its mean TTFT): where the tail's time goes."""
+    parts = [(c, name) for c, name in PARTS if c in df]
     ttft = df["ttft_s"].to_numpy()
     edges = np.percentile(ttft, [b[0] for b in BANDS] + [100])
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -132,10 +160,10 @@ def ttft_breakdown_plot(df: Any, path: str | os.PathLike[str], title: str) -> Pa
     for lo, hi, (a, b) in zip(edges[:-1], edges[1:], BANDS, strict=True):
         sel = (ttft >= lo) & (ttft <= hi) if b == 100 else (ttft >= lo) & (ttft < hi)
         part = df[sel]
-        means.append([float(part[c].mean()) if len(part) else 0.0 for c, _ in PARTS])
+        means.append([float(part[c].mean()) if len(part) else 0.0 for c, _ in parts])
         labels.append(f"p{a}-p{b}\n({int(sel.sum())} req)")
     means_arr = np.array(means)
-    for j, (_, name) in enumerate(PARTS):
+    for j, (_, name) in enumerate(parts):
         ax.bar(labels, means_arr[:, j], bottom=bottoms, label=name)
         bottoms += means_arr[:, j]
     ax.set_ylabel("mean time per request (s)")
@@ -143,11 +171,14 @@ def ttft_breakdown_plot(df: Any, path: str | os.PathLike[str], title: str) -> Pa
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return _save(fig, path, in_folder)
 
 
 def token_sources_plot(
-    fractions: Mapping[str, float], path: str | os.PathLike[str], title: str
+    fractions: Mapping[str, float],
+    path: str | os.PathLike[str],
+    title: str,
+    in_folder: bool = False,
 ) -> Path:
     """Share of prompt tokens by where they came from."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -167,11 +198,16 @@ def token_sources_plot(
     ax.set_ylim(0, max([*values, 1]) * 1.15)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return _save(fig, path, in_folder)
 
 
 def engine_timeline_plot(
-    df: Any, engines: int, path: str | os.PathLike[str], title: str, bins: int = 200
+    df: Any,
+    engines: int,
+    path: str | os.PathLike[str],
+    title: str,
+    bins: int = 200,
+    in_folder: bool = False,
 ) -> Path:
     """Requests in prefill (from their first step to their last chunk; batch-mates share a
     step, so this counts requests, not GPU time: the summary's gpu_busy_frac is that) and
@@ -208,7 +244,7 @@ def engine_timeline_plot(
     ax2.set_xlabel("simulated time (s)")
     ax2.grid(alpha=0.3)
     ax1.set_title(title)
-    return _save(fig, path)
+    return _save(fig, path, in_folder)
 
 
 # ---- reading an output folder (whatever state it is in) ----------------------------------
@@ -258,23 +294,65 @@ def require_columns(df: Any, columns: Sequence[str], path: Path, numeric: bool =
             raise InputError(f"column(s) not numeric: {', '.join(bad)}", where=str(path))
 
 
-_TIME_COLUMNS = ("arrival_s", "start_s", "finish_s", "ttft_s", "queue_wait_s", "load_s")
+_TIME_COLUMNS = (
+    "arrival_s", "start_s", "finish_s", "ttft_s",
+    "queue_wait_s", "load_s", "compute_s", "store_s",
+)  # fmt: skip
+MAX_TIME_S = 2.0**32  # past this no kvsim time (nor TTFT) is written
+
+
+def _row_where(path: Path, row: int) -> str:
+    """A table's row as a place: ``file.csv:LINE`` (the header is line 1) or
+    ``file.parquet (row N)``."""
+    return f"{path}:{row + 2}" if path.suffix == ".csv" else f"{path} (row {row})"
 
 
 def _require_times(df: Any, path: Path) -> None:
-    """Refuse a requests table whose times kvsim cannot have written: negative, infinite
-    or past 2**32 s (NaN is a dropped request's, and fine)."""
+    """Refuse a requests table kvsim cannot have written, by the first row that shows it:
+    a time negative, infinite or past 2**32 s (NaN is a dropped request's, and fine); a
+    finished request (arrival, start, first token and TTFT all known) without its queue,
+    restore, compute or store time, starting before it arrived, or ending before it
+    started, or a TTFT that is not first token - arrival; a warm-up flag not 0/1."""
     for col in _TIME_COLUMNS:
         if col not in df.columns:
             continue
         v = df[col].to_numpy(float)
-        bad = np.flatnonzero(~np.isnan(v) & ~((v >= 0) & (v <= 2.0**32)))
+        bad = np.flatnonzero(~np.isnan(v) & ~((v >= 0) & (v <= MAX_TIME_S)))
         if len(bad):
             row = int(bad[0])
-            line = f":{row + 2}" if path.suffix == ".csv" else f" (row {row})"
             raise InputError(
-                f"column {col}: {v[row]!r} is not a time kvsim writes (>= 0 s, finite)",
-                where=f"{path}{line}",
+                f"column {col}: {float(v[row])!r} is not a time kvsim writes (>= 0 s, finite)",
+                where=_row_where(path, row),
+            )
+    w = df["warmup"].to_numpy(float)
+    bad = np.flatnonzero(~((w == 0) | (w == 1)))
+    if len(bad):
+        row = int(bad[0])
+        raise InputError(
+            f"column warmup: {float(w[row])!r} is not a flag kvsim writes (true/false)",
+            where=_row_where(path, row),
+        )
+    t = {c: df[c].to_numpy(float) for c in _TIME_COLUMNS}
+    done = np.isfinite(t["arrival_s"]) & np.isfinite(t["start_s"])
+    done &= np.isfinite(t["finish_s"]) & np.isfinite(t["ttft_s"])
+    slack = 1e-9 * np.maximum(1.0, np.nan_to_num(t["finish_s"]))
+    checks = [
+        (f"column {c}: missing (NaN) for a finished request", np.isnan(t[c]))
+        for c in ("queue_wait_s", "load_s", "compute_s", "store_s")
+    ]
+    checks += [
+        ("start_s is before arrival_s", t["start_s"] < t["arrival_s"] - slack),
+        ("finish_s is before start_s", t["finish_s"] < t["start_s"] - slack),
+        (
+            "ttft_s is not finish_s - arrival_s",
+            np.abs(t["ttft_s"] - (t["finish_s"] - t["arrival_s"])) > slack,
+        ),
+    ]
+    for why, bad_rows in checks:
+        hit = np.flatnonzero(done & bad_rows)
+        if len(hit):
+            raise InputError(
+                f"{why}: not a requests table kvsim wrote", where=_row_where(path, int(hit[0]))
             )
 
 
@@ -307,14 +385,29 @@ def read_summary(path: Path) -> dict[str, Any]:
         not isinstance(src, dict)
         or not 0 < len(src) <= 64
         or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1
             for v in src.values()
         )
+        or sum(src.values()) > 1 + 1e-6
     ):
         raise InputError(
-            "field token_source_frac: not a mapping of 1 to 64 numbers", where=str(path)
+            "field token_source_frac: not a mapping of 1 to 64 fractions (0 to 1, "
+            "summing to at most 1)",
+            where=str(path),
         )
     return doc
+
+
+RUN_FIGURES = ("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline")
+
+
+def _check_figure_paths(paths: Sequence[Path]) -> None:
+    """Before any figure is drawn: none of them may be a symlink or a folder (so a
+    refusal leaves no figure half the set written)."""
+    from kvsim.results.writers import refuse_link
+
+    for p in paths:
+        refuse_link(p)
 
 
 def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
@@ -338,19 +431,23 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
         raise InputError("no finished requests after warm-up to plot", where=str(table))
     name = summary["scenario"]
     engines = int(summary.get("engines", 1))
+    cdf, breakdown, sources, timeline = (d / f"{n}.{fmt}" for n in RUN_FIGURES)
+    _check_figure_paths([cdf, breakdown, sources, timeline])
     return [
-        ttft_cdf_plot({name: m["ttft_s"]}, d / f"ttft_cdf.{fmt}", f"{name}: TTFT CDF"),
-        ttft_breakdown_plot(m, d / f"ttft_breakdown.{fmt}", f"{name}: where the time goes"),
+        ttft_cdf_plot({name: m["ttft_s"]}, cdf, f"{name}: TTFT CDF", in_folder=True),
+        ttft_breakdown_plot(m, breakdown, f"{name}: where the time goes", in_folder=True),
         token_sources_plot(
             summary["token_source_frac"],
-            d / f"token_sources.{fmt}",
+            sources,
             f"{name}: prompt tokens by source",
+            in_folder=True,
         ),
         engine_timeline_plot(
             df,
             engines,
-            d / f"engine_timeline.{fmt}",
+            timeline,
             f"{name}: requests in prefill and waiting over time ({engines} engines)",
+            in_folder=True,
         ),
     ]
 
@@ -359,14 +456,56 @@ SWEEP_COLUMNS = ("run_id", "seed", "status", "ttft_p50_s", "ttft_p99_s")
 CAPACITY_COLUMNS = ("configuration", "capacity_rps", "ci95_rps", "slo")
 
 
+SWEPT_ATTR = "swept"  # the results table's metadata: its swept columns (kvsim sweep's)
+
+
 def read_sweep_results(path: Path) -> tuple[Any, list[str]]:
-    """A sweep's results table and its swept columns (those between run_id and seed)."""
+    """A sweep's results table and its swept columns: those its metadata lists (what
+    ``kvsim sweep`` records in results.parquet), every one of which must be there; in a
+    table without that metadata (an older kvsim's), those between run_id and seed. The
+    TTFTs of its successful runs are checked as kvsim writes them."""
     df = read_table(path, "sweep results table")
     require_columns(df, SWEEP_COLUMNS, path, numeric=False)
     require_columns(df, ("ttft_p50_s", "ttft_p99_s"), path)
-    cols = list(df.columns)
-    start, stop = cols.index("run_id") + 1, cols.index("seed")
-    return df, cols[start:stop] if start <= stop else []
+    swept = df.attrs.get(SWEPT_ATTR)
+    if swept is None:
+        cols = list(df.columns)
+        start, stop = cols.index("run_id") + 1, cols.index("seed")
+        columns = cols[start:stop] if start <= stop else []
+    elif (
+        not isinstance(swept, list)
+        or len(swept) > 1000
+        or not all(isinstance(c, str) and c not in SWEEP_COLUMNS for c in swept)
+    ):
+        raise InputError(
+            f"its metadata ({SWEPT_ATTR!r}: the swept columns) is damaged", where=str(path)
+        )
+    else:
+        columns = list(swept)
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise InputError(
+                f"missing swept column(s) {', '.join(missing[:5])} (the sweep's metadata lists "
+                f"{', '.join(columns[:5])}); damaged table?",
+                where=str(path),
+            )
+    ok = (df["status"] == "ok").to_numpy()
+    p50, p99 = (df[c].to_numpy(float) for c in ("ttft_p50_s", "ttft_p99_s"))
+    for col, v in (("ttft_p50_s", p50), ("ttft_p99_s", p99)):
+        bad = np.flatnonzero(ok & ~np.isnan(v) & ~((v >= 0) & (v <= MAX_TIME_S)))
+        if len(bad):
+            row = int(bad[0])
+            raise InputError(
+                f"column {col}: {float(v[row])!r} is not a TTFT kvsim writes (>= 0 s, finite)",
+                where=_row_where(path, row),
+            )
+    bad = np.flatnonzero(ok & (p50 > p99 * (1 + 1e-9)))
+    if len(bad):
+        raise InputError(
+            "ttft_p50_s is above ttft_p99_s: not a results table kvsim wrote",
+            where=_row_where(path, int(bad[0])),
+        )
+    return df, columns
 
 
 def read_capacity(path: Path) -> Any:
@@ -429,14 +568,17 @@ def _seconds_axis(ax: Any) -> None:
 
 
 def _spread(values: Any) -> tuple[float, float, float]:
-    """Mean and 95% interval (Student t over seeds; the mean twice with one seed)."""
-    from kvsim.results.metrics import mean_ci95
+    """Mean and 95% interval (Student t over seeds, never below 0: a TTFT; the mean
+    twice with one seed, which draws no band)."""
+    from kvsim.results.uncertainty import mean_interval
 
     v = [float(x) for x in values if np.isfinite(float(x))]
     if not v:
         return math.nan, math.nan, math.nan
-    mean, half = mean_ci95(v)
-    return mean, max(mean - half, 0.0), mean + half  # a TTFT is never below 0
+    iv = mean_interval(v)
+    if not math.isfinite(iv.lo):  # one seed: no band
+        return iv.mean, iv.mean, iv.mean
+    return iv.mean, iv.lo, iv.hi
 
 
 def _slo_line(axes: Sequence[Any], slo: Any) -> None:
@@ -451,18 +593,38 @@ def _slo_line(axes: Sequence[Any], slo: Any) -> None:
             ax.axhline(slo.threshold, color="red", ls="--", lw=1, label=shown)
 
 
+def _plain(value: Any) -> Any:
+    """A table cell as plain Python (a numpy scalar's repr is noisy in a message)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def _sweep_table(d: Path, x: str | None) -> tuple[Any, list[str], str | None]:
-    """A sweep folder's successful runs, its swept columns and its load axis (or None)."""
+    """A sweep folder's successful runs, its swept columns and its load axis (or None);
+    the axis's values checked: numbers (or quantities), finite, >= 0, and > 0 for a load
+    (an arrival rate or a time scale)."""
     results = d / "results.parquet"
     df, columns = read_sweep_results(results)
     if x and x not in columns:
         raise InputError(f"not a swept field; swept: {', '.join(columns) or 'none'}", where="--x")
     df = df[df["status"] == "ok"]
     axis = x or _load_axis(columns)
-    if axis is not None and not df.empty and df[axis].map(_number).isna().any():
-        raise InputError(
-            f"{axis} is not a number or quantity, so it cannot be an axis", where="--x"
-        )
+    if axis is not None and not df.empty:
+        values = df[axis].map(_number)
+        if values.isna().any():
+            raise InputError(
+                f"{axis} is not a number or quantity, so it cannot be an axis", where="--x"
+            )
+        v = values.to_numpy(float)
+        load = _load_axis([axis]) is not None
+        bad = np.flatnonzero(~(np.isfinite(v) & ((v > 0) if load else (v >= 0))))
+        if len(bad):
+            row = int(values.index[bad[0]])
+            least = "> 0" if load else ">= 0"
+            raise InputError(
+                f"column {axis}: {_plain(df[axis].iloc[bad[0]])!r} is not a value kvsim sweeps "
+                f"(finite, {least})",
+                where=_row_where(results, row),
+            )
     return df, columns, axis
 
 
@@ -501,12 +663,14 @@ def sweep_plots(
     95% band over them), or, when nothing swept is a load, p50/p99 bars per
     configuration; the SLO's threshold as a line; and, when the folder has a
     capacity.csv, the capacity of each configuration. ``overlay``: more sweep folders
-    whose curves join this folder's on one figure (``overlay_ttft_vs_load``)."""
+    whose curves join this folder's on one figure (``overlay_ttft_vs_load``).
+
+    Every table is read and checked, and every option matched to a figure that uses it,
+    before anything is drawn: ``x``, ``slo`` and ``overlay`` act on the TTFT figure, so
+    they are refused (InputError naming the option) where the folder gets none."""
     d = Path(out_dir)
-    written: list[Path] = []
     results = d / "results.parquet"
     cap = d / "capacity.csv"
-    # read (and check) every table before drawing anything
     cdf = read_capacity(cap) if cap.exists() or cap.is_symlink() else None
     tables = []
     if results.exists() or results.is_symlink():
@@ -518,40 +682,68 @@ def sweep_plots(
             tables.append((o, *_sweep_table(o, x)))
         if tables[0][1].empty and cdf is None:
             raise InputError("no successful run to plot (every run failed)", where=str(results))
+    draws: list[tuple[Path, Callable[[Path], Path]]] = []
     if tables and not tables[0][1].empty:
         df, columns, axis = tables[0][1], tables[0][2], tables[0][3]
         if axis is not None:
-            fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
-            for folder, t_df, t_cols, t_axis in tables:
+            for folder, t_df, _, t_axis in tables:
                 if t_axis is None or t_df.empty:
                     raise InputError("no load axis to overlay (use --x)", where=str(folder))
-                prefix = f"{folder.name}: " if overlay else ""
-                _draw_curves(axes, t_df, t_cols, t_axis, prefix)
-            inverse = axis.endswith("time_scale")
-            xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else axis
-            _slo_line(axes, slo)
-            for ax, q in zip(axes, ("p50", "p99"), strict=True):
-                ax.set_xlabel(xlabel)
-                ax.set_ylabel(f"TTFT {q}")
-                values = pd_values(df, f"ttft_{q}_s")
-                if len(values) and values.min() > 0 and values.max() / values.min() > 20:
-                    ax.set_yscale("log")  # tails that explode read better on a log axis
-                _seconds_axis(ax)
-                ax.grid(alpha=0.3, which="both")
-            if axes[1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
-                axes[1].legend(fontsize=7)
-            seeds = "mean over seeds, 95% band" if df["seed"].nunique() > 1 else "one seed"
-            fig.suptitle(title or f"TTFT against load ({seeds})")
-            fig.tight_layout()
             name = "overlay_ttft_vs_load" if overlay else "ttft_vs_load"
-            written.append(_save(fig, d / f"{name}.{fmt}"))
+            draws.append(
+                (d / f"{name}.{fmt}", lambda p: _load_curves(tables, p, title, slo, bool(overlay)))
+            )
         elif columns:  # a categorical sweep (policies, layouts): bars per configuration
             if overlay:
                 raise InputError("overlays need a load axis (use --x)", where=str(d))
-            written.append(_config_bars(df, columns, d / f"ttft_by_config.{fmt}", title, slo))
+            draws.append(
+                (d / f"ttft_by_config.{fmt}", lambda p: _config_bars(df, columns, p, title, slo))
+            )
+    if not draws:  # no TTFT figure: the options that act on it would be ignored
+        why = (
+            "every run failed"
+            if tables and tables[0][1].empty
+            else "nothing swept"
+            if tables
+            else "no results.parquet"
+        )
+        if slo is not None:
+            raise InputError(f"{d} gets no TTFT figure ({why}) to draw the SLO on", where="--slo")
+        if x:
+            raise InputError(f"{d} gets no TTFT figure ({why}) to use it as an axis", where="--x")
+        if overlay:
+            raise InputError(
+                f"gets no TTFT figure ({why}) to overlay {overlay[0]} on", where=str(d)
+            )
     if cdf is not None:
-        written.append(capacity_plot(cdf, d / f"capacity.{fmt}", title))
-    return written
+        draws.append((d / f"capacity.{fmt}", lambda p: capacity_plot(cdf, p, title, True)))
+    _check_figure_paths([p for p, _ in draws])
+    return [draw(p) for p, draw in draws]
+
+
+def _load_curves(tables: list[Any], path: Path, title: str, slo: Any, overlay: bool) -> Path:
+    """The TTFT p50/p99-against-load figure of one sweep table (or several, overlaid)."""
+    df, axis = tables[0][1], tables[0][3]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    for folder, t_df, t_cols, t_axis in tables:
+        _draw_curves(axes, t_df, t_cols, t_axis, f"{folder.name}: " if overlay else "")
+    inverse = axis.endswith("time_scale")
+    xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else axis
+    _slo_line(axes, slo)
+    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"TTFT {q}")
+        values = pd_values(df, f"ttft_{q}_s")
+        if len(values) and values.min() > 0 and values.max() / values.min() > 20:
+            ax.set_yscale("log")  # tails that explode read better on a log axis
+        _seconds_axis(ax)
+        ax.grid(alpha=0.3, which="both")
+    if axes[1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
+        axes[1].legend(fontsize=7)
+    seeds = "mean over seeds, 95% band" if df["seed"].nunique() > 1 else "one seed"
+    fig.suptitle(title or f"TTFT against load ({seeds})")
+    fig.tight_layout()
+    return _save(fig, path, in_folder=True)
 
 
 def pd_values(df: Any, column: str) -> Any:
@@ -583,23 +775,29 @@ def _config_bars(df: Any, columns: list[str], path: Path, title: str, slo: Any) 
                 ax.legend(fontsize=7)
     fig.suptitle(title or f"TTFT per configuration ({', '.join(columns)}; mean over seeds, 95%)")
     fig.tight_layout()
-    return _save(fig, path)
+    return _save(fig, path, in_folder=True)
 
 
-def capacity_plot(cdf: Any, path: str | os.PathLike[str], title: str = "") -> Path:
+def capacity_plot(
+    cdf: Any, path: str | os.PathLike[str], title: str = "", in_folder: bool = False
+) -> Path:
     """Capacity (requests/s meeting the SLO) per configuration, with its 95% interval."""
     fig, ax = plt.subplots(figsize=(min(40, max(5, 1.2 * len(cdf))), 4))
     ax.bar(
         cdf["configuration"].astype(str),
         cdf["capacity_rps"],
-        yerr=cdf["ci95_rps"].fillna(0),
+        # the interval never below 0 (kvsim.results.uncertainty.mean_interval); none: no bar
+        yerr=[
+            np.minimum(cdf["ci95_rps"].fillna(0), cdf["capacity_rps"]),
+            cdf["ci95_rps"].fillna(0),
+        ],
         capsize=4,
     )
     ax.set_ylabel("capacity (requests/s meeting the SLO)")
     ax.set_title(title or f"capacity per configuration ({cdf['slo'].iloc[0]})")
     ax.tick_params(axis="x", labelrotation=20)
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return _save(fig, path, in_folder)
 
 
 def mrc_plot(

@@ -17,9 +17,14 @@ through these interfaces (it never subclasses them), so they run on the default
 
 Every policy gets read-only views (:class:`RequestView`, :class:`EngineView`,
 :class:`TierView`, :class:`Block`, and :class:`SimView` through :meth:`Policy.setup`);
-what a policy returns is checked (:mod:`kvsim.sim.hooks`), and a broken rule, an
-exception inside a plugin, an import error or a missing method stops the run with one
-line naming the plugin (exit 2).
+what a policy returns is checked (:mod:`kvsim.sim.hooks`), and a broken rule, anything
+plugin code raises (SystemExit, KeyboardInterrupt, GeneratorExit too: only a real signal
+interrupts), an import error or a missing method stops the run with one line naming the
+plugin, the method and the place in its code (exit 2).
+
+A plugin is code: importing a scenario's ``plugins:`` runs it. The command line says which
+files it imports before importing them (:data:`on_import`), and :func:`no_plugins`
+(``--no-plugins``) imports none: a scenario is then checked (or refused) without them.
 
 This module holds only the interfaces and the registry: it imports nothing of the
 simulation, so a plugin can be imported anywhere (a sweep worker, a Dask worker).
@@ -33,13 +38,17 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from kvsim.errors import InputError, shown
+from kvsim.files import check_regular, read_bytes
 
 ENTRY_POINT_GROUP = "kvsim.policies"
 
@@ -403,20 +412,215 @@ class Entry(NamedTuple):
     cls: type
     plugin: str  # the module (or entry point) it came from, for messages
     spec: str | None  # the plugins: entry that loaded it (None: registered otherwise)
+    place: str  # where it was registered (file:line), for messages
+
+
+class _Import:
+    """A plugin being imported now: its name in messages, its ``plugins:`` entry (None: an
+    entry point, or the caller's own code), and the names it registered so far (a name
+    registered twice by one plugin is an error naming both places)."""
+
+    __slots__ = ("names", "plugin", "spec")
+
+    def __init__(self, plugin: str, spec: str | None) -> None:
+        self.plugin = plugin
+        self.spec = spec
+        self.names: dict[tuple[str, str], str] = {}
 
 
 # kind -> name -> the plugin (its plugins: spec; None: registered by other code) -> entry
 _REGISTRY: dict[str, dict[str, dict[str | None, Entry]]] = {kind: {} for kind in INTERFACES}
-_loading: list[tuple[str, str | None]] = []  # (plugin, spec) being imported now
+_loading: list[_Import] = []  # the plugins being imported now
 # the plugins the scenario being validated lists (None: not validating one)
 _scope: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "kvsim_plugin_scope", default=None
 )
 _entry_points_loaded = False
+# entry points that could not be loaded: (entry point name, how messages name it, why)
+_entry_point_failures: list[tuple[str, str, str]] = []
+# the code files of the plugins imported in this process -> the plugin (for messages)
+_files: dict[str, str] = {}
+
+# the command line prints a line before it imports plugin code (None: say nothing)
+on_import: Callable[[str], None] | None = None
 
 
 class PluginError(InputError):
     """A plugin that cannot be loaded or broke a rule (exit 2, one line)."""
+
+
+class RegistrationError(ValueError):
+    """A policy that cannot be registered (its message names the places)."""
+
+
+# ---- code that must not run: --no-plugins ------------------------------------------------
+
+# set (to 1) by --no-plugins; worker processes started meanwhile inherit it
+NO_PLUGINS_ENV = "KVSIM_NO_PLUGINS"
+_inspect = False  # with no plugins: accept (and list) names that need plugin code
+_unchecked: list[str] = []  # those names (inspection only)
+_skipped: list[str] = []  # plugins not imported
+
+
+def disabled() -> bool:
+    """Is plugin code refused in this process (``--no-plugins``, or ``KVSIM_NO_PLUGINS``)?"""
+    return os.environ.get(NO_PLUGINS_ENV, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def no_plugins(inspect: bool = False) -> Iterator[None]:
+    """Import no plugin and load no entry point for a ``with`` block (and in the worker
+    processes started meanwhile). A scenario's ``plugins:`` are then skipped, and a policy
+    name that is not a built-in one is refused (it would need plugin code), or, with
+    ``inspect`` (a command that runs no policy), accepted unchecked and listed by
+    :func:`unchecked`."""
+    global _inspect
+    old_env, old_inspect = os.environ.get(NO_PLUGINS_ENV), _inspect
+    os.environ[NO_PLUGINS_ENV] = "1"
+    _inspect = inspect
+    _unchecked.clear()
+    _skipped.clear()
+    try:
+        yield
+    finally:
+        _inspect = old_inspect
+        if old_env is None:
+            os.environ.pop(NO_PLUGINS_ENV, None)
+        else:
+            os.environ[NO_PLUGINS_ENV] = old_env
+
+
+def unchecked() -> list[str]:
+    """Policy names that plugin code would have had to check (``no_plugins(inspect=True)``)."""
+    return list(_unchecked)
+
+
+def skipped() -> list[str]:
+    """Plugins a scenario listed that were not imported (``no_plugins``)."""
+    return list(_skipped)
+
+
+# ---- what may come out of plugin code ------------------------------------------------------
+
+_signals = 0  # interrupts (SIGINT, SIGTERM, SIGHUP) that on_signal has seen
+_KVSIM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def on_signal(signum: int, frame: object) -> None:
+    """A signal handler that counts the signal, then raises KeyboardInterrupt (the command
+    line's, for SIGINT, SIGTERM and SIGHUP). Plugin code may raise KeyboardInterrupt too:
+    one is an interrupt only if a signal arrived meanwhile (:func:`interrupted`)."""
+    global _signals
+    _signals += 1
+    raise KeyboardInterrupt
+
+
+def signals() -> int:
+    """The interrupts seen so far (take it before calling plugin code)."""
+    return _signals
+
+
+def interrupted(e: BaseException, before: int) -> bool:
+    """Is ``e``, out of plugin code called when :func:`signals` was ``before``, an interrupt
+    to let through rather than a plugin failure? Yes if a signal arrived meanwhile. A
+    KeyboardInterrupt otherwise is the plugin's own where no signal can have raised it: in
+    a thread other than the main one, where SIGINT is ignored (a sweep worker), or where
+    :func:`on_signal` handles SIGINT (and did not count one). Elsewhere (another handler,
+    Python's default) a real Ctrl-C cannot be told from it: it is let through."""
+    if _signals != before:
+        return True
+    if not isinstance(e, KeyboardInterrupt):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+    except (ValueError, OSError):  # pragma: no cover - no SIGINT here
+        return True
+    return not (handler is on_signal or handler == signal.SIG_IGN)
+
+
+def describe(e: BaseException, limit: int = 300) -> str:
+    """``Type: message`` of an exception out of plugin code, safely: its ``str`` is plugin
+    code too (it may raise, or be huge)."""
+    name = type(e).__name__
+    try:
+        text = str(e)
+    except BaseException:  # whatever it raises, the line is still given
+        text = "(its message cannot be shown)"
+    text = " ".join(text.split())  # one line
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{name}: {text}" if text else name
+
+
+def show(value: Any) -> str:
+    """A value a plugin gave, as a message quotes it (its ``repr`` is plugin code, and a
+    huge int has none)."""
+    try:
+        return shown(value)
+    except BaseException:
+        if isinstance(value, int):
+            return f"an int of about {int(value.bit_length() * 0.30103):,} digits"
+        return f"a {type(value).__name__} that cannot be shown"
+
+
+def place_of(e: BaseException, files: Sequence[str] = ()) -> str | None:
+    """``file:line`` in plugin code where ``e`` was raised: the innermost frame of its
+    traceback in one of ``files`` (the plugin's own), else the innermost one outside kvsim
+    (a module the plugin calls); a syntax error's own place. None: none of these."""
+    if isinstance(e, SyntaxError) and e.filename and e.lineno:
+        return f"{e.filename}:{e.lineno}"
+    mine = other = None
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name in files or name in _files:
+            mine = f"{name}:{tb.tb_lineno}"
+        elif not name.startswith((_KVSIM_DIR, "<")):
+            other = f"{name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return mine or other
+
+
+def code_place(obj: Any, method: str) -> str | None:
+    """``file:line`` where a policy's method is defined (None: not Python code)."""
+    try:
+        code = getattr(inspect.getattr_static(type(obj), method), "__code__", None)
+        return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else None
+    except BaseException:
+        return None
+
+
+def at(place: str | None) -> str:
+    return f" (at {place})" if place else ""
+
+
+def from_plugin(e: BaseException) -> PluginError | None:
+    """An exception that escaped every guard, as a plugin failure if plugin code raised it
+    (a frame of its traceback is in a plugin's file); None otherwise."""
+    tb = e.__traceback__
+    found = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name in _files:
+            found = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    return PluginError(f"raised {describe(e)} (at {found[0]}:{found[1]})", where=_files[found[0]])
+
+
+def _caller_place() -> str:
+    """``file:line`` of the code that called into this module (a ``@register`` line)."""
+    frame = sys._getframe(1)
+    here = __file__
+    while frame is not None and frame.f_code.co_filename == here:
+        frame = frame.f_back  # type: ignore[assignment]
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+
+
+# ---- registering ------------------------------------------------------------------------
 
 
 def _kind_of(cls: type) -> str:
@@ -424,7 +628,7 @@ def _kind_of(cls: type) -> str:
         kind = getattr(base, "kind", "")
         if isinstance(kind, str) and kind in INTERFACES:
             return kind
-    raise TypeError(
+    raise RegistrationError(
         f"{cls.__name__} is not a kvsim policy: subclass one of "
         + ", ".join(c.__name__ for c in INTERFACES.values())
         + " from kvsim.plugins (or give it a kind attribute)"
@@ -445,13 +649,20 @@ def register(name: str, kind: str | None = None) -> Callable[[type], type]:
 def add(name: str, cls: type, kind: str | None = None) -> None:
     """Register ``cls`` under ``name`` (what :func:`register` does). Two plugins may use
     one name (a scenario sees only its own plugins'); one plugin may not use it twice."""
+    place = _caller_place()
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
-        raise ValueError(f"a policy name must be a non-empty printable string, got {name!r}")
+        raise RegistrationError(
+            f"a policy name must be a non-empty printable string, got {show(name)}"
+        )
+    if not isinstance(cls, type):
+        raise RegistrationError(f"a policy is a class, got {show(cls)}")
+    if kind is not None and not isinstance(kind, str):
+        raise RegistrationError(f"a policy kind is a string, got {show(kind)}")
     k = kind if kind is not None else _kind_of(cls)
     if k not in INTERFACES:
-        raise ValueError(f"unknown policy kind {k!r}; choose one of {sorted(INTERFACES)}")
+        raise RegistrationError(f"unknown policy kind {k!r}; choose one of {sorted(INTERFACES)}")
     if name in BUILTIN[k]:
-        raise ValueError(f"{k} {name!r} is a built-in name; choose another")
+        raise RegistrationError(f"{k} {name!r} is a built-in name; choose another (at {place})")
     base = INTERFACES[k]
     missing = [
         m
@@ -459,13 +670,28 @@ def add(name: str, cls: type, kind: str | None = None) -> None:
         if not callable(getattr(cls, m, None)) or getattr(cls, m) is getattr(base, m)
     ]
     if missing:
-        raise TypeError(f"{k} {name!r} ({cls.__name__}) does not define {missing[0]}()")
-    plugin, spec = _loading[-1] if _loading else (getattr(cls, "__module__", "?"), None)
+        raise RegistrationError(
+            f"{k} {name!r} ({cls.__name__}) does not define {missing[0]}() (at {place})"
+        )
+    if _loading:
+        imp = _loading[-1]
+        plugin, spec = imp.plugin, imp.spec
+        first = imp.names.get((k, name))
+        if first is not None:
+            raise RegistrationError(
+                f"{k} {name!r} is registered twice by this plugin: at {first} and at {place}"
+            )
+        imp.names[(k, name)] = place
+    else:
+        plugin, spec = getattr(cls, "__module__", "?"), None
     by_plugin = _REGISTRY[k].setdefault(name, {})
     old = by_plugin.get(spec)
-    if old is not None and not _same_class(old.cls, cls) and spec is None:
-        raise ValueError(f"{k} {name!r} is already registered by {old.plugin}")
-    by_plugin[spec] = Entry(cls, plugin, spec)  # (a plugin imported again replaces itself)
+    if old is not None and spec is None and not _same_class(old.cls, cls):
+        raise RegistrationError(
+            f"{k} {name!r} is already registered by {old.plugin} (at {old.place})"
+        )
+    # (a plugin imported again, after its first import failed, replaces itself)
+    by_plugin[spec] = Entry(cls, plugin, spec, place)
 
 
 def _same_class(a: type, b: type) -> bool:
@@ -485,7 +711,7 @@ def lookup(kind: str, name: str, specs: Sequence[str] | None = None) -> Entry | 
     """The plugin policy a scenario listing ``specs`` (default: the one being validated)
     means by ``name``; None: not a plugin name it can use. ValueError when two of its
     plugins register the name."""
-    if name in BUILTIN[kind]:
+    if name in BUILTIN[kind] or disabled():
         return None
     if name not in _REGISTRY[kind] and not _entry_points_loaded:
         load_entry_points()
@@ -495,14 +721,17 @@ def lookup(kind: str, name: str, specs: Sequence[str] | None = None) -> Entry | 
     if len(own) > 1:
         raise ValueError(
             f"{LABELS[kind]} {name!r} is registered by two plugins of this scenario: "
-            f"{own[0].plugin} and {own[1].plugin}"
+            f"{own[0].plugin} (at {own[0].place}) and {own[1].plugin} (at {own[1].place})"
         )
-    return (own or seen or [None])[-1]
+    found = own or seen
+    return found[-1] if found else None
 
 
 def names(kind: str) -> list[str]:
     """Every name of a kind: built-in, then plugins' (entry points included; while a
     scenario is validated, those of its own plugins)."""
+    if disabled():
+        return list(BUILTIN[kind])
     load_entry_points()
     scope = _scope.get()
     mine = [n for n, by in _REGISTRY[kind].items() if any(_visible(e, scope) for e in by.values())]
@@ -511,7 +740,18 @@ def names(kind: str) -> list[str]:
 
 def check_name(kind: str, name: str) -> str:
     """A scenario's policy name, if known (ValueError listing the choices otherwise)."""
-    if name in BUILTIN[kind] or lookup(kind, name) is not None:
+    if name in BUILTIN[kind]:
+        return name
+    if disabled():
+        label = f"{LABELS[kind]} {name!r}"
+        if _inspect:
+            if label not in _unchecked:
+                _unchecked.append(label)
+            return name
+        raise ValueError(
+            f"{label} is not a built-in one: it needs plugin code, which --no-plugins does not run"
+        )
+    if lookup(kind, name) is not None:
         return name
     others = _REGISTRY[kind].get(name)
     if others:
@@ -520,43 +760,73 @@ def check_name(kind: str, name: str) -> str:
             f"{LABELS[kind]} {name!r} comes from plugin {plugin}, which this scenario "
             "does not list: add it to plugins: (or give --plugin)"
         )
+    for ep_name, where, why in _entry_point_failures:
+        if ep_name == name:  # the installed package that offers it is broken
+            raise ValueError(f"{LABELS[kind]} {name!r} comes from {where}, which {why}")
     known = names(kind)
     hint = (
         ""
         if len(known) > len(BUILTIN[kind])
         else "; a plugin's name needs its module in plugins: or --plugin"
     )
-    raise ValueError(f"unknown {LABELS[kind]} {name!r}; choose one of {known}{hint}")
+    broken = (
+        f" (note: {len(_entry_point_failures)} installed {ENTRY_POINT_GROUP} entry point(s) "
+        f"could not be loaded: {_entry_point_failures[0][1]}...)"
+        if _entry_point_failures
+        else ""
+    )
+    raise ValueError(f"unknown {LABELS[kind]} {name!r}; choose one of {known}{hint}{broken}")
 
 
 # ---- loading -----------------------------------------------------------------------------
 
 
+def _notice(what: str) -> None:
+    if on_import is not None:
+        on_import(what)
+
+
 def load_entry_points() -> None:
     """Import what installed packages offer under ``kvsim.policies`` (once per process).
     An entry point names a policy class (registered under the entry point's name) or a
-    module (which registers its own)."""
+    module (which registers its own). One that cannot be loaded is kept aside: it is
+    reported only when a scenario names a policy that no plugin offers."""
     global _entry_points_loaded
-    if _entry_points_loaded:
+    if _entry_points_loaded or disabled():
         return
     _entry_points_loaded = True
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    try:
+        eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    except Exception:  # some package's metadata is broken: no entry points
+        return
+    for ep in eps:
         where = f"entry point {ep.name} = {ep.value}"
-        _loading.append((where, None))
+        _notice(where)
+        _loading.append(_Import(where, None))
+        before = signals()
         try:
             obj = ep.load()
             if isinstance(obj, type):
                 add(ep.name, obj)
-        except Exception as e:
-            raise PluginError(_failure(e), where=f"plugin {where}") from None
+            module = sys.modules.get(obj.__module__) if isinstance(obj, type) else obj
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str):
+                _files.setdefault(file, where)
+        except BaseException as e:  # SystemExit, KeyboardInterrupt too
+            if interrupted(e, before):
+                raise
+            place = None if isinstance(e, RegistrationError) else place_of(e)
+            _entry_point_failures.append((ep.name, where, _failure(e) + at(place)))
         finally:
             _loading.pop()
 
 
 def _failure(e: BaseException) -> str:
+    if isinstance(e, RegistrationError):  # (it names the places)
+        return describe(e, 1000).removeprefix("RegistrationError: ")
     if isinstance(e, ImportError | SyntaxError | FileNotFoundError):
-        return f"cannot import it ({type(e).__name__}: {e})"
-    return f"failed while loading ({type(e).__name__}: {e})"
+        return f"cannot import it ({describe(e)})"
+    return f"failed while loading ({describe(e)})"
 
 
 def is_file_spec(spec: str) -> bool:
@@ -564,8 +834,15 @@ def is_file_spec(spec: str) -> bool:
 
 
 def canonical(spec: str) -> str:
-    """A plugins: entry as kvsim keeps it: a .py file by its absolute path."""
-    return str(Path(spec).expanduser().resolve()) if is_file_spec(spec) else spec
+    """A plugins: entry as kvsim keeps it: a .py file by its absolute path (symlinks
+    resolved where they can be: a loop or a bad name is left as it is, and refused when
+    the file is imported)."""
+    if not is_file_spec(spec):
+        return spec
+    try:
+        return os.path.realpath(os.path.expanduser(spec))
+    except (OSError, ValueError, RuntimeError):
+        return os.path.abspath(spec)
 
 
 @contextlib.contextmanager
@@ -581,25 +858,34 @@ def scope(specs: Sequence[Any]) -> Iterator[None]:
 def load_plugins(specs: Sequence[str], where: str | None = None) -> None:
     """Import each plugin (a module name importable from the current folder or
     ``sys.path``, or a ``.py`` file path) so that its policies are registered; an import
-    that fails is a :class:`PluginError` naming the plugin (after ``where``)."""
+    that fails (whatever it raises, SystemExit and KeyboardInterrupt included) is a
+    :class:`PluginError` naming the plugin (after ``where``) and the place. Under
+    :func:`no_plugins`, nothing is imported."""
     for spec in specs:
         if not isinstance(spec, str) or not spec.strip():
             raise PluginError(
-                f"a plugin is a module name or a .py path, got {shown(spec)}", where=where
+                f"a plugin is a module name or a .py path, got {show(spec)}", where=where
             )
-        _loading.append((spec, canonical(spec)))
+        here = f"plugin {spec}" if where is None else f"{where}: plugin {spec}"
+        if disabled():
+            if spec not in _skipped:
+                _skipped.append(spec)
+            continue
+        key = canonical(spec)
+        _loading.append(_Import(spec, key))
+        before = signals()
         try:
             if is_file_spec(spec):
-                _import_file(Path(spec))
+                _import_file(key)
             else:
                 _import_module(spec)
-        except PluginError:
-            raise
-        except BaseException as e:  # SystemExit, KeyboardInterrupt too: one line, exit 2
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            here = f"plugin {spec}" if where is None else f"{where}: plugin {spec}"
-            raise PluginError(_failure(e), where=here) from None
+        except _Unreadable as e:  # missing, a folder, a FIFO, a symlink loop, no permission
+            raise PluginError(f"cannot import it ({e}: {key})", where=here) from None
+        except BaseException as e:  # SystemExit, KeyboardInterrupt too
+            if type(e) is PluginError or interrupted(e, before):
+                raise  # (a plugin it imports, itself a failure)
+            place = None if isinstance(e, RegistrationError) else place_of(e, [key])
+            raise PluginError(_failure(e) + at(place), where=here) from e
         finally:
             _loading.pop()
 
@@ -610,24 +896,49 @@ def _import_module(name: str) -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)  # `kvsim` (a console script) has no cwd on its path
-    importlib.import_module(name)
+    origin = None
+    if "." not in name:  # (finding a submodule would import its package first)
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        origin = spec.origin
+    _notice(f"{name} ({origin})" if origin else name)
+    module = importlib.import_module(name)
+    file = getattr(module, "__file__", None)
+    if isinstance(file, str):
+        _files.setdefault(file, name)
 
 
-def _import_file(path: Path) -> None:
-    path = path.expanduser().resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    name = f"kvsim_plugin_{path.stem}_{digest}"
+PLUGIN_MAX_BYTES = 1 << 24  # a plugin file kvsim reads (16 MiB)
+
+
+class _Unreadable(Exception):
+    """A plugin file that cannot be read (the reason)."""
+
+
+def _import_file(path: str) -> None:
+    """Import a plugin file (its absolute path) under a name of its own, once."""
+    digest = hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    name = f"kvsim_plugin_{Path(path).stem}_{digest}"
     if name in sys.modules:
         return
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"not a Python module: {path}")
+    try:
+        check_regular(path, what="plugin file")  # before the notice: nothing runs yet
+        _notice(path)
+        # read as kvsim reads any input (a FIFO put in its place is refused, not waited on)
+        source = read_bytes(path, what="plugin file", max_bytes=PLUGIN_MAX_BYTES)
+    except InputError as e:
+        reason = "no such file" if e.reason.endswith("not found") else e.reason
+        raise _Unreadable(reason) from None
+    code = compile(source, path, "exec", dont_inherit=True)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    _files[path] = path
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)  # a plugin is code the user chose to run
     except BaseException:
         sys.modules.pop(name, None)
         raise
@@ -639,7 +950,7 @@ def registered(name: str, cls: type, kind: str | None = None) -> Iterator[None]:
     k = kind if kind is not None else _kind_of(cls)
     by_plugin = _REGISTRY[k].setdefault(name, {})
     old = by_plugin.pop(None, None)
-    _loading.append((getattr(cls, "__module__", "?"), None))
+    _loading.append(_Import(getattr(cls, "__module__", "?"), None))
     try:
         add(name, cls, k)
     finally:
@@ -656,14 +967,23 @@ def registered(name: str, cls: type, kind: str | None = None) -> Iterator[None]:
 
 def make(kind: str, name: str, specs: Sequence[str]) -> tuple[Any, str]:
     """A new instance of the plugin policy ``name`` of a scenario listing the plugins
-    ``specs``, and the plugin it came from."""
+    ``specs``, and the plugin it came from (whatever its constructor raises is a
+    :class:`PluginError` naming it)."""
+    if disabled():
+        raise PluginError(
+            f"{LABELS[kind]} {name!r} needs plugin code, which --no-plugins does not run"
+        )
     entry = lookup(kind, name, specs)
     if entry is None:  # validated names only reach here
         raise KeyError(name)
+    before = signals()
     try:
         return entry.cls(), entry.plugin
-    except Exception as e:
+    except BaseException as e:  # SystemExit, KeyboardInterrupt too
+        if interrupted(e, before):
+            raise
+        file = getattr(sys.modules.get(entry.cls.__module__), "__file__", None)
         raise PluginError(
-            f"{entry.cls.__name__}() failed ({type(e).__name__}: {e})",
+            f"{entry.cls.__name__}() raised {describe(e)}{at(place_of(e, [file] if file else []))}",
             where=f"plugin {entry.plugin} ({kind} {name!r})",
-        ) from None
+        ) from e

@@ -139,3 +139,56 @@ def test_costmodel_prints_the_timed_crossover_for_the_one_server_tier(capsys):
     one = paths["remote (one server)"]
     assert one["crossover_tokens"] is None
     assert one["crossover_tokens_timing"] == pytest.approx(58_657, rel=0.02)
+
+
+@pytest.mark.parametrize("extra", [[], ["--bandwidth", "50 GiB/s", "--t0", "100 ms"]])
+def test_costmodel_plot_draws_exactly_the_tables_paths(tmp_path, capsys, monkeypatch, extra):
+    """Issue 24: the plot drew bandwidths the table does not list (B* x 1.25, 100 GiB/s)
+    and left out host and NVMe. Now its restore lines are the table's rows, one each, in
+    order, each with the row's bandwidth and T0, and the crossover marks are the row's."""
+    import json
+
+    import numpy as np
+
+    from kvsim import plots
+
+    drawn: list[list[tuple[str, np.ndarray, np.ndarray]]] = []
+    real_save = plots._save
+
+    def capture(fig, path, in_folder=False):
+        drawn.append(
+            [
+                (ln.get_label(), np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata()))
+                for ax in fig.axes
+                for ln in ax.get_lines()
+            ]
+        )
+        return real_save(fig, path, in_folder)
+
+    monkeypatch.setattr(plots, "_save", capture)
+    plot = tmp_path / "cm.png"
+    assert main(["costmodel", *extra, "--plot", str(plot), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["costmodel", *extra, "--plot", str(plot)]) == 0
+    table = capsys.readouterr().out.split("restore path", 1)[1].split("\n\n", 1)[0]
+    printed = [line.strip() for line in table.splitlines()[1:] if line.strip()]
+    rows = doc["paths"]
+    assert len(drawn) == 2  # one figure per run
+    lines = drawn[1]
+    restore = [ln for ln in lines if ln[0].startswith("restore")]
+    assert [ln[0] for ln in restore] == [plots.costmodel_label(r) for r in rows]
+    assert len(printed) == len(rows) == len(restore)
+    for r, shown, (label, x, y) in zip(rows, printed, restore, strict=True):
+        assert shown.startswith(r["path"]) and f"{r['bandwidth'] / GIB:.4g} GiB/s" in shown
+        assert r["path"] in label and f"{r['bandwidth'] / GIB:.4g} GiB/s" in label
+        want = r["t0_s"] + x * 1000 * doc["kv_bytes_per_token"] / r["bandwidth"]
+        assert y == pytest.approx(want, rel=1e-12)
+    marks = sorted(float(ln[1][0]) for ln in lines if ln[0].startswith("_") and len(ln[1]) == 1)
+    crossings = sorted(
+        r["crossover_tokens"] / 1000
+        for r in rows
+        if r["crossover_tokens"] is not None and r["crossover_tokens"] <= 131072
+    )
+    assert marks == pytest.approx(crossings, rel=1e-12)
+    if extra:
+        assert any(r["path"] == "50 GiB/s" for r in rows)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import kvsim
@@ -68,7 +68,9 @@ def folders(tmp_path_factory) -> dict[str, Path]:
                 "ttft_p99_s": 0.5 / ts + 0.02 * seed,
             }
         )
-    pd.DataFrame(rows).to_parquet(sweep / "results.parquet", index=False)
+    table = pd.DataFrame(rows)
+    table.attrs["swept"] = ["cluster.load_policy", "workload.time_scale"]  # as kvsim sweep does
+    table.to_parquet(sweep / "results.parquet", index=False)
     cap = base / "capacity"
     cap.mkdir()
     pd.DataFrame(
@@ -214,10 +216,38 @@ def test_valid_folders_plot(folders, kind):
         assert {n for n in os.listdir(folder) if n.endswith(".png")} == FIGURES[kind]
 
 
+class Pinned:
+    """A fixed example for a test drawing from ``st.data()``: each draw answered by its
+    label from ``values``; the example is for one ``kind`` of folder only."""
+
+    def __init__(self, kind: str, **values: Any) -> None:
+        self.kind, self.values = kind, values
+
+    def draw(self, strategy: Any, label: str) -> Any:
+        return self.values[label]
+
+    def __repr__(self) -> str:
+        return f"Pinned({self.kind!r}, {self.values!r})"
+
+
 @pytest.mark.parametrize("kind", ["run", "sweep", "capacity"])
 @SETTINGS
+# failed once in CI: the swept column workload.time_scale dropped from a sweep's table,
+# and `kvsim plot` drew bars per configuration instead of refusing the damaged table
+@example(
+    data=Pinned(
+        "sweep",
+        file="results.parquet",
+        damage="content",
+        column="workload.time_scale",
+        how="drop",
+        **{"--x": False},
+    )
+)
 @given(data=st.data())
 def test_plot_of_a_damaged_folder_is_clean(folders, kind, data):
+    if isinstance(data, Pinned) and data.kind != kind:
+        return  # a pinned example of another kind of folder
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d) / kind
         shutil.copytree(folders[kind], folder, symlinks=True)

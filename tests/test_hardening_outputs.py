@@ -47,7 +47,7 @@ def _text(content: str):
 
 def _old_run(folder: Path) -> dict[str, str]:
     folder.mkdir(parents=True)
-    files = {"summary.json": "old summary", "requests.parquet": "old table", "ttft_cdf.png": "x"}
+    files = {"summary.json": "old summary", "requests.parquet": "old table", "scenario.yaml": "x"}
     for name, content in files.items():
         (folder / name).write_text(content)
     return files
@@ -283,6 +283,8 @@ def test_baseline_folder_is_all_or_nothing(tmp_path, monkeypatch):
         (writers.REPORT_FILES, "kvsim-check.xml"),
         (writers.CAPACITY_FILES, "capacity.csv"),
         (writers.REPRODUCTION_FILES, "ttft_cdf_no-remote.png"),
+        (writers.SENSITIVITY_FILES, "tornado.png"),
+        (RUN_FILES, "requests.csv"),
     ],
 )
 def test_every_folder_kind_refuses_foreign_files_and_accepts_its_own(tmp_path, owned, name):
@@ -303,6 +305,57 @@ def test_cli_run_refuses_a_folder_of_foreign_files_before_running(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and "thesis.tex" in err
     assert os.listdir(out) == ["thesis.tex"]
+
+
+def test_cli_run_out_never_deletes_the_figures_kvsim_plot_drew(tmp_path, capsys):
+    """Issue 24: `kvsim run --out` over a folder `kvsim plot` drew into silently deleted
+    the figures (they went with the old folder). They are files `run` does not write: the
+    folder is refused, naming them, and left as it was; without them it is replaced."""
+    out = tmp_path / "run"
+    argv = ["run", str(SCENARIOS / "mooncake-sample.yaml"), "--quiet", "--out", str(out)]
+    argv += ["--set", "workload.limit=120"]
+    assert main(argv) == 0
+    assert main(["plot", str(out), "--format", "svg"]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    figures = sorted(n for n in before if n.endswith(".svg"))
+    assert len(figures) == 4
+    capsys.readouterr()
+    assert main([*argv, "--format", "csv"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and all(f in err for f in figures), err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    for f in figures:
+        (out / f).unlink()
+    assert main([*argv, "--format", "csv"]) == 0  # its own files (requests.parquet) replaced
+    assert sorted(os.listdir(out)) == ["requests.csv", "scenario.yaml", "summary.json"]
+
+
+@pytest.mark.parametrize("name", ["summary.json", "requests.parquet", "ttft_cdf.png"])
+def test_no_output_folder_is_written_through_a_symlink_in_it(tmp_path, capsys, name):
+    """A symlink in an output folder is never one of kvsim's files: every command that
+    writes a folder refuses it up front (the one check, writers.foreign_files), so no
+    output is written through it to outside the folder, and the link stays."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    for argv in (
+        ["run", str(SCENARIOS / "mooncake-sample.yaml"), "--quiet"],
+        ["sweep", str(tmp_path / "s.yaml"), "--quiet"],
+        ["capacity", str(SCENARIOS / "quickstart.yaml"), "--slo", "ttft_p99<=1s"],
+    ):
+        (tmp_path / "s.yaml").write_text(f"base: {SCENARIOS / 'quickstart.yaml'}\n")
+        out = tmp_path / argv[0]
+        out.mkdir()
+        link = out / ("runs.jsonl" if argv[0] == "sweep" and name != "ttft_cdf.png" else name)
+        link.symlink_to(outside)
+        capsys.readouterr()
+        assert main([*argv, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{link.name} (a symlink)" in err, err
+        assert os.listdir(out) == [link.name] and link.is_symlink()
+        assert outside.read_text() == "precious"
+    # a symlink as a file of a folder written by write_folder (owned name): refused too
+    with pytest.raises(InputError, match="a symlink"):
+        write_folder(tmp_path / "run", {name: _text("new")}, owned=RUN_FILES)
 
 
 def test_cli_plot_into_a_read_only_folder(tmp_path, capsys, monkeypatch, results):
@@ -415,15 +468,21 @@ def test_help_shows_every_default():
             assert "(default: 3)" in flat and "(default: 0.02)" in flat
 
 
+# options every command takes, described once under the table rather than on each row
+GLOBAL = ("--help", "--debug")
+
+
 def test_readme_command_table_lists_every_flag():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for flag in GLOBAL[1:]:
+        assert f"`{flag}`, on every command" in readme, f"README does not describe {flag}"
     lines = [line for line in readme.splitlines() if line.startswith("| `kvsim ")]
     for cmd, sub in _subparsers(_parser()):
         rows = [ln.split("` |")[0] for ln in lines if re.match(rf"^\| `kvsim {cmd}[ `]", ln)]
         assert len(rows) == 1, f"README's command table has no row for `kvsim {cmd}`"
         rows_cmd = rows[0]
         for action in sub._actions:
-            flags = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+            flags = [o for o in action.option_strings if o.startswith("--") and o not in GLOBAL]
             if flags:
                 assert re.search(rf"{flags[0]}\b", rows_cmd), f"`kvsim {cmd}` row omits {flags[0]}"
 

@@ -1,5 +1,7 @@
 """The remote-KV-tier study reproduced from scenarios/paper/ (acceptance of the study's
-reproduction). The runs are the ones `kvsim reproduce paper` makes (ten seeds, about a minute)."""
+reproduction). The runs are the ones `kvsim reproduce paper` makes (ten seeds, about a minute
+compiled, two on the pure-Python core): marked slow, so README's test command leaves them to
+``.ci/run``'s second pass (``python -m pytest -m slow``)."""
 
 import pytest
 
@@ -7,6 +9,8 @@ from kvsim.cli import main
 from kvsim.reproduce import remote_kv_tiers as paper
 
 from conftest import SCENARIOS
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +73,16 @@ def test_every_figure_of_the_study_is_reported(rep):
     assert len(set(names)) == len(names) >= 14
 
 
-def test_reproduce_command_writes_csv_markdown_and_plots(tmp_path, capsys):
+def test_reproduce_command_writes_csv_markdown_and_plots(rep, tmp_path, capsys, monkeypatch):
+    asked = []
+
+    def reproduce(scenarios, log=None):  # the module's runs, made once (the fixture)
+        asked.append(scenarios)
+        return rep
+
+    monkeypatch.setattr(paper, "reproduce", reproduce)
     assert main(["reproduce", "paper", "--out", str(tmp_path)]) == 0
+    assert len(asked) == 1
     text = capsys.readouterr().out
     assert "remote_hit_16k_s" in text and "kvsim/paper" in text
     import pandas as pd

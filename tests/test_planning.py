@@ -115,15 +115,25 @@ def test_cheapest_picks_the_hand_computed_layout(plans):
 
 def test_sensitivity_ranks_the_assumption_the_answer_rests_on_first(plans):
     """Every profile value marked L or M is moved by 25%; the hit scenario's median TTFT
-    depends only on the host-to-GPU link (M), so it comes first, with the hand-computed
-    swing: 0.999 MB / 8 at 0.75 and 1.25 MB/s."""
+    depends on the host-to-GPU link (M), with the hand-computed swing: 0.999 MB / 8 at
+    0.75 and 1.25 MB/s. Its HBM prefix cache is 0 B: moved up by an absolute step (25% of
+    1 GB), it holds the prompt and the restores become GPU hits (0.1 s: the last token),
+    the largest swing, measured from the value as given (0 B and below are refused)."""
     res = sensitivity(api.load(plans / "hits.yaml"), "ttft_p50_s", by=0.25)
-    top = res.swings[0]
-    assert top.path == "node.h2d_per_gpu" and top.mark == "M"
-    assert top.metric_low == pytest.approx(0.1 + 0.999e6 / 6e6)
-    assert top.metric_high == pytest.approx(0.1 + 0.999e6 / 10e6)
-    assert all(abs(s.swing) < 1e-9 for s in res.swings[1:])
-    assert len(res.swings) >= 10  # the profile's marked values, not just one
+    top, second = res.swings[:2]
+    assert top.path == "tiers.gpu.capacity" and top.mark == "M"
+    assert top.step.startswith("at 0: moved by 250 MB") and set(top.refused) == {"low"}
+    assert top.swing == pytest.approx(0.1 - (0.1 + 0.999e6 / 8e6))
+    assert second.path == "node.h2d_per_gpu" and second.mark == "M"
+    assert second.metric_low == pytest.approx(0.1 + 0.999e6 / 6e6)
+    assert second.metric_high == pytest.approx(0.1 + 0.999e6 / 10e6)
+    others = {s.path: s.swing for s in res.swings[2:]}
+    # the T0s at 0 move by 0.25 ms (absolute); the rest change nothing in the median
+    assert others.pop("node.h2d_latency") == pytest.approx(0.25e-3)
+    assert others.pop("tiers.host.t0") == pytest.approx(0.25e-3)
+    assert all(abs(v) < 1e-9 for v in others.values()), others
+    assert "node.host_dram (M)" in res.no_effect  # a limit: the run never reads it
+    assert len(res.swings) + len(res.no_effect) + len(res.skipped) >= 20  # the profile's
 
 
 def test_sensitivity_command_writes_a_table_and_a_tornado(plans, tmp_path, capsys):
@@ -247,7 +257,7 @@ def test_minimize_says_when_the_answer_is_the_bottom_of_the_range(plans):
         cwd=plans,
     )
     assert r.returncode == 0, r.stderr
-    assert "the smallest value may be lower" in r.stdout
+    assert "1 MB/s or lower" in r.stdout and "widen --range" in r.stdout
 
 
 def test_sensitivity_refuses_a_metric_without_a_value(plans):

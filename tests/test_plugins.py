@@ -10,15 +10,20 @@ block) and a serial engine, so a request's blocks enter GPU HBM when it finishes
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -74,6 +79,19 @@ def scenario(tmp_path: Path, rows: list[tuple[float, list[int]]], **sections: An
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(sc))
     return path
+
+
+NOTICE = "kvsim: importing plugin code: "
+
+
+def one_error(err: str) -> str:
+    """The stderr of a refused command: a notice per plugin file imported, then one error
+    line (returned), no traceback."""
+    lines = err.splitlines()
+    assert lines and "Traceback" not in err, err
+    assert all(line.startswith(NOTICE) for line in lines[:-1]), err
+    assert lines[-1].startswith("kvsim: error: "), err
+    return lines[-1]
 
 
 def run_cli(path: Path, out: Path, *args: str) -> pd.DataFrame:
@@ -614,8 +632,7 @@ def test_a_policy_breaking_a_rule_stops_the_run_naming_it(
     path.write_text(yaml.safe_dump(text))
     out = tmp_path / "out"
     assert main(["run", str(path), "--set", setting, "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
+    err = one_error(capsys.readouterr().err)
     assert f"plugin {tmp_path / 'bad.py'} ({who})" in err, err
     assert what in err and rule in err, err
     assert not out.exists() or not any(out.iterdir())  # nothing left as if complete
@@ -648,8 +665,7 @@ def test_a_plugin_that_cannot_load_is_exit_2_naming_it(tmp_path, capsys, source,
         f"name: s\nextends: {SCENARIOS / 'mooncake-sample.yaml'}\nplugins: [broken_plugin.py]\n"
     )
     assert main(["run", str(path), "--quiet", "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
+    err = one_error(capsys.readouterr().err)
     assert f"plugin {bad}" in err and message in err, err
     assert not (tmp_path / "out").exists()
 
@@ -660,3 +676,428 @@ def test_a_missing_plugin_module_on_the_command_line(capsys):
     )
     err = capsys.readouterr().err
     assert "--plugin no_such_kvsim_x: cannot import it" in err, err
+
+
+# ---- issue 24: whatever plugin code does, one line; untrusted scenarios --------------------
+# (tests/test_fuzz_plugins.py throws every exception and every number at the same guards)
+
+from test_fuzz_plugins import control, kvsim, write_tiny  # noqa: E402
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    """A scenario naming a plugin policy of every kind (tests/test_fuzz_plugins.py)."""
+    return write_tiny(tmp_path / "tiny")
+
+
+def raising(exc: BaseException):
+    def act(*_: Any) -> Any:
+        raise exc
+
+    return act
+
+
+class Custom(BaseException):
+    pass
+
+
+def check_failure(rc: int, err: str, plugin: Path, *fragments: str, log: bool = False) -> None:
+    """Exit 2, one error line naming the plugin and the place in its code (``log``: after
+    the command's progress lines)."""
+    assert rc == 2, err
+    line = err.splitlines()[-1] if log else one_error(err + "\n")
+    assert "Traceback" not in err and line.startswith("kvsim: error: "), err
+    assert f"plugin {plugin}" in line and f"(at {plugin}:" in line, line
+    for f in fragments:
+        assert f in line, line
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        SystemExit(0),
+        SystemExit(None),
+        KeyboardInterrupt(),
+        GeneratorExit(),
+        StopIteration(),
+        Custom("mine"),
+        KeyError("x"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_any_exception_out_of_a_plugin_method_is_exit_2_naming_method_and_place(tiny, exc):
+    """SystemExit(0) used to end `run` with exit 0 and nothing done; KeyboardInterrupt
+    with "interrupted" (130); GeneratorExit and BaseExceptions with a traceback."""
+    out = tiny.parent / "out"
+    with control("priority", raising(exc)):
+        rc, err = kvsim("run", str(tiny), "--quiet", "--out", str(out))
+    check_failure(rc, err, tiny.parent / "fz.py", "(scheduler 'fz_sched')", "priority() raised")
+    assert f"raised {type(exc).__name__}" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("exc", [SystemExit(0), KeyboardInterrupt()], ids=["exit", "kbd"])
+def test_sweep_capacity_and_check_do_not_pass_when_a_plugin_exits(tiny, exc):
+    """In worker processes too (a sweep's, started by fork), and the regression gate does
+    not pass without comparing anything."""
+    folder = tiny.parent
+    (folder / "sweep.yaml").write_text("base: s.yaml\nreplications: 2\n")
+    (folder / "suite.yaml").write_text(
+        "seeds: [0]\nentries:\n  - {scenario: s.yaml, loads: [1.0]}\n"
+    )
+    with control():
+        rc, err = kvsim("baseline", str(folder / "suite.yaml"), "--out", str(folder / "b"))
+        assert rc == 0, err
+    plugin = folder / "fz.py"
+    with control("priority", raising(exc)):
+        rc, err = kvsim(
+            "sweep",
+            str(folder / "sweep.yaml"),
+            "--out",
+            str(folder / "o"),
+            "--workers",
+            "2",
+            "--quiet",
+        )
+        assert rc == 2 and f"plugin {plugin} (scheduler 'fz_sched'): priority() raised" in err
+        rc, err = kvsim("capacity", str(tiny), "--slo", "ttft_p99<=5s", "--reps", "1")
+        check_failure(rc, err, plugin, "priority() raised", log=True)
+        rc, err = kvsim(
+            "check", str(folder / "suite.yaml"), "--baseline", str(folder / "b"), "--workers", "1"
+        )
+        check_failure(rc, err, plugin, "priority() raised", log=True)
+
+
+@pytest.mark.parametrize(
+    "code, what",
+    [
+        ("import sys\nsys.exit(0)\n", "SystemExit: 0"),
+        ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+        ("raise GeneratorExit\n", "GeneratorExit"),
+        ("class Mine(BaseException): pass\nraise Mine('x')\n", "Mine: x"),
+    ],
+    ids=["exit", "kbd", "genexit", "custom"],
+)
+@pytest.mark.parametrize("command", ["validate", "run", "trace"])
+def test_any_exception_while_a_plugin_is_imported(tmp_path, code, what, command):
+    (tmp_path / "p.py").write_text("x = 1\n" + code)
+    path = tmp_path / "s.yaml"
+    path.write_text(f"extends: {SCENARIOS / 'quickstart.yaml'}\nplugins: [p.py]\n")
+    argv = ["trace", "stats", str(path)] if command == "trace" else [command, str(path)]
+    rc, err = kvsim(*argv)
+    check_failure(rc, err, tmp_path / "p.py", "failed while loading", what)
+    assert f"(at {tmp_path / 'p.py'}:{1 + code.count(chr(10))})" in err  # its last line
+
+
+@pytest.mark.parametrize("exc", [SystemExit(0), KeyboardInterrupt(), Custom()], ids=str)
+def test_any_exception_while_a_plugin_policy_is_made(tiny, exc):
+    with control("__init__", raising(exc)):
+        rc, err = kvsim("run", str(tiny), "--quiet")
+    check_failure(rc, err, tiny.parent / "fz.py", "(eviction 'fz_evict')", "Evict() raised")
+
+
+def test_debug_shows_the_plugins_traceback(tiny):
+    with control("victim", raising(KeyError("x"))):
+        rc, err = kvsim("run", str(tiny), "--quiet", "--debug")
+    assert rc == 2
+    assert err.startswith("Traceback") and f'File "{tiny.parent / "fz.py"}"' in err, err
+    assert err.splitlines()[-1].startswith("kvsim: error: plugin "), err
+    with control("victim", raising(KeyError("x"))):  # given before the command too
+        rc, err = kvsim("--debug", "run", str(tiny), "--quiet")
+    assert rc == 2 and "Traceback" in err
+
+
+def test_a_real_ctrl_c_still_interrupts_inside_plugin_code(tmp_path):
+    """SIGINT while a plugin method runs: exit 130, "interrupted" (the plugin's own
+    KeyboardInterrupt is a plugin failure; a signal is not)."""
+    import signal
+    import time
+
+    path = write_tiny(tmp_path)
+    ready = tmp_path / "ready"
+    code = textwrap.dedent(f"""
+        import sys, time, types, pathlib
+        def act(*a):
+            pathlib.Path({str(ready)!r}).write_text("x")
+            time.sleep(60)
+        sys.modules["kvsim_fuzz_control"] = types.SimpleNamespace(
+            method="priority", act=act, calls={{}})
+        from kvsim.cli import main
+        sys.exit(main(["run", {str(path)!r}, "--quiet"]))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), proc.stderr.read() if proc.poll() is not None else "timeout"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[-1] == "kvsim: interrupted", err
+
+
+@pytest.mark.parametrize(
+    "method, value, ok, rule",
+    [
+        ("priority", 10**400, False, "beyond a float's range"),
+        ("priority", Fraction(10**400, 3), False, "beyond a float's range"),
+        ("priority", Fraction(1, 3), True, ""),
+        ("priority", np.float32(0.5), True, ""),
+        ("priority", np.True_, False, "expected a finite number"),
+        ("priority", Decimal("1.5"), False, "expected a finite number"),
+        ("admit", np.True_, True, ""),
+        ("admit", np.False_, True, ""),
+        ("admit", 1, False, "expected True or False"),
+        ("route", np.int64(0), True, ""),
+        ("route", 10**5000, False, "an int of about 5,000 digits"),
+        ("restore_blocks", np.int64(0), True, ""),
+        ("restore_blocks", np.True_, False, "expected an int"),
+        ("fetch_blocks", np.uint8(0), True, ""),
+        ("fetch_blocks", -1, False, "never negative"),
+        ("victim", "x", False, "not a block resident"),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str | bool) else str(v),
+)
+def test_numbers_from_plugins(tiny, method, value, ok, rule):
+    """Every numeric answer: ints, floats and NumPy scalars that are finite and in range;
+    True/False (NumPy's too) where a boolean is asked; anything else is one line."""
+    with control(method, lambda *_: value):
+        rc, err = kvsim("run", str(tiny), "--quiet")
+    if ok:
+        assert rc == 0, err
+    else:
+        check_failure(rc, err, tiny.parent / "fz.py", f"{method}() broke a rule", rule)
+
+
+@pytest.mark.parametrize("k", [-1, 99, 0.5, True, None, 10**400])
+def test_estimate_refuses_a_block_count_outside_the_hit(tiny, k):
+    """estimate(-1) used to answer (a time for restoring "-1 blocks")."""
+
+    def act(estimate):
+        with contextlib.suppress(Exception):  # refused even if the plugin catches it
+            estimate(k)
+        return 0
+
+    with control("restore_blocks", act):
+        rc, err = kvsim("run", str(tiny), "--quiet")
+    check_failure(rc, err, tiny.parent / "fz.py", "restore_blocks() broke a rule", "estimate(")
+    with control("restore_blocks", lambda estimate: int(estimate(np.int64(0)) < 0)):
+        assert kvsim("run", str(tiny), "--quiet")[0] == 0
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    p = tmp_path / f"{kind}.py"
+    if kind == "loop":
+        p.symlink_to(p)
+    elif kind == "chain":  # a link to a link to a loop
+        (tmp_path / "a.py").symlink_to(tmp_path / "b.py")
+        (tmp_path / "b.py").symlink_to(tmp_path / "a.py")
+        p.symlink_to(tmp_path / "a.py")
+    elif kind == "folder":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "unreadable":
+        p.write_text("x = 1\n")
+        p.chmod(0)
+    elif kind == "dangling":
+        p.symlink_to(tmp_path / "nowhere.py")
+    return p
+
+
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("loop", "symlink loop"),
+        ("chain", "symlink loop"),
+        ("folder", "is a folder"),
+        ("fifo", "is a FIFO"),
+        ("unreadable", "ermission denied"),
+        ("missing", "no such file"),
+        ("dangling", "no such file"),
+    ],
+)
+def test_a_plugin_path_that_is_not_a_readable_file_is_one_line(tmp_path, kind, reason):
+    if kind == "unreadable" and os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    p = _special(tmp_path, kind)
+    s = tmp_path / "s.yaml"
+    s.write_text(f"extends: {SCENARIOS / 'quickstart.yaml'}\nplugins: [{p.name}]\n")
+    for argv in (
+        ["validate", str(s)],
+        ["validate", str(s.with_name("q.yaml")), "--plugin", str(p)],
+        ["run", str(s), "--quiet"],
+        ["trace", "stats", str(s)],
+    ):
+        if "q.yaml" in argv[1]:
+            Path(argv[1]).write_text(f"extends: {SCENARIOS / 'quickstart.yaml'}\n")
+        rc, err = kvsim(*argv)
+        assert rc == 2 and "\n" not in err and "Traceback" not in err, (argv, err)
+        assert "cannot import it" in err and reason in err, (argv, err)
+
+
+def test_one_plugin_registering_a_name_twice_is_refused_naming_both_places(tmp_path):
+    """It used to keep the last class silently."""
+    (tmp_path / "twice.py").write_text(
+        "from kvsim.plugins import SchedulingPolicy, register\n"
+        "@register('mine')\nclass A(SchedulingPolicy):\n    def priority(self, r, e): return 1\n"
+        "@register('mine')\nclass B(SchedulingPolicy):\n    def priority(self, r, e): return 2\n"
+    )
+    rc, err = kvsim(
+        "validate", str(SCENARIOS / "quickstart.yaml"), "--plugin", str(tmp_path / "twice.py")
+    )
+    assert rc == 2 and "\n" not in err, err
+    assert "scheduler 'mine' is registered twice by this plugin" in err, err
+    assert f"at {tmp_path / 'twice.py'}:2 and at {tmp_path / 'twice.py'}:5" in err, err
+
+
+@pytest.fixture
+def broken_entry_point(tmp_path, monkeypatch):
+    """An installed package whose kvsim.policies entry points fail to load (one exits)."""
+    from kvsim import plugins
+
+    pkg = tmp_path / "kvsim_broken_policies"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import sys\nsys.exit(0)\n")
+    info = tmp_path / "kvsim_broken_policies-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kvsim-broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[kvsim.policies]\nbroken_lru = kvsim_broken_policies:LRU\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
+    monkeypatch.setattr(plugins, "_entry_point_failures", [])
+    return tmp_path
+
+
+def test_a_broken_entry_point_is_not_blamed_for_a_typo(broken_entry_point):
+    qs = str(SCENARIOS / "quickstart.yaml")
+    rc, err = kvsim("validate", qs, "--set", "cluster.router=round_robbin")
+    assert rc == 2 and "\n" not in err, err
+    assert "unknown router 'round_robbin'; choose one of" in err, err
+    # the name it offers: then it is the cause
+    rc, err = kvsim("validate", qs, "--set", "tiers.gpu.eviction=broken_lru")
+    assert rc == 2 and "\n" not in err, err
+    assert "comes from entry point broken_lru = kvsim_broken_policies:LRU" in err, err
+    assert "SystemExit" in err
+
+
+EVIL = """
+import pathlib
+pathlib.Path(__file__).with_name("RAN").write_text("plugin code ran")
+from kvsim.plugins import EvictionPolicy, register
+
+@register("evil_lru")
+class EvilLRU(EvictionPolicy):
+    def victim(self, tier):
+        return next(iter(tier))
+"""
+
+
+@pytest.fixture
+def untrusted(tmp_path) -> Path:
+    """A downloaded scenario whose plugin writes RAN beside itself when imported."""
+    (tmp_path / "evil.py").write_text(EVIL)
+    (tmp_path / "s.yaml").write_text(
+        f"extends: {SCENARIOS / 'quickstart.yaml'}\nplugins: [evil.py]\n"
+        "tiers:\n  gpu: {eviction: evil_lru}\nworkload: {requests: 40}\nrun: {warmup: 0 s}\n"
+    )
+    return tmp_path
+
+
+def test_commands_say_which_plugin_code_they_import_before_importing_it(untrusted):
+    rc, err = kvsim_raw("validate", str(untrusted / "s.yaml"))
+    assert rc == 0 and (untrusted / "RAN").exists()
+    assert err.splitlines() == [f"kvsim: importing plugin code: {untrusted / 'evil.py'}"], err
+
+
+def kvsim_raw(*argv: str) -> tuple[int, str]:
+    """(exit code, the whole stderr)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(list(argv))
+    return rc, err.getvalue()
+
+
+def test_no_plugins_inspects_an_untrusted_scenario_without_running_its_code(untrusted, capsys):
+    s = str(untrusted / "s.yaml")
+    assert main(["validate", s, "--no-plugins"]) == 0
+    out, err = capsys.readouterr()
+    assert f"not imported (--no-plugins): {untrusted / 'evil.py'}" in out, out
+    assert "not checked (their plugin code was not run): eviction policy 'evil_lru'" in out
+    assert err == ""
+    assert main(["trace", "stats", s, "--no-plugins", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 40
+    for argv in (
+        ["run", s, "--quiet"],
+        ["sensitivity", s, "--metric", "ttft_p99_s"],
+        ["capacity", s, "--slo", "ttft_p99<=2s"],
+    ):
+        rc, err = kvsim_raw(*argv, "--no-plugins")
+        assert rc == 2 and err.count("\n") == 1, err
+        assert (
+            "tiers.gpu.eviction: eviction policy 'evil_lru' is not a built-in one: it "
+            "needs plugin code, which --no-plugins does not run" in err
+        ), err
+    # a scenario that lists plugins but names none runs without them, in workers too
+    (untrusted / "sweep.yaml").write_text(
+        "base: s.yaml\nset: {tiers.gpu.eviction: lru, workload.requests: 20}\nreplications: 2\n"
+    )
+    rc, err = kvsim_raw(
+        "sweep",
+        str(untrusted / "sweep.yaml"),
+        "--out",
+        str(untrusted / "o"),
+        "--workers",
+        "2",
+        "--quiet",
+        "--no-plugins",
+    )
+    assert rc == 0, err
+    rc, err = kvsim_raw("run", s, "--set", "tiers.gpu.eviction=lru", "--quiet", "--no-plugins")
+    assert rc == 0, err
+    assert not (untrusted / "RAN").exists()
+    rc, err = kvsim_raw("run", s, "--no-plugins", "--plugin", str(untrusted / "evil.py"))
+    assert rc == 2 and "--plugin runs plugin code, --no-plugins runs none" in err, err
+    assert not (untrusted / "RAN").exists()
+    assert "KVSIM_NO_PLUGINS" not in os.environ  # (restored)
+
+
+def test_plugin_failures_on_dask_workers_are_one_line(tmp_path):
+    """A Dask worker runs plugin code in a thread: its KeyboardInterrupt or SystemExit is a
+    failed run naming the plugin, not a dead worker or an interrupted sweep."""
+    distributed = pytest.importorskip("dask.distributed")
+    path = write_tiny(tmp_path)
+    (tmp_path / "quits.py").write_text(
+        "import sys\nfrom kvsim.plugins import SchedulingPolicy, register\n"
+        "@register('kbd')\nclass K(SchedulingPolicy):\n"
+        "    def priority(self, r, e): raise KeyboardInterrupt\n"
+        "@register('quits')\nclass Q(SchedulingPolicy):\n"
+        "    def priority(self, r, e): sys.exit(0)\n"
+    )
+    (tmp_path / "sweep.yaml").write_text(
+        f"base: {path.name}\nset: {{plugins: [quits.py]}}\n"
+        "grid: {engine.scheduler: [kbd, quits]}\n"
+    )
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        rc, err = kvsim_raw(
+            "sweep",
+            str(tmp_path / "sweep.yaml"),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+            "--scheduler",
+            cluster.scheduler_address,
+        )
+    assert rc == 2 and "Traceback" not in err, err
+    for what in (
+        "(scheduler 'kbd'): priority() raised KeyboardInterrupt (at ",
+        "(scheduler 'quits'): priority() raised SystemExit: 0 (at ",
+    ):
+        assert f"plugin {tmp_path / 'quits.py'} {what}" in err, err

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from kvsim import api
-from kvsim.experiments.capacity import mean_ci95, replication_overrides
+from kvsim.experiments.capacity import replication_overrides
 from kvsim.experiments.sweep import load_sweep
+from kvsim.results.metrics import mean_ci95
 from kvsim.results.uncertainty import block_length, mser5, percentile_ci, percentile_cis
 from kvsim.workload import open_workload
 from kvsim.workload.request import Request
@@ -251,7 +252,9 @@ def test_a_large_run_gets_a_normal_interval_from_fewer_resamples():
     """Past 200,000 values: 40 resamples, estimate +- 1.96 s.d. On n = 300,000
     exponential(1) values the half-width matches the sample quantile's asymptotic
     standard error, sqrt(p (1 - p) / n) / f(x_p), times 1.96: 0.0036 for the median and
-    0.0356 for p99. Tolerance 35% (40 resamples estimate a s.d. to about 11%)."""
+    0.0356 for p99. Tolerance 35% (40 resamples estimate a s.d. to about 11%). The
+    interval is widened to hold the order-statistic interval, so its middle may move off
+    the estimate by a little (at most a third of a standard error here)."""
     n = 300_000
     v = np.random.default_rng(3).exponential(1.0, n)
     cis = percentile_cis(v, (50, 99), np.random.default_rng(4))
@@ -259,5 +262,7 @@ def test_a_large_run_gets_a_normal_interval_from_fewer_resamples():
         p = q / 100
         se = math.sqrt(p * (1 - p) / n) / (1 - p)  # density of exp(1) at x_p is 1 - p
         lo, hi = cis[q]
-        assert (lo + hi) / 2 == pytest.approx(np.percentile(v, q))
+        # about symmetric: widened at most to the order-statistic interval, of the same size
+        assert lo < np.percentile(v, q) < hi
+        assert (lo + hi) / 2 == pytest.approx(np.percentile(v, q), abs=0.3 * se)
         assert (hi - lo) / 2 == pytest.approx(1.96 * se, rel=0.35)

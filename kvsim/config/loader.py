@@ -22,7 +22,7 @@ import io
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from kvsim.config.schema import Scenario, cross_checks
 from kvsim.errors import InputError, shown
 from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, read_text
-from kvsim.plugins import is_file_spec, load_plugins
+from kvsim.plugins import canonical, is_file_spec, load_plugins
 from kvsim.plugins import scope as plugin_scope
 from kvsim.profiles import DEFAULT_PROFILE, profile_path
 
@@ -158,6 +158,31 @@ class _Loader(yaml.SafeLoader):
                     key = (k.tag, k.value) if isinstance(k, yaml.ScalarNode) else id(k)
                     merged.setdefault(key, pair)
         node.value = list(merged.values()) + own  # own keys come last: they win
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping whose keys are the text the user wrote: ``1:``, ``true:``, ``null:``,
+        ``1.50:`` or a date are keys "1", "true", "null", "1.50", not 1, True (which
+        Python takes for 1), None or 1.5, so that a message names the key as written and
+        the line recorded for it (:func:`_walk_lines` keys lines by that text) is found.
+        A list or mapping as a key is refused there first."""
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            node.value = [
+                (
+                    yaml.ScalarNode(
+                        "tag:yaml.org,2002:str",
+                        str(k.value),
+                        k.start_mark,
+                        k.end_mark,
+                        k.style,
+                    )
+                    if isinstance(k, yaml.ScalarNode) and k.tag != _MERGE_TAG
+                    else k,
+                    v,
+                )
+                for k, v in node.value
+            ]
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
@@ -426,7 +451,7 @@ def _normalize_layer(data: dict[str, Any], origins: Origins, base_dir: Path) -> 
     plugins = data.get("plugins")
     if isinstance(plugins, list):  # .py files relative to the file; modules as they are
         data["plugins"] = [
-            str(_resolve(base_dir, p).resolve()) if isinstance(p, str) and is_file_spec(p) else p
+            canonical(str(_resolve(base_dir, p))) if isinstance(p, str) and is_file_spec(p) else p
             for p in plugins
         ]
     wl = data.get("workload")
@@ -459,15 +484,41 @@ def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
         raise InputError(f"timing table {shown(str(path))}: {e.reason}", where=where) from None
     text = read_text(path, what="timing table", max_bytes=MAX_TABLE_BYTES)
     cells: dict[tuple[int, int], float] = {}
-    rows = (line for line in io.StringIO(text, newline="") if not line.lstrip().startswith("#"))
-    reader = csv.DictReader(rows)
+    first: dict[tuple[int, int], int] = {}  # the line of each (new, cached) pair
+    kept: list[int] = []  # the file's line number of each line the reader sees
+
+    def rows() -> Iterator[str]:
+        for n, line in enumerate(io.StringIO(text, newline=""), start=1):
+            if not line.lstrip().startswith("#"):  # comments are left out
+                kept.append(n)
+                yield line
+
+    def line_no() -> int:  # the file's line of the csv reader's last line
+        at = reader.reader.line_num  # DictReader's own count lags behind a failed row
+        return kept[at - 1] if 0 < at <= len(kept) else 1
+
+    reader = csv.DictReader(rows())
     need = {"new_tokens", "cached_tokens", "seconds"}
     i = 1
     try:
-        if reader.fieldnames is None or not need <= set(reader.fieldnames):
+        names = reader.fieldnames
+        if names is not None:
+            header_at = f"{path}:{line_no()}"
+            folded: set[str] = set()
+            for n in names:
+                f = n.strip().casefold()
+                if f in folded:
+                    raise InputError(
+                        f"timing table header names column {shown(n.strip())} twice: which "
+                        "one is meant?",
+                        where=header_at,
+                    )
+                folded.add(f)
+        if names is None or not need <= set(names):
             raise InputError(f"timing table needs columns {sorted(need)}", where=str(path))
-        for i, row in enumerate(reader, start=2):
-            if i > MAX_TIMING_ROWS:
+        for count, row in enumerate(reader, start=2):
+            i = line_no()
+            if count > MAX_TIMING_ROWS:
                 raise InputError(
                     f"timing table has more than {MAX_TIMING_ROWS:,} rows", where=str(path)
                 )
@@ -481,9 +532,16 @@ def read_timing_csv(path: Path, where: str) -> dict[str, Any]:
                     f"seconds must be a finite number > 0, got {shown(row['seconds'])}",
                     where=f"{path}:{i}",
                 )
+            if key in cells:  # two times for one point: which one is meant?
+                raise InputError(
+                    f"a second row for new_tokens {key[0]}, cached_tokens {key[1]} (the "
+                    f"first is line {first[key]}): give each point once",
+                    where=f"{path}:{i}",
+                )
             cells[key] = seconds
+            first[key] = i
     except csv.Error as e:
-        raise InputError(f"malformed CSV ({e})", where=f"{path}:{i + 1}") from None
+        raise InputError(f"malformed CSV ({e})", where=f"{path}:{line_no()}") from None
     new = sorted({k[0] for k in cells})
     cached = sorted({k[1] for k in cells})
     if len(new) * len(cached) != len(cells):
@@ -601,8 +659,17 @@ def apply_overrides(
             where = f"{label}{v}" if label.endswith("=") else f"{label}{k}={v}"
             items.append((k.split("."), v, where))
     else:
+        given: dict[tuple[str, ...], str] = {}
         for expr in overrides:
             parts, value = parse_override(expr)
+            earlier = given.get(tuple(parts))
+            given[tuple(parts)] = expr
+            # the same field twice: which value is meant? (plugins add up, by design)
+            if earlier is not None and parts != ["plugins"]:
+                raise InputError(
+                    f"{_dotted(parts)} is set twice (also by {label}{earlier}); give it once",
+                    where=f"{label}{expr}",
+                )
             items.append((parts, value, f"{label}{expr}"))
     for parts, value, where in items:
         if len(parts) > MAX_YAML_DEPTH:  # also keeps the bookkeeping below linear

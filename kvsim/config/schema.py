@@ -806,7 +806,31 @@ class Run(Record):
     )
 
 
-Price = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+MAX_PRICE = 1e9  # US dollars per unit: past any real price (a typo, or an overflow)
+MAX_USD_PER_HOUR = 1e15  # a layout's price past this is a typo, and its costs could overflow
+
+
+def _price(value: object) -> object:
+    """A price is a number: YAML's true/false is not read as 1/0 dollars."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a price in US dollars (a number), not {str(value).lower()}")
+    return value
+
+
+def _price_bound(value: float) -> float:
+    if value > MAX_PRICE:
+        raise ValueError(
+            f"{value:g} is past any real price (at most {MAX_PRICE:g} US dollars a unit)"
+        )
+    return value
+
+
+Price = Annotated[
+    float,
+    BeforeValidator(_price),
+    Field(ge=0.0, allow_inf_nan=False),
+    AfterValidator(_price_bound),
+]
 
 
 class Cost(Record):
@@ -876,6 +900,7 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("model",), "give kv_bytes_per_token or kv_layout"))
     out += _timing_checks(sc)
     out += _engine_checks(sc)
+    out += _cost_checks(sc)
     ten = sc.tenancy
     if ten.quota or ten.ttl is not None:  # kept by the built-in stores' bookkeeping
         tiers = [("tiers", t) for t in ("gpu", "host", "nvme")] + [("remote",)]
@@ -977,6 +1002,44 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     if w.window.end is not None and w.window.end <= w.window.start:
         out.append((("workload", "window", "end"), "must be after window.start"))
     return out
+
+
+def _cost_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """The layout's price per hour (as kvsim.results.records.usd_per_hour adds it up)
+    must stay below MAX_USD_PER_HOUR: past it the prices are a typo, and the hourly or
+    per-token cost could overflow to infinity. Reported at the price of the largest
+    part."""
+    c = sc.cost
+    if c is None:
+        return []
+    engines, t, rc = sc.cluster.engines, sc.tiers, sc.remote
+    gb_hour = 1e-9 / 730.0
+    parts = [("gpu_node_hour", f"{engines} engine(s)", engines * c.gpu_node_hour)]
+    if t.host.enabled:
+        what = f"tiers.host.capacity on {engines} engine(s)"
+        parts.append(("dram_gb_month", what, engines * t.host.capacity * gb_hour * c.dram_gb_month))
+    if t.nvme.enabled:
+        what = f"tiers.nvme.capacity on {engines} engine(s)"
+        parts.append(("nvme_gb_month", what, engines * t.nvme.capacity * gb_hour * c.nvme_gb_month))
+    if rc.enabled:
+        mem = rc.servers * rc.capacity * gb_hour * c.remote_memory_gb_month
+        parts.append(("remote_memory_gb_month", f"remote.capacity on {rc.servers} server(s)", mem))
+        parts.append(
+            ("remote_server_hour", f"{rc.servers} server(s)", rc.servers * c.remote_server_hour)
+        )
+    total = sum(usd for _, _, usd in parts)
+    if total <= MAX_USD_PER_HOUR:  # (False for an overflow to inf or NaN)
+        return []
+    inf = float("inf")
+    name, what, usd = max(parts, key=lambda p: p[2] if p[2] == p[2] else inf)
+    shown = f"${usd:.3g}" if usd < inf else "more than any float holds"
+    return [
+        (
+            ("cost", name),
+            f"prices the layout ({what}) at {shown} an hour, past any real plan "
+            f"(at most ${MAX_USD_PER_HOUR:g} an hour in all): a typo?",
+        )
+    ]
 
 
 def _timing_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:

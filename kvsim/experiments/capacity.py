@@ -21,7 +21,8 @@ from typing import Any
 
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
-from kvsim.results.metrics import NUMERIC, mean_ci95
+from kvsim.results.metrics import NUMERIC
+from kvsim.results.uncertainty import Interval, mean_interval
 from kvsim.units import parse_duration, parse_rate
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -152,9 +153,15 @@ class Capacity:
         return sum(self.rates) / len(self.rates)
 
     @property
+    def interval(self) -> Interval:
+        """The mean and its 95% interval (none from one replication)."""
+        return mean_interval(self.rates)
+
+    @property
     def ci95(self) -> float:
-        """Half-width of the 95% interval of the mean (0 with one replication)."""
-        return mean_ci95(self.rates)[1]
+        """Half-width of the 95% interval of the mean (NaN with one replication, 0 with
+        identical ones)."""
+        return self.interval.half
 
 
 def search(
@@ -246,7 +253,7 @@ def floor_report(slo: SLO, summary: dict[str, Any]) -> str:
     shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
     parts = {
         "compute": summary.get("compute_mean_s", math.nan),
-        "restore (T0s and transfers)": summary.get("load_mean_s", math.nan),
+        "load (prefetch wait, restore)": summary.get("load_mean_s", math.nan),
         "queueing": summary.get("queue_wait_mean_s", math.nan),
         "staging before puts": summary.get("store_mean_s", math.nan),
     }

@@ -23,7 +23,7 @@ from typing import Any
 from kvsim.config.schema import Scenario, field_unit
 from kvsim.errors import InputError
 from kvsim.experiments.capacity import SLO, replication_overrides
-from kvsim.results.metrics import mean_ci95
+from kvsim.results.uncertainty import Interval, mean_interval
 from kvsim.units import UNIT_WRITERS, parse_bandwidth, parse_duration, parse_rate, parse_size
 
 PARSERS: dict[str, Callable[[object], float]] = {
@@ -61,8 +61,8 @@ class NumericField:
             raise InputError(f"{text.strip()!r}: {e}", where=where) from None
 
     def show(self, x: float) -> str:
-        if self.integer:
-            return str(int(x))
+        if self.integer:  # (a count is only ever shown whole: never truncated)
+            return str(int(x)) if x == int(x) else f"{x:.4g}"
         from kvsim.units import fmt_bytes, fmt_duration
 
         if self.unit == "size":
@@ -73,18 +73,63 @@ class NumericField:
             return fmt_duration(x)
         return f"{x:.4g}{'/s' if self.unit == 'rate' else ''}"
 
+    def show_up(self, x: float) -> str:
+        """``x`` as :meth:`show` writes it, rounded up, never down: a value to provision
+        (a count: the next whole number)."""
+        if self.integer:
+            return str(math.ceil(x))
+        y = x
+        for _ in range(20):
+            text = self.show(y)
+            try:
+                if self.parse(text, "") >= x:
+                    return text
+            except InputError:
+                break
+            y *= 1 + 4e-4  # the next value the shown digits can hold
+        return self.show(x)
 
-def numeric_field(sc: Scenario, path: str) -> NumericField:
-    """The field at ``path`` (``tiers.host.capacity``) if it holds a number, else an
-    InputError naming it."""
-    where = f"--minimize {path}"
+
+# Fields that do not describe the simulated system: moving one answers no planning
+# question (the seed draws other random streams; the run: section says how a run is
+# measured, not what is measured). Refused by --minimize and sensitivity.
+NOT_THE_SYSTEM: dict[str, str] = {
+    "seed": "the seed picks the random streams, not the system (replications: --reps)",
+    "name": "a label",
+    "description": "a label",
+    "profile": "a name",
+    "plugins": "code to load",
+    "source": "the scenario's file",
+    "run": "run: says how the run is measured (warm-up, time limit), not the system",
+}
+
+
+def numeric_field(sc: Scenario, path: str, where: str | None = None) -> NumericField:
+    """The field at ``path`` (``tiers.host.capacity``) if it holds a number that the run
+    reads, else an InputError naming it: a field that is not part of the simulated system
+    (:data:`NOT_THE_SYSTEM`) or that sits in a disabled section (``enabled: false``) is
+    refused here; whether moving it changes the run at all is checked by running it
+    (:func:`fingerprint`)."""
+    where = where or f"--minimize {path}"
     node: Any = sc
     parts = path.split(".")
+    for key in (parts[0], path):
+        if key in NOT_THE_SYSTEM:
+            raise InputError(
+                f"does not change the simulated system: {NOT_THE_SYSTEM[key]}", where=where
+            )
     for i, part in enumerate(parts):
+        done = ".".join(parts[:i]) or "the scenario"
+        if node is None:
+            raise InputError(f"{done} is null (not set): it has no field {part!r}", where=where)
         fields = getattr(type(node), "model_fields", None)
         if not fields or part not in fields:
-            done = ".".join(parts[:i]) or "the scenario"
             raise InputError(f"{done} has no field {part!r}", where=where)
+        if "enabled" in fields and part != "enabled" and node.enabled is False:
+            raise InputError(
+                f"{done} is disabled ({done}.enabled: false): the run never reads {path}",
+                where=where,
+            )
         info = fields[part]
         node = getattr(node, part)
     value = node
@@ -95,6 +140,21 @@ def numeric_field(sc: Scenario, path: str) -> NumericField:
         raise InputError(f"not a finite number ({value})", where=where)
     unit = field_unit(info.annotation, info.metadata)
     return NumericField(path, float(value), isinstance(value, int), unit)
+
+
+def fingerprint(results: Any) -> tuple[Any, ...]:
+    """What a run computed, to tell whether moving a field changed anything: a hash of
+    every request's record and the summary's outcome metrics (prices included). Two runs
+    with the same fingerprint simulated the same thing."""
+    import hashlib
+
+    import pandas as pd
+
+    from kvsim.experiments.capacity import OUTCOMES
+
+    rows = pd.util.hash_pandas_object(results.requests, index=False).to_numpy()
+    digest = hashlib.sha256(rows.tobytes()).hexdigest()
+    return (digest, *(repr(results.summary.get(k)) for k in OUTCOMES))
 
 
 def parse_range(f: NumericField, text: str | None) -> tuple[float, float]:
@@ -139,8 +199,94 @@ class Minimum:
         return sum(self.values) / len(self.values)
 
     @property
+    def interval(self) -> Interval:
+        """The mean and its 95% interval (none from one replication)."""
+        return mean_interval(self.values)
+
+    @property
     def ci95(self) -> float:
-        return mean_ci95(self.values)[1]
+        """Half-width of the 95% interval (NaN with one replication)."""
+        return self.interval.half
+
+    @property
+    def all_at_bottom(self) -> bool:
+        """Every replication met the SLO at the bottom of the range: the smallest value
+        is there or lower, and the replications' answers say nothing about spread."""
+        return self.at_bottom == len(self.values)
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The answer's 95% interval in the field's own terms: the mean's interval widened
+        to hold every replication's answer, kept inside the range searched, and for a
+        count rounded outward to whole numbers. None without one (one replication,
+        identical answers, or every answer at the range's bottom)."""
+        iv = self.interval
+        if not iv.ok or self.all_at_bottom:
+            return None
+        lo = max(min(iv.lo, *self.values), self.span[0])
+        hi = min(max(iv.hi, *self.values), self.span[1])
+        if self.field.integer:
+            return float(math.floor(lo)), float(math.ceil(hi))
+        return lo, hi
+
+    @property
+    def provision(self) -> float:
+        """What meets the SLO in every replication: the largest answer (a count: whole)."""
+        top = max(self.values)
+        return float(math.ceil(top)) if self.field.integer else top
+
+    def lines(self) -> list[str]:
+        """The answer as ``kvsim capacity --minimize`` prints it."""
+        f, n = self.field, len(self.values)
+        each = ", ".join(map(f.show, self.values))
+        out = [f"smallest {f.path} meeting {self.slo} at the scenario's load ({n} replications):"]
+        bottom = f.show(self.span[0])
+        if self.all_at_bottom:
+            out.append(
+                f"  {bottom} or lower: every replication met the SLO at the bottom of the "
+                f"range ({bottom}), so there is no interval; widen --range to look lower"
+            )
+            out.append(
+                f"  provision {f.show_up(self.provision)}: the range's bottom already meets it"
+            )
+            return out
+        b = self.bounds()
+        if b is not None:
+            spread = f"95% interval {f.show(b[0])} .. {f.show(b[1])}"
+        else:
+            spread = self.interval.note or "no interval"
+        if f.integer:  # a count: its answers and the interval, never a fractional mean
+            out.append(f"  per replication: {each} ({spread})")
+        else:
+            out.append(f"  {f.show(self.mean)} ({spread}); per replication: {each}")
+        out.append(f"  provision {f.show_up(self.provision)} to meet it in every replication")
+        if self.at_bottom:
+            out.append(
+                f"  note: {self.at_bottom} of {n} replication(s) met the SLO at the bottom of "
+                f"the range ({bottom}): their smallest value may be lower; widen --range"
+            )
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        """The answer for ``--json`` (base units; a count as whole numbers)."""
+        f = self.field
+        whole: Callable[[float], Any] = int if f.integer else float
+        b = self.bounds()
+        if b is None and not self.all_at_bottom and len(set(self.values)) == 1 < len(self.values):
+            b = (self.values[0], self.values[0])  # identical replications: [v, v]
+        units = {"size": "B", "bandwidth": "B/s", "duration": "s", "rate": "1/s"}
+        return {
+            "field": f.path,
+            "unit": units.get(f.unit or "", ""),
+            "integer": f.integer,
+            "slo": str(self.slo),
+            "mean": self.mean,
+            "ci95": [whole(b[0]), whole(b[1])] if b is not None else [None, None],
+            "provision": whole(self.provision),
+            "values": [whole(v) for v in self.values],
+            "range": [whole(x) for x in self.span],
+            "at_range_bottom": self.at_bottom,
+            "evaluations": self.evaluations,
+        }
 
 
 def minimize(
@@ -164,16 +310,33 @@ def minimize(
     extra = replication_overrides(sc, reps)
     evaluations = 0
 
+    prints: dict[float, tuple[Any, ...]] = {}  # the first replication's runs at lo and hi
+
     def meets(x: float, seed: int) -> bool:
         nonlocal evaluations
         evaluations += 1
         try:
-            summary = api.run(sc, {**extra, path: f.override(x)}, seed).summary
+            res = api.run(sc, {**extra, path: f.override(x)}, seed)
         except InputError as e:
             raise InputError(
                 f"with {path} = {f.show(x)} (seed {seed}): {e}; give a --range the scenario accepts"
             ) from None
-        return slo.met(summary)
+        if seed == sc.seed and x in (lo, hi):
+            prints[x] = fingerprint(res)
+        return slo.met(res.summary)
+
+    def does_nothing() -> bool:
+        """The run at the range's bottom is the run at its top: the field changes
+        nothing the simulation computes (a limit never reached, a value never read)."""
+        if lo not in prints:
+            meets(lo, sc.seed)
+        return prints[lo] == prints[hi]
+
+    nothing = InputError(
+        f"the run is the same with {path} = {f.show(lo)} and {f.show(hi)} (every request, "
+        "every outcome): the scenario does not depend on it, so no value of it is smallest",
+        where=f"--minimize {path}",
+    )
 
     def close(a: float, b: float) -> bool:
         if f.integer:
@@ -185,11 +348,15 @@ def minimize(
     for rep in range(reps):
         seed = sc.seed + rep
         if not meets(hi, seed):
+            if rep == 0 and does_nothing():
+                raise nothing
             raise InputError(
                 f"the SLO ({slo}) fails even with {path} = {f.show(hi)} (seed {seed}); "
                 "widen --range, or the SLO depends on something else"
             )
         if meets(lo, seed):
+            if rep == 0 and does_nothing():
+                raise nothing
             found = lo
             at_bottom += 1
         else:
@@ -219,6 +386,7 @@ class Layout:
     usd_per_hour: float
     usd_per_million_prompt_tokens: float
     summaries: list[dict[str, Any]] = field(default_factory=list)
+    interval: Interval | None = None  # the metric's mean over replications, its interval
 
 
 def layouts(
@@ -259,18 +427,14 @@ def layouts(
                 label = ", ".join(f"{k}={v}" for k, v in cfg.items())
                 raise InputError(f"configuration {label}: {e}") from None
         vals = [float(s.get(slo.metric, math.nan)) for s in sums]
-        mean, half = mean_ci95(vals)
+        iv = mean_interval(vals)
+        mean, half = iv.mean, iv.half
         probe = dict(sums[0])
         probe[slo.metric] = mean
-        label = ", ".join(f"{k}={v}" for k, v in cfg.items())
         usd = sums[0]["usd_per_hour"]
         per_m = sum(s["usd_per_million_prompt_tokens"] for s in sums) / len(sums)
-        layout = Layout(cfg, mean, half, slo.met(probe), usd, per_m, sums)
-        log(
-            f"  {label}: {slo.metric} {mean:.4g} ({'meets' if layout.meets else 'fails'}), "
-            f"${usd:,.2f}/h"
-        )
-        out.append(layout)
+        # (no line per layout here: the command prints the list once, when all are run)
+        out.append(Layout(cfg, mean, half, slo.met(probe), usd, per_m, sums, iv))
     return out
 
 

@@ -16,12 +16,19 @@ run at some load points (multiples of the scenario's own load) with a fixed set 
 
 ``kvsim baseline`` stores, per entry and load point, each metric's mean over the seeds
 with a 95% Student-t interval (a bootstrap percentile interval is too narrow with the
-3-5 replications a CI job can afford), plus the kvsim version and a hash of each resolved
-scenario. ``kvsim check`` re-runs and compares: a metric fails when the gap between the
-new interval and the baseline's (0 when they overlap) exceeds its tolerance,
-max(rel x |baseline mean|, abs). Same seeds give identical numbers, so an unchanged model
-passes exactly. A baseline whose entries, load points or seeds differ from the suite's is
-bad input; a changed scenario hash is reported (and is bad input with ``strict``).
+3-5 replications a CI job can afford), plus the kvsim version, a hash of each resolved
+scenario and a digest of the content of each file it reads by name (a trace, plugin
+files: :func:`kvsim.experiments.sweep.scenario_files`). ``kvsim check`` re-runs and
+compares: a metric fails when the gap between the new interval and the baseline's (0 when
+they overlap) exceeds its tolerance, max(rel x |baseline mean|, abs). Same seeds give
+identical numbers, so an unchanged model passes exactly. A baseline whose entries, load
+points or seeds differ from the suite's is bad input; a changed scenario hash or file is
+reported (and is bad input with ``strict``).
+
+With fewer than :data:`MIN_SEEDS` seeds there is no usable interval (a two-seed baseline
+once passed a +146% change in p99): both commands say so, and the gate compares the means
+against the tolerance alone. With more, a mean that moved beyond its tolerance but
+passed inside overlapping intervals is reported in a note, never silently.
 
 A metric with no value (NaN: no measured request, e.g. every request dropped) fails the
 gate whatever its tolerance, and ``kvsim baseline`` refuses to record one: a baseline
@@ -52,11 +59,24 @@ from kvsim.config.loader import load_record
 from kvsim.config.schema import Record
 from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import OUTCOMES, load_overrides, replication_overrides
-from kvsim.experiments.sweep import MAX_RUNS, RunSpec, Seed, absolute_paths, execute, load_sweep
+from kvsim.experiments.sweep import (
+    MAX_RUNS,
+    RunSpec,
+    Seed,
+    absolute_paths,
+    counted,
+    execute,
+    load_sweep,
+    scenario_files,
+)
 from kvsim.files import MAX_TABLE_BYTES, read_text
-from kvsim.results.metrics import mean_ci95
+from kvsim.results.uncertainty import mean_interval
 
 BASELINE = "baseline.json"
+# fewer seeds than this give no usable 95% interval over seeds (Student-t with 1 degree of
+# freedom is 12.7 standard errors wide): the gate then compares means, against the
+# tolerance alone, and says so
+MIN_SEEDS = 3
 MAX_MAGNITUDE = 1e300  # a baseline number larger than this is damage, not a measurement
 
 
@@ -106,6 +126,9 @@ class Entry:
     overrides: tuple[tuple[str, Any], ...]
     loads: tuple[float, ...]
     digest: str  # hash of the resolved scenario
+    # digest of the content of each file it reads by name (a trace, plugin files), by its
+    # path relative to the suite's folder (kvsim.experiments.sweep.scenario_files)
+    files: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -139,6 +162,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         raise InputError("seeds: a seed is listed twice", where=str(p))
     entries: list[Entry] = []
     runs = 0
+    digests: dict[tuple[Any, ...], str] = {}  # each file's content hashed once
     for i, e in enumerate(spec.entries):
         where = f"{p}: entries[{i}]"
         if (e.scenario is None) == (e.sweep is None):
@@ -180,6 +204,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         for spath, overrides, label in configs:
             merged = {**overrides, **(extra or {})}
             sc = api.load(spath, merged)
+            files = {_portable_path(f, p.parent): d for f, d in scenario_files(sc, digests).items()}
             entries.append(
                 Entry(
                     label or sc.name,
@@ -188,6 +213,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
                     tuple(merged.items()),
                     tuple(e.loads),
                     _digest(_portable(scenario_to_dict(sc), p.parent)),
+                    tuple(sorted(files.items())),
                 )
             )
     ids = [e.id for e in entries]
@@ -205,8 +231,20 @@ def _portable(d: dict[str, Any], root: Path) -> dict[str, Any]:
     for holder, key in ((w, "path"), (d, "profile")):
         value = holder.get(key)
         if isinstance(value, str) and os.path.isabs(value):
-            holder[key] = Path(os.path.relpath(value, root)).as_posix()
+            holder[key] = _portable_path(value, root)
+    if isinstance(d.get("plugins"), list):  # plugin files, by absolute path
+        d["plugins"] = [_portable_path(v, root) if isinstance(v, str) else v for v in d["plugins"]]
     return d
+
+
+def _portable_path(path: str, root: Path) -> str:
+    """An absolute path relative to ``root`` (anything else as it is)."""
+    if not os.path.isabs(path):
+        return path
+    try:
+        return Path(os.path.relpath(path, root)).as_posix()
+    except ValueError:  # another drive (Windows)
+        return path
 
 
 def _digest(obj: Any) -> str:
@@ -240,7 +278,14 @@ def measure(
             for seed in suite.seeds:
                 specs.append(RunSpec(len(specs), f"{ei}.{li}.{seed}", e.path, (), fixed, seed))
                 where.append((ei, li))
-    log(f"{len(specs)} runs: {len(suite.entries)} entries x loads x {len(suite.seeds)} seeds")
+    points = sum(len(e.loads) for e in suite.entries)
+    log(
+        f"{counted(len(specs), 'run')}: {counted(points, 'load point')} "
+        f"(of {counted(len(suite.entries), 'entry')}) "
+        f"x {counted(len(suite.seeds), 'seed')}"
+    )
+    if len(suite.seeds) < MIN_SEEDS:
+        log(f"note: {few_seeds_note(len(suite.seeds))}")
     values: dict[tuple[int, int], list[dict[str, Any]]] = {}
     rows = execute(specs, workers, None)
     with contextlib.closing(rows):
@@ -274,16 +319,21 @@ def measure(
             for m in suite.metrics:
                 vals = [float(r[m]) for r in rows_here]
                 if all(math.isfinite(v) for v in vals):
-                    mean, half = mean_ci95(vals)
+                    # never below 0 (every metric is a time, ratio or rate); one seed has
+                    # no interval: its bounds are its value
+                    iv = mean_interval(vals)
+                    mean = iv.mean
+                    lo, hi = (iv.lo, iv.hi) if math.isfinite(iv.lo) else (mean, mean)
                 else:
-                    mean = half = math.nan
-                metrics[m] = {"mean": mean, "lo": mean - half, "hi": mean + half, "values": vals}
+                    mean = lo = hi = math.nan
+                metrics[m] = {"mean": mean, "lo": lo, "hi": hi, "values": vals}
             points.append({"load": load, "metrics": metrics})
         doc_entries.append(
             {
                 "id": e.id,
                 "scenario": e.scenario,
                 "hash": e.digest,
+                "files": dict(e.files),
                 "overrides": dict(e.overrides),
                 "points": points,
             }
@@ -410,6 +460,10 @@ def check_baseline_doc(doc: Any, where: str) -> None:
             bad(fe, f"expected an object, got {kind(e)}")
         for key in ("id", "scenario", "hash"):
             need(e, key, str, f"{fe}.{key}")
+        if "files" in e:  # (absent from a baseline made before kvsim recorded them)
+            for name, digest in need(e, "files", dict, f"{fe}.files").items():
+                if not isinstance(digest, str):
+                    bad(f"{fe}.files.{clean(name, 80)}", f"expected text, got {kind(digest)}")
         if e["id"] in ids:
             bad(
                 f"{fe}.id",
@@ -502,6 +556,10 @@ def check_baseline(
             if strict:
                 raise InputError(msg, where=where)
             notes.append(msg)
+        for msg in _changed_files(e, b):
+            if strict:
+                raise InputError(msg, where=where)
+            notes.append(msg)
         bpoints = {float(p["load"]): p for p in b["points"]}
         for load in e.loads:
             bp = bpoints.get(float(load))
@@ -520,6 +578,34 @@ def check_baseline(
     return notes
 
 
+def _changed_files(e: Entry, b: dict[str, Any]) -> list[str]:
+    """What differs between the files an entry reads now and those its baseline read (a
+    trace or plugin file edited, added, gone), one message each."""
+    now = dict(e.files)
+    if "files" not in b:
+        if not now:
+            return []
+        return [
+            f"entry {e.id!r}: the baseline records no digests of the files it reads (made by "
+            f"an older kvsim), so kvsim cannot tell whether {', '.join(sorted(now))} changed; "
+            "make a new baseline"
+        ]
+    then = b["files"]
+    out = []
+    for name in sorted({*now, *then}):
+        shown = clean(name, 200)
+        if name not in then:
+            out.append(f"entry {e.id!r}: reads {shown}, which the baseline's runs did not")
+        elif name not in now:
+            out.append(f"entry {e.id!r}: no longer reads {shown}, which the baseline's runs did")
+        elif now[name] != then[name]:
+            out.append(
+                f"entry {e.id!r}: file {shown} changed since the baseline (content digest "
+                f"{clean(then[name], 40)} -> {now[name]})"
+            )
+    return out
+
+
 @dataclass
 class Comparison:
     """One metric at one load point of one entry."""
@@ -530,6 +616,8 @@ class Comparison:
     base: dict[str, float]
     new: dict[str, float]
     tolerance: float
+    # fewer than MIN_SEEDS seeds: no usable interval, the means are compared
+    means_only: bool = False
 
     @property
     def missing(self) -> bool:
@@ -538,10 +626,20 @@ class Comparison:
 
     @property
     def gap(self) -> float:
-        """Distance between the two intervals (0 when they overlap; inf with no value)."""
+        """Distance between the two intervals (0 when they overlap; inf with no value);
+        between the two means with too few seeds for intervals."""
         if self.missing:
             return math.inf
+        if self.means_only:
+            return abs(self.new["mean"] - self.base["mean"])
         return max(self.new["lo"] - self.base["hi"], self.base["lo"] - self.new["hi"], 0.0)
+
+    @property
+    def within_noise(self) -> bool:
+        """Passed although its mean moved beyond the tolerance: the seeds' intervals
+        overlap (a change kvsim cannot tell from noise; reported, never silent)."""
+        moved = abs(self.new["mean"] - self.base["mean"])
+        return not self.failed and not moved <= self.tolerance
 
     @property
     def failed(self) -> bool:
@@ -566,10 +664,27 @@ class Comparison:
                 f"{head} -> no value (NaN: no measured request, e.g. every request dropped "
                 f"or unfinished); baseline 95% CI [{self.base['lo']:.4g}, {self.base['hi']:.4g}]"
             )
+        if self.means_only:
+            return (
+                f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}); means compared "
+                f"(too few seeds for intervals), gap {self.gap:.3g} > tolerance "
+                f"{self.tolerance:.3g}"
+            )
         return (
             f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}); baseline 95% CI "
             f"[{self.base['lo']:.4g}, {self.base['hi']:.4g}], new [{self.new['lo']:.4g}, "
             f"{self.new['hi']:.4g}], gap {self.gap:.3g} > tolerance {self.tolerance:.3g}"
+        )
+
+    def noise_line(self) -> str:
+        """What a pass :attr:`within_noise` says."""
+        unit = " s" if self.metric.endswith("_s") else ""
+        return (
+            f"{self.entry} @ {self.load:g}x load: {self.metric} {self.base['mean']:.4g}{unit} -> "
+            f"{self.new['mean']:.4g}{unit} ({self.change:+.1%}) moved beyond its tolerance "
+            f"{self.tolerance:.3g} but within the seeds' 95% intervals (baseline "
+            f"[{self.base['lo']:.4g}, {self.base['hi']:.4g}], new [{self.new['lo']:.4g}, "
+            f"{self.new['hi']:.4g}]): passed as noise; more seeds would tell"
         )
 
 
@@ -598,6 +713,9 @@ def compare(
         )
     base_entries = {e["id"]: e for e in baseline["entries"]}
     comparisons = []
+    means_only = len(new["seeds"]) < MIN_SEEDS
+    if means_only:
+        notes.append(few_seeds_note(len(new["seeds"])))
     for e in new["entries"]:
         b = base_entries[e["id"]]
         bpoints = {float(p["load"]): p for p in b["points"]}
@@ -607,9 +725,20 @@ def compare(
                 base = bp["metrics"][m]
                 tolerance = max(tol.rel * abs(base["mean"]), tol.abs)
                 comparisons.append(
-                    Comparison(e["id"], p["load"], m, base, p["metrics"][m], tolerance)
+                    Comparison(e["id"], p["load"], m, base, p["metrics"][m], tolerance, means_only)
                 )
+    notes += [c.noise_line() for c in comparisons if c.within_noise]
     return CheckResult(comparisons, notes)
+
+
+def few_seeds_note(n: int) -> str:
+    """What a suite of fewer than :data:`MIN_SEEDS` seeds says: it cannot gate on intervals."""
+    return (
+        f"{counted(n, 'seed')} per entry: too few for a 95% interval over seeds ({MIN_SEEDS} or "
+        "more needed), so the gate cannot allow for noise between seeds: each metric's mean "
+        "is compared with the baseline's against its tolerance alone (give 3 or more seeds "
+        "and make a new baseline to gate on intervals)"
+    )
 
 
 # ---- reports ---------------------------------------------------------------------------

@@ -4,13 +4,21 @@ assumption moved down and up by a fraction, and rank them by how far the metric 
 By default the assumptions are the profile's values marked as an assumption (L) or an
 estimate (M) in its YAML file (a trailing ``# L ...`` or ``# M ...`` comment on the line
 that sets a number, or a comment block just above it that starts so); ``--vary FIELD``
-names fields instead. A field moves to value x (1 -
-by) and x (1 + by) (whole numbers: rounded, at least one step, never below 1); the swing
-is the metric's high-side value minus its low-side value. Every run uses the scenario's
-seed (``reps`` seeds, averaged, with ``--reps``), so a swing is the field's effect and
-not sampling noise between runs; the run-to-run noise itself is reported beside it when
-there are several seeds. The tornado chart draws each field's two runs around the
-baseline, the largest swing on top.
+names fields instead. A field moves to value x (1 - by) and x (1 + by) (whole numbers:
+rounded, at least one step); a field at 0 moves by an absolute step instead (1 for a
+count, else ``by`` times :data:`ZERO_STEP` of its unit: 1 ms, 1 GB, 1 GB/s, 1/s or 1),
+and says so. The swing is the metric's high-side value minus its low-side value; a side
+the scenario refuses (below a limit, past a node's capacity) is skipped and listed, and
+the swing is then the other side's distance from the value as given.
+
+A field that does not describe the simulated system (the seed, the run: section, labels),
+or that sits in a disabled section, is refused (``--vary``) or skipped (marked fields);
+so is one whose moves change nothing the run computes (every request's record and every
+outcome the same as the run as given: a value the run never reads, a limit never
+reached). Every run uses the scenario's seed (``reps`` seeds, averaged, with ``--reps``),
+so a swing is the field's effect and not sampling noise between runs; the run-to-run
+noise itself is reported beside it when there are several seeds. The tornado chart draws
+each field's two runs around the baseline, the largest swing on top.
 """
 
 from __future__ import annotations
@@ -19,18 +27,27 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.experiments.capacity import OUTCOMES, replication_overrides
-from kvsim.experiments.planner import NumericField, numeric_field
+from kvsim.experiments.planner import NumericField, fingerprint, numeric_field
 
 _LINE = re.compile(
     r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w]*):(?P<value>[^#]*)(?:#\s*(?P<mark>.*))?$"
 )
 MARKS = ("L", "M")  # assumption, estimate (HARDWARE.md's confidence letters)
+# what a field at 0 moves by, times --by: per unit kind (None: a plain number)
+ZERO_STEP: dict[str | None, float] = {
+    None: 1.0,
+    "duration": 1e-3,
+    "size": 1e9,
+    "bandwidth": 1e9,
+    "rate": 1.0,
+}
 
 
 def marked_fields(profile_file: Path, marks: tuple[str, ...] = MARKS) -> list[tuple[str, str]]:
@@ -81,12 +98,21 @@ class Swing:
     value: float
     low: float
     high: float
-    metric_low: float
+    metric_low: float  # NaN for a side the scenario refused
     metric_high: float
     field: NumericField
+    base: float = math.nan  # the metric as given
+    refused: dict[str, str] = dc_field(default_factory=dict)  # side ("low"/"high"): why
+    step: str = ""  # how a field at 0 was moved (an absolute step), else ""
 
     @property
     def swing(self) -> float:
+        """High side minus low side; with one side refused, the other side's distance
+        from the value as given (signed the same way)."""
+        if "low" in self.refused:
+            return self.metric_high - self.base
+        if "high" in self.refused:
+            return self.base - self.metric_low
         return self.metric_high - self.metric_low
 
     def size(self) -> float:
@@ -101,6 +127,7 @@ class Sensitivity:
     by: float
     swings: list[Swing]
     skipped: list[str]
+    no_effect: list[str] = dc_field(default_factory=list)  # "path (mark)": runs unchanged
 
 
 def parse_by(text: str) -> float:
@@ -117,12 +144,25 @@ def parse_by(text: str) -> float:
     return x
 
 
-def _moved(f: NumericField, by: float) -> tuple[float, float]:
-    lo, hi = f.value * (1 - by), f.value * (1 + by)
+def _moved(f: NumericField, by: float) -> tuple[float, float, str]:
+    """The low and high values of a field, and how a field at 0 was moved ("" when by
+    the fraction)."""
+    v = f.value
+    if v == 0:
+        if f.integer:
+            return -1.0, 1.0, "at 0: moved by 1 (an absolute step)"
+        unit = ZERO_STEP[f.unit]
+        step = by * unit
+        return (
+            -step,
+            step,
+            f"at 0: moved by {f.show(step)} (an absolute step: {by:.0%} of {f.show(unit)})",
+        )
+    d = abs(v) * by
+    lo, hi = v - d, v + d
     if f.integer:
-        lo = max(1.0, min(round(lo), f.value - 1))
-        hi = max(round(hi), f.value + 1)
-    return lo, hi
+        lo, hi = float(min(round(lo), v - 1)), float(max(round(hi), v + 1))
+    return lo, hi, ""
 
 
 def sensitivity(
@@ -158,20 +198,29 @@ def sensitivity(
                 f"profile {sc.profile!r} marks no value L or M; name fields with --vary",
                 where="sensitivity",
             )
+    numeric = []
+    for path, mark in fields:  # (a field named with --vary is refused before any run)
+        try:
+            numeric.append((numeric_field(sc, path, where=f"--vary {path}"), mark))
+        except InputError as e:
+            if vary:  # a field the user named must be one that kvsim can move
+                raise
+            skipped.append(f"{path} ({e.reason})")
     extra = replication_overrides(sc, reps)
     seeds = [sc.seed + i for i in range(reps)]
 
-    def measure(overrides: dict[str, Any]) -> float:
-        vals = []
+    def measure(overrides: dict[str, Any]) -> tuple[float, list[tuple[Any, ...]]]:
+        vals, prints = [], []
         for seed in seeds:
-            try:
-                vals.append(float(api.run(sc, {**extra, **overrides}, seed).summary[metric]))
-            except InputError as e:
-                shown = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as given"
-                raise InputError(f"with {shown} (seed {seed}): {e}") from None
-        return sum(vals) / len(vals)
+            res = api.run(sc, {**extra, **overrides}, seed)
+            vals.append(float(res.summary[metric]))
+            prints.append(fingerprint(res))
+        return sum(vals) / len(vals), prints
 
-    base_vals = [float(api.run(sc, extra or None, s).summary[metric]) for s in seeds]
+    base_runs = [api.run(sc, extra or None, s) for s in seeds]
+    base_vals = [float(r.summary[metric]) for r in base_runs]
+    base_prints = [fingerprint(r) for r in base_runs]
+    del base_runs
     base = sum(base_vals) / len(base_vals)
     if not math.isfinite(base):
         raise InputError(
@@ -180,24 +229,84 @@ def sensitivity(
             where="--metric",
         )
     noise = (max(base_vals) - min(base_vals)) if len(base_vals) > 1 else 0.0
-    swings = []
-    numeric = []
-    for path, mark in fields:
-        try:
-            numeric.append((numeric_field(sc, path), mark))
-        except InputError as e:
-            if vary:  # a field the user named must be one kvsim can move
-                raise InputError(e.reason, where=f"--vary {path}") from None
-            skipped.append(f"{path} ({e.reason})")
+    swings: list[Swing] = []
+    no_effect: list[str] = []
     log(f"{len(numeric)} fields, 2 runs each, {reps} seed(s) per run")
     for i, (f, mark) in enumerate(numeric, 1):
-        lo, hi = _moved(f, by)
-        m_lo = measure({f.path: f.override(lo)})
-        m_hi = measure({f.path: f.override(hi)})
-        log(f"  [{i}/{len(numeric)}] {f.path}: {m_lo:.4g} .. {m_hi:.4g}")
-        swings.append(Swing(f.path, mark, f.value, lo, hi, m_lo, m_hi, f))
+        lo, hi, step = _moved(f, by)
+        if not lo < f.value < hi:  # a value too small for its moves to change it
+            reason = f"{f.show(f.value)} is too small to move by {by:.0%}"
+            if vary:
+                raise InputError(reason, where=f"--vary {f.path}")
+            skipped.append(f"{f.path} ({reason})")
+            continue
+        got: dict[str, tuple[float, list[tuple[Any, ...]]]] = {}
+        refused: dict[str, str] = {}
+        for side, x in (("low", lo), ("high", hi)):
+            try:
+                got[side] = measure({f.path: f.override(x)})
+            except InputError as e:  # the scenario refuses this value: skip the side
+                refused[side] = f"{f.path} = {f.show(x)}: {str(e).removeprefix('overrides: ')}"
+        shown = " .. ".join(f"{got[s][0]:.4g}" if s in got else "refused" for s in ("low", "high"))
+        log(f"  [{i}/{len(numeric)}] {f.path}: {shown}")
+        if not got:
+            reason = f"neither side is valid: {refused['low']}; {refused['high']}"
+            if vary:
+                raise InputError(reason, where=f"--vary {f.path}")
+            skipped.append(f"{f.path} ({reason})")
+            continue
+        if all(prints == base_prints for _, prints in got.values()):
+            if vary:
+                moved = " and ".join(f.show(x) for s, x in (("low", lo), ("high", hi)) if s in got)
+                raise InputError(
+                    f"the run is the same with it at {moved} as at {f.show(f.value)} (every "
+                    "request, every outcome): the scenario does not depend on it (a value "
+                    "it never reads, a limit never reached)",
+                    where=f"--vary {f.path}",
+                )
+            sides = f"; {' and '.join(refused)} side refused" if refused else ""
+            no_effect.append(f"{f.path} ({mark}{sides})")
+            continue
+        m_lo = got["low"][0] if "low" in got else math.nan
+        m_hi = got["high"][0] if "high" in got else math.nan
+        swings.append(Swing(f.path, mark, f.value, lo, hi, m_lo, m_hi, f, base, refused, step))
     swings.sort(key=lambda s: -s.size())
-    return Sensitivity(metric, base, noise, by, swings, skipped)
+    return Sensitivity(metric, base, noise, by, swings, skipped, no_effect)
+
+
+def report_lines(result: Sensitivity) -> list[str]:
+    """The ranking as ``kvsim sensitivity`` prints it: one line per field, then the fields
+    without effect, the sides refused, the fields moved by an absolute step, and the
+    fields skipped."""
+    by = result.by
+    noise = f", seed-to-seed range (max - min) {result.noise:.4g}" if result.noise else ""
+    out = [
+        f"{result.metric} = {result.base:.4g} as given{noise}; each field moved -{by:.0%} "
+        f"and +{by:.0%} (a field at 0 by an absolute step), largest swing first:"
+    ]
+    w = max((len(s.path) for s in result.swings), default=5)
+    for s in result.swings:
+        f = s.field
+        lo = "refused" if "low" in s.refused else f"{s.metric_low:.4g}"
+        hi = "refused" if "high" in s.refused else f"{s.metric_high:.4g}"
+        one = " (one side: from the value as given)" if s.refused else ""
+        out.append(
+            f"  {s.path:<{w}} ({s.mark})  {f.show(s.low)} -> {lo}   "
+            f"{f.show(s.high)} -> {hi}   swing {s.swing:+.4g}{one}"
+        )
+    if result.no_effect:
+        out.append(
+            "  no effect (the run is the same with it moved either way: never read here, "
+            f"or a limit never reached): {', '.join(result.no_effect)}"
+        )
+    for s in result.swings:
+        if s.step:
+            out.append(f"  {s.path} {s.step}")
+        for side, why in s.refused.items():
+            out.append(f"  {side} side refused (skipped): {why}")
+    for skipped in result.skipped:
+        out.append(f"  skipped: {skipped}")
+    return out
 
 
 def table(result: Sensitivity) -> Any:
@@ -214,6 +323,8 @@ def table(result: Sensitivity) -> Any:
                 f"{result.metric}_low": s.metric_low,
                 f"{result.metric}_high": s.metric_high,
                 "swing": s.swing,
+                "step": s.step or f"-{result.by:.0%} / +{result.by:.0%}",
+                "refused": "; ".join(f"{k} side: {v}" for k, v in s.refused.items()),
             }
             for s in result.swings
         ]
@@ -234,7 +345,7 @@ def tornado_plot(result: Sensitivity, path: Path) -> None:
     # the two sides side by side, so that one never hides the other
     ax.barh(
         [i + 0.2 for i in y],
-        [s.metric_low - base for s in rows],
+        [0.0 if "low" in s.refused else s.metric_low - base for s in rows],
         height=0.4,
         left=base,
         color="#4c78a8",
@@ -242,7 +353,7 @@ def tornado_plot(result: Sensitivity, path: Path) -> None:
     )
     ax.barh(
         [i - 0.2 for i in y],
-        [s.metric_high - base for s in rows],
+        [0.0 if "high" in s.refused else s.metric_high - base for s in rows],
         height=0.4,
         left=base,
         color="#f58518",
@@ -257,7 +368,8 @@ def tornado_plot(result: Sensitivity, path: Path) -> None:
             alpha=0.2,
             label="seed-to-seed range",
         )
-    ax.set_yticks(y, [f"{s.path} ({s.mark})" for s in rows], fontsize=8)
+    labels = [f"{s.path} ({s.mark}){' (one side)' if s.refused else ''}" for s in rows]
+    ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel(result.metric)
     ax.set_title(f"sensitivity of {result.metric} (baseline {base:.4g})")
     ax.legend(loc="lower right", fontsize=8)

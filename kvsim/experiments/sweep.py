@@ -13,15 +13,20 @@ A sweep file::
     set: {workload.requests: 2000}            # the same for every run
     replications: 2                           # seeds base, base+1 (or seeds: [...])
 
-Each run is identified by a hash of the resolved base scenario, its overrides and its
-seed. Finished runs (successful or not) are appended to ``runs.jsonl`` in the output
-folder as they complete, so re-running the same command skips them: an interrupted sweep
-resumes without duplicates. At the end ``results.parquet`` and ``results.csv`` hold one
-row per run, in expansion order: the swept values, the seed, ``status`` and ``error``,
-and every scalar summary metric. A failing run is recorded with its error and does not
-stop the others. Runs execute on local worker processes, or on a Dask cluster given its
-scheduler address (``tcp://HOST:PORT``); each run is deterministic, so the rows do not
-depend on either.
+Each run is identified by a hash of the resolved base scenario, its overrides, its seed
+and the content of every file it reads by name (a trace, plugin files and modules, a
+file a swept value names: :func:`scenario_files`), so that a changed file is run again
+while an unchanged one keeps its runs. Every configuration is resolved before any run: a
+swept load (an arrival rate, a time scale, a whole ``arrivals`` or ``workload`` mapping)
+scales the warm-up and time limit with it, and a policy name no plugin of the
+configuration registers is refused then. Finished runs (successful or not) are appended
+to ``runs.jsonl`` in the output folder as they complete, so re-running the same command
+skips them: an interrupted sweep resumes without duplicates. At the end
+``results.parquet`` and ``results.csv`` hold one row per run, in expansion order: the
+swept values, the seed, ``status`` and ``error``, and every scalar summary metric. A
+failing run is recorded with its error and does not stop the others. Runs execute on
+local worker processes, or on a Dask cluster given its scheduler address
+(``tcp://HOST:PORT``); each run is deterministic, so the rows do not depend on either.
 
 What is refused before any run (exit 2): a key that is not a scenario field path, ``seed``
 as a key (a sweep's seeds are ``seeds:`` or ``replications:``), a value listed twice, more
@@ -32,7 +37,8 @@ of its content, so an edited row is refused too (delete its line to re-run that 
 Nothing is left before the first run finishes; the two tables are written whole, then
 renamed, and only once every run has a row (an interrupted sweep keeps only its journal).
 File names in ``set``/``grid``/``zip`` values are relative to the sweep file. One sweep
-at a time writes a folder (a lock), and only a new, empty or sweep folder. SIGTERM stops a
+at a time writes a folder (a lock), and only a new, empty or sweep folder; the journal is
+appended only to a regular file of that folder (never through a link). SIGTERM stops a
 sweep like Ctrl-C, and worker processes exit when the sweep's process is gone, even after
 SIGKILL.
 """
@@ -47,12 +53,14 @@ import json
 import math
 import os
 import signal
+import stat
+import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,10 +69,10 @@ from pydantic import Field
 
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
-from kvsim.config.schema import PosInt, Record
+from kvsim.config.schema import PosInt, Record, Scenario, SyntheticWorkload
 from kvsim.errors import InputError, clean
-from kvsim.experiments.capacity import load_factor, replication_overrides, scaled_windows
-from kvsim.files import check_regular
+from kvsim.experiments.capacity import replication_overrides, scaled_windows
+from kvsim.files import check_regular, is_regular, open_regular
 from kvsim.plugins import is_file_spec
 from kvsim.results.writers import clean_leftovers
 
@@ -88,6 +96,18 @@ MAX_JOURNAL_LINE = 1 << 20  # bytes; a journal row is a few kB
 # columns every row has; a swept field may not take one of these names
 RESERVED = ("run", "run_id", "seed", "status", "error")
 Seed = Annotated[int, Field(ge=0, strict=True)]
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun, singular or plural as ``n`` asks ("1 run", "2 runs", "1 entry",
+    "3 entries", "1,000 runs")."""
+    if n == 1:
+        return f"1 {noun}"
+    if plural is None:
+        plural = (
+            noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
+        )
+    return f"{n:,} {plural}"
 
 
 class SweepSpec(Record):
@@ -114,9 +134,19 @@ class RunSpec:
     # per seed; warm-up and time limit shrunk with the load)
     fixed: tuple[tuple[str, Any], ...]
     seed: int
+    # keys of ``fixed`` applied after the swept values (what seeds and load imply), so that
+    # a swept mapping holding one (a whole `workload`) does not undo it
+    last: tuple[str, ...] = ()
+    # how an error names each override (the sweep file's section); `--set` otherwise
+    labels: tuple[tuple[str, str], ...] = ()
 
     def overrides(self) -> dict[str, Any]:
-        return {**dict(self.fixed), **dict(self.params)}
+        fixed = dict(self.fixed)
+        out = {**fixed, **dict(self.params)}
+        for k in self.last:
+            out.pop(k)
+            out[k] = fixed[k]
+        return out
 
 
 @dataclass
@@ -128,6 +158,10 @@ class Sweep:
     columns: list[str]  # swept field paths
     runs: list[RunSpec]
     set: dict[str, Any]  # the sweep's `set` (paths made absolute)
+    # configurations refused before any run (:func:`run_sweep` raises the first): a policy
+    # name none of its plugins registers, a plugin that cannot be imported (a command that
+    # adds plugins of its own, `capacity --sweep --plugin`, loads each configuration again)
+    refused: list[InputError] = field(default_factory=list)
 
     def configurations(self) -> list[dict[str, Any]]:
         """The distinct parameter combinations (seeds folded), in order."""
@@ -144,8 +178,6 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     Everything that does not depend on a run is checked before any run exists: the keys
     (scenario fields, not ``seed`` or a result column), the values (no empty list, no value
     twice), and the number of runs (at most :data:`MAX_RUNS`, counted before expanding)."""
-    from kvsim.api import load
-
     p = Path(path)
     where = str(p)
     spec = load_record(SweepSpec, p, "sweep")
@@ -189,12 +221,12 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     count = math.prod(len(v) for v in spec.grid.values()) * n_zip * n_seeds
     if count > MAX_RUNS:
         sizes = " x ".join(
-            [f"{len(v)} {k}" for k, v in spec.grid.items()]
-            + ([f"{n_zip} zip rows"] if spec.zip else [])
-            + [f"{n_seeds} seeds"]
+            [f"{counted(len(v), 'value')} of {k}" for k, v in spec.grid.items()]
+            + ([counted(n_zip, "zip row")] if spec.zip else [])
+            + [counted(n_seeds, "seed")]
         )
         raise InputError(
-            f"{count:,} runs ({sizes}); kvsim runs at most {MAX_RUNS:,} per sweep: "
+            f"{counted(count, 'run')} ({sizes}); kvsim runs at most {MAX_RUNS:,} per sweep: "
             "split it into several sweep files",
             where=where,
         )
@@ -209,34 +241,242 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     # current folder: made absolute here, so that the run ids follow the files used
     folder = p.parent.resolve()
     fixed_set = absolute_paths(spec.set, folder)
+    # how an error names each override: the sweep file's section, not `--set`
+    labels = {k: f"{where}: set " for k in spec.set}
     if plugins:
         fixed_set["plugins"] = [*fixed_set.get("plugins", []), *plugins]
+        labels.setdefault("plugins", "--plugin ")
     grid = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.grid.items()}
     zipped = {k: [absolute_paths({k: v}, folder)[k] for v in vs] for k, vs in spec.zip.items()}
-    # the base must be valid with the sweep's `set` (which may replace its trace, say); a
-    # bad swept value fails only its run
-    sc = load(base, fixed_set or None)
-    base_hash = _digest(scenario_to_dict(sc))
-    seeds = spec.seeds or [sc.seed + i for i in range(n_seeds)]
+    labels.update({k: f"{where}: grid " for k in grid})
+    labels.update({k: f"{where}: zip " for k in zipped})
+    # the base with the sweep's `set`; it may need a swept value to be valid (a router that
+    # a swept plugin registers), so its error is kept until every configuration is known
+    set_error: InputError | None = None
+    try:
+        sc0: Scenario | None = _load_labelled(base, fixed_set, labels)
+    except InputError as e:
+        sc0, set_error = None, e
     grid_keys = list(grid)
     zip_keys = list(zipped)
     zip_rows = list(zip(*zipped.values(), strict=True)) if zip_keys else [()]
-    runs: list[RunSpec] = []
-    # several seeds of a trace replay resample it (kvsim.experiments.capacity)
-    fixed_all = {**replication_overrides(sc, len(seeds)), **fixed_set}
-    given = set(fixed_all) | set(grid_keys) | set(zip_keys)  # windows the sweep sets itself
-    combos = itertools.product(itertools.product(*grid.values()), zip_rows)
-    for g, z in combos:
+    # every configuration resolved before any run: the files it reads (hashed into its run
+    # ids), its load, and the policy names it uses (a name no plugin of it registers is
+    # refused now, not in each run); another bad swept value fails only its runs
+    configs: list[tuple[tuple[tuple[str, Any], ...], Scenario | None]] = []
+    refused: list[InputError] = []
+    for g, z in itertools.product(itertools.product(*grid.values()), zip_rows):
         params = tuple(zip(grid_keys, g, strict=True)) + tuple(zip(zip_keys, z, strict=True))
-        # a swept load (arrival rate, time scale) shrinks the warm-up and time limit with
-        # it, as a capacity search does, unless the sweep sets them itself
-        factor = load_factor(sc, dict(params))
-        windows = scaled_windows(sc, factor) if factor else {}
-        fixed = tuple({**fixed_all, **{k: v for k, v in windows.items() if k not in given}}.items())
+        config = sc0
+        if params:
+            try:
+                config = _load_labelled(base, {**fixed_set, **dict(params)}, labels)
+            except InputError as e:
+                if _refused_before_runs(e):
+                    refused.append(e)
+                config = None
+        configs.append((params, config))
+    loaded = [c for _, c in configs if c is not None]
+    if sc0 is None and not loaded:
+        assert set_error is not None
+        raise set_error
+    ref = sc0 if sc0 is not None else loaded[0]  # the load the scenario's windows fit
+    seeds = spec.seeds or [ref.seed + i for i in range(n_seeds)]
+    # a base that is not valid alone: each run is identified by its resolved scenario
+    base_hash = _digest(scenario_to_dict(sc0)) if sc0 is not None else _digest(str(base))
+    given = [*fixed_set, *grid_keys, *zip_keys]  # what the sweep sets itself
+    digests: dict[tuple[Any, ...], str] = {}  # each file's content hashed once
+    fixed = tuple(fixed_set.items())
+    labelled = tuple(labels.items())
+    runs: list[RunSpec] = []
+    for params, config in configs:
+        # after the swept values: several seeds of a trace replay resample it
+        # (kvsim.experiments.capacity), and a swept load (an arrival rate, a time scale, or
+        # a whole arrivals or workload mapping) shrinks the warm-up and time limit with it,
+        # as a capacity search does, unless the sweep sets them itself
+        after = dict(replication_overrides(config or ref, len(seeds)))
+        factor = _load_factor(ref, config, [k for k, _ in params])
+        if factor:
+            windows = scaled_windows(ref, factor)
+            after.update({k: v for k, v in windows.items() if not _covered(k, given)})
+        both = fixed + tuple(after.items())
+        files = _config_files(config, sc0, params, folder, digests, whole=sc0 is None)
         for seed in seeds:
-            run_id = _digest({"base": base_hash, "set": fixed, "params": params, "seed": seed})
-            runs.append(RunSpec(len(runs), run_id, str(base), params, fixed, seed))
-    return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs, fixed_set)
+            key: dict[str, Any] = {"base": base_hash, "set": both, "params": params, "seed": seed}
+            if files:  # (a sweep that reads no file keeps the run ids it had)
+                key["files"] = files
+            runs.append(
+                RunSpec(
+                    len(runs), _digest(key), str(base), params, both, seed, tuple(after), labelled
+                )
+            )
+    return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs, fixed_set, refused)
+
+
+# the fields through which a sweep changes a run's load (a swept mapping above one counts)
+LOAD_FIELDS = ("workload.arrivals.rate", "workload.time_scale")
+
+
+def _covered(path: str, keys: Iterable[str]) -> bool:
+    """Whether one of ``keys`` sets the field ``path``: itself or a mapping holding it."""
+    return any(path == k or path.startswith(k + ".") for k in keys)
+
+
+def _load_factor(ref: Scenario, config: Scenario | None, swept: list[str]) -> float | None:
+    """By how much a configuration's swept values scale the offered load of ``ref`` (the
+    base with the sweep's set), read from the two resolved scenarios, so that a swept
+    arrival rate, time scale, ``arrivals`` or whole ``workload`` mapping all count; None
+    when nothing swept touches the load, or the two loads cannot be compared (another
+    kind of workload)."""
+    if config is None or not any(_covered(f, swept) for f in LOAD_FIELDS):
+        return None
+    a, b = ref.workload, config.workload
+    if a.kind != b.kind:
+        return None
+    factor = a.time_scale / b.time_scale
+    if isinstance(a, SyntheticWorkload) and isinstance(b, SyntheticWorkload):
+        factor *= b.arrivals.rate / a.arrivals.rate
+    return factor if math.isfinite(factor) and factor > 0 else None
+
+
+def _load_labelled(base: Path, overrides: dict[str, Any], labels: dict[str, str]) -> Scenario:
+    """The base scenario with ``overrides``; an error names the override by the section
+    of the sweep file that gave it (``s.yaml: grid cluster.router=x``), not ``--set``."""
+    from kvsim.api import load
+
+    try:
+        return load(base, overrides or None)
+    except InputError as e:
+        raise relabel(e, overrides, labels) from None
+
+
+def relabel(e: InputError, overrides: dict[str, Any], labels: dict[str, str]) -> InputError:
+    """``e`` with an override it names as ``--set KEY=...`` named by ``labels[KEY]``."""
+    if e.where is None or not e.where.startswith("--set "):
+        return e
+    for k in overrides:
+        if k in labels and e.where.startswith(clean(f"--set {k}=", 500)):
+            return type(e)(e.reason, where=labels[k] + e.where[len("--set ") :])
+    return e
+
+
+def _refused_before_runs(e: InputError) -> bool:
+    """A swept value refused before any run: a plugin that cannot be imported, or a
+    policy name no plugin of the configuration registers (every run of it would fail the
+    same way, as a command line's --set of it is refused at once)."""
+    from kvsim.plugins import LABELS, PluginError
+
+    if isinstance(e, PluginError):
+        return True
+    reason = e.reason
+    return "comes from plugin" in reason or any(
+        f"unknown {label} '" in reason for label in LABELS.values()
+    )
+
+
+# ---- the files a run reads ---------------------------------------------------------------
+
+
+def _config_files(
+    config: Scenario | None,
+    sc0: Scenario | None,
+    params: tuple[tuple[str, Any], ...],
+    folder: Path,
+    cache: dict[tuple[Any, ...], str],
+    *,
+    whole: bool,
+) -> dict[str, str]:
+    """What identifies a configuration's runs beyond its overrides: the digests of the
+    files it reads by name (:func:`scenario_files`), of any file a swept value names, and,
+    when a swept value names one (whose content the loader takes in: a timing table, a
+    profile) or the base is not valid alone (``whole``), of its resolved scenario."""
+    files: dict[str, str] = {}
+    scenario = config if config is not None else sc0
+    if scenario is not None:
+        files.update(scenario_files(scenario, cache))
+    named = {
+        str(f): file_digest(f, cache)
+        for v in params
+        for s in _strings(v[1])
+        if (f := _file_named(s, folder)) is not None
+    }
+    files.update(named)
+    if config is not None and (named or whole):
+        files["(resolved scenario)"] = _digest(scenario_to_dict(config))
+    return files
+
+
+def scenario_files(sc: Scenario, cache: dict[tuple[Any, ...], str] | None = None) -> dict[str, str]:
+    """``{path: digest of its content}`` of every file a resolved scenario still reads by
+    name: found generically, as every text value of the scenario (any field) that names an
+    existing file (a trace, a plugin file, a profile file...), and the file of each plugin
+    given as a module. (What the loader reads whole: ``extends`` bases, profiles, timing
+    tables, is in the resolved scenario itself.) An unchanged file keeps its digest."""
+    cache = {} if cache is None else cache
+    d = scenario_to_dict(sc)
+    root = Path(sc.source).parent if sc.source else Path.cwd()
+    out: dict[str, str] = {}
+    for s in _strings(d):
+        f = _file_named(s, root)
+        if f is not None:
+            out[str(f)] = file_digest(f, cache)
+    for spec in d.get("plugins", []):
+        if isinstance(spec, str) and not is_file_spec(spec):
+            module = sys.modules.get(spec)
+            origin = getattr(module, "__file__", None) if module is not None else None
+            if isinstance(origin, str) and is_regular(origin):
+                out[f"plugin module {spec}"] = file_digest(Path(origin), cache)
+    return out
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every text value inside a value (mappings and lists walked)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def _file_named(text: str, root: Path) -> Path | None:
+    """The existing regular file a text value names (relative to ``root``), if it looks
+    like a file name (a folder separator or a suffix) and is one."""
+    if not text or len(text) > 4096 or not text.isprintable():
+        return None
+    if "/" not in text and os.sep not in text and not Path(text).suffix:
+        return None
+    try:
+        q = Path(os.path.expanduser(text))
+        q = q if q.is_absolute() else root / q
+    except (ValueError, RuntimeError):
+        return None
+    return q.absolute() if is_regular(q) else None
+
+
+def file_digest(path: Path, cache: dict[tuple[Any, ...], str] | None = None) -> str:
+    """A digest of a file's content (the same for an unchanged file, whatever its times);
+    ``cache`` keeps it by the file's identity, size and modification time."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return "unreadable"
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if cache is not None and key in cache:
+        return cache[key]
+    h = hashlib.sha256()
+    try:
+        with open_regular(path) as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        value = h.hexdigest()[:16]
+    except (OSError, InputError):
+        value = "unreadable"
+    if cache is not None:
+        cache[key] = value
+    return value
 
 
 # scenario fields that name files, and are resolved against the file that sets them
@@ -393,7 +633,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         res = api.run(spec.base, spec.overrides(), spec.seed)
         row.update(flat_summary(res.summary))
     except InputError as e:
-        row.update(status="error", error=str(e))
+        row.update(status="error", error=str(relabel(e, spec.overrides(), dict(spec.labels))))
     except Exception as e:  # a kvsim bug in one run must not stop the rest
         row.update(status="error", error=f"{type(e).__name__}: {e}")
     return row
@@ -754,9 +994,12 @@ def run_sweep(
     the first run finishes (or unless the folder already holds a journal): a sweep refused
     or interrupted at once leaves no folder and no empty files.
     """
+    if sweep.refused:  # before any run, and before anything is written
+        raise sweep.refused[0]
     out = Path(out_dir)
-    lines = read_journal_lines(out)
     journal_path = out / JOURNAL
+    _journal_inside(journal_path)  # a link out of the folder: refused before any run
+    lines = read_journal_lines(out)
     if os.path.lexists(journal_path) and not os.access(
         journal_path, os.W_OK
     ):  # refused before any run, not after
@@ -904,11 +1147,47 @@ def _open_journal(out: Path) -> Any:
         clean_leftovers(out, TABLES)  # temporary tables of sweeps that died
         path = out / JOURNAL
         if os.path.lexists(path):
+            _journal_inside(path)
             check_regular(path, what="sweep journal")
             repair_journal(path)
-        return path.open("a", encoding="utf-8")
+        # never through a link put in its place meanwhile (O_NOFOLLOW), nor to a file with
+        # another name elsewhere (a hard link: checked on what was opened)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags, 0o644)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            _journal_inside(path)
+            raise InputError("is not a regular file only this folder holds", where=str(path))
+        return os.fdopen(fd, "a", encoding="utf-8")
     except OSError as e:
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            _journal_inside(out / JOURNAL)
         raise InputError(f"cannot write: {e.strerror or e}", where=str(out)) from None
+
+
+def _journal_inside(path: Path) -> None:
+    """A sweep appends its journal only to a file of its own folder: a symbolic link (to a
+    file outside ``--out``, say) or a hard link (the same file under another name) would
+    make it write rows into someone else's file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", where=str(path)) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(
+            "is a symbolic link; a sweep appends its journal only to a regular file inside "
+            "its --out folder (remove the link, or give another --out)",
+            where=str(path),
+        )
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise InputError(
+            f"has {counted(st.st_nlink - 1, 'other hard link')}: appending to it would write into "
+            "another file too; copy it (cp) to make it a file of its own, or give another --out",
+            where=str(path),
+        )
 
 
 def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
@@ -930,6 +1209,8 @@ def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         if numeric or (col not in sweep.columns and len(kinds) == 1 and kinds <= {"str", "bool"}):
             continue
         df[col] = df[col].map(lambda v: v if isinstance(v, str) else json.dumps(v, default=str))
+    # recorded in results.parquet's metadata: `kvsim plot` refuses a table missing one
+    df.attrs["swept"] = list(sweep.columns)
     return df
 
 

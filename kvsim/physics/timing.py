@@ -40,6 +40,11 @@ class TimingTable:
     ) -> None:
         # messages are "field: reason", so a scenario error can name the field
         for name, grid in (("new_tokens", new_tokens), ("cached_tokens", cached_tokens)):
+            seen: set[float] = set()
+            for x in grid:  # a point given twice: which row (column) of seconds is meant?
+                if x in seen:
+                    raise ValueError(f"{name}: {x:g} is listed twice (give each point once)")
+                seen.add(x)
             if not grid or any(b <= a for a, b in pairwise(grid)):
                 raise ValueError(f"{name}: must be a non-empty, strictly increasing list")
         if len(seconds) != len(new_tokens) or any(len(r) != len(cached_tokens) for r in seconds):

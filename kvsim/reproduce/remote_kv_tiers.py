@@ -18,7 +18,7 @@ from kvsim import api
 from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB
 from kvsim.results import Results
-from kvsim.results.metrics import mean_ci95
+from kvsim.results.uncertainty import mean_interval
 from kvsim.workload.request import Request
 
 STUDY = "arXiv 2610.21500: remote KV tiers for context-parallel prefill"
@@ -337,10 +337,9 @@ def reproduce(
     rows = []
     for f in FIGURES:
         vals = per_seed[f.name]
-        mean, half = mean_ci95(vals)
-        if max(vals) == min(vals):  # the seed changes nothing (an idle engine, arithmetic)
-            mean, half = vals[0], 0.0
-        rows.append(Row(f, mean, mean - half, mean + half, vals))
+        # the seed changes nothing (an idle engine, arithmetic): lo = hi = the value
+        iv = mean_interval(vals, nonnegative="gain" not in f.name)  # a gain may be < 0
+        rows.append(Row(f, iv.mean, iv.lo, iv.hi, vals))
     return Reproduction(rows, seed_list, runs)
 
 

@@ -33,14 +33,15 @@ METRICS: dict[str, str] = {
     **{f"ttft_p{q}_s": f"{q}th percentile of TTFT" for q in QUANTILES},
     **{
         f"ttft_p{q}_ci_s": f"[low, high] 95% interval of the {q}th percentile of TTFT: a "
-        "circular block bootstrap of the measured requests in arrival order (so a trace "
+        "stationary block bootstrap of the measured requests in arrival order (so a trace "
         "replay has one too)"
         for q in (50, 99)
     },
     "ttft_max_s": "largest TTFT",
     "queue_wait_mean_s": "mean time in engine queues",
     "queue_wait_p99_s": "99th percentile of the time in engine queues",
-    "load_mean_s": "mean restore phase (T0s and transfers)",
+    "load_mean_s": "mean time waiting for KV: the wait for a prefetch into host (policies "
+    "that wait) plus the restore phase (T0s and transfers)",
     "compute_mean_s": "mean prefill compute time",
     "store_mean_s": "mean GPU-to-host staging time before puts",
     "mean_queue_length": "time-average requests waiting in engine queues (summed over engines, "

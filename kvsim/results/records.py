@@ -184,11 +184,17 @@ def prices(sc: Scenario, prompt_tokens_per_s: float) -> dict[str, float]:
     usd = usd_per_hour(sc)
     served = prompt_tokens_per_s * 3600.0 / 1e6  # million prompt tokens an hour
     per_m = usd / served if served > 0 and math.isfinite(usd) else float("nan")
+    if math.isinf(per_m):  # never an infinite (or null) cost: refused, naming the prices
+        raise InputError(
+            f"${usd:.3g} an hour over {prompt_tokens_per_s:.3g} prompt tokens a second "
+            "overflows the price per million prompt tokens",
+            where="cost",
+        )
     return {"usd_per_hour": usd, "usd_per_million_prompt_tokens": per_m}
 
 
 def ttft_intervals(m: pd.DataFrame, seed: int) -> dict[str, list[float]]:
-    """95% intervals of TTFT p50 and p99 by a circular block bootstrap of the measured
+    """95% intervals of TTFT p50 and p99 by a stationary block bootstrap of the measured
     requests in arrival order (kvsim.results.uncertainty); [nan, nan] under 20."""
     ttft = m.sort_values("arrival_s", kind="stable")["ttft_s"].to_numpy()
     cis = percentile_cis(ttft, (50, 99), stream(seed, "ttft_ci"))

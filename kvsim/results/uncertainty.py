@@ -1,9 +1,10 @@
-"""How sure a run's numbers are: the warm-up transient (MSER-5) and intervals on TTFT
-percentiles (a circular block bootstrap of the requests in arrival order).
+"""How sure a run's numbers are: the warm-up transient (MSER-5), intervals on TTFT
+percentiles (a stationary block bootstrap of the requests in arrival order), and the one
+way every interval over replications is computed and shown (:func:`mean_interval`).
 
-Both work on one run's per-request results, so every run gets them, a trace replay as
-much as a synthetic one: a trace has no random numbers to replicate over, but its
-requests are still a sample of the traffic it stands for.
+The per-run intervals work on one run's per-request results, so every run gets them, a
+trace replay as much as a synthetic one: a trace has no random numbers to replicate over,
+but its requests are still a sample of the traffic it stands for.
 
 - :func:`mser5` (White 1997; Franklin and White 2008): batch the series into means of 5,
   and cut the prefix that minimises the squared standard error of what is left
@@ -13,15 +14,28 @@ requests are still a sample of the traffic it stands for.
   until there are as many as measured, and take each percentile; the 2.5th and 97.5th
   percentiles of 400 such resamples are the 95% interval. Runs, not single requests,
   because a queue's TTFTs are correlated (one burst delays many neighbours): a
-  request-level bootstrap gives intervals that are far too narrow. The run length comes
-  from the data (:func:`block_length`). Past 200,000 requests each resample is costly,
-  so 40 are drawn and the interval is the estimate +- 1.96 times their standard
-  deviation (the normal bootstrap interval).
+  request-level bootstrap gives intervals that are far too narrow. The runs have random,
+  geometric lengths (the stationary bootstrap of Politis and Romano 1994) whose mean
+  comes from the data (:func:`block_length`): with runs of one fixed length, a length
+  that is a multiple of a period of the traffic (short and long prompts alternating)
+  gives every resample the same mix of requests, hence the same percentile, and a
+  zero-width interval. Past 200,000 requests each resample is costly, so 40 are drawn
+  and the interval is the estimate +- 1.96 times their standard deviation (the normal
+  bootstrap interval). Either way the interval is widened to hold the distribution-free
+  order-statistic interval (what independent requests would give: correlation between
+  requests is assumed to widen an interval, never to narrow it below that), and kept
+  within the values measured (a TTFT interval never goes below 0). It has zero width
+  only when the measured values around that percentile are all equal.
+- :func:`mean_interval`: a mean over replications (seeds) with its 95% Student-t
+  interval, never below 0 for a quantity that cannot be negative, and no interval at all
+  (with the reason, :attr:`Interval.note`) from one replication or identical ones.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -51,11 +65,12 @@ def mser5(series: np.ndarray) -> int:
     return int(np.argmax(stat <= stat.min() + tol)) * BATCH
 
 
-def block_length(series: np.ndarray) -> int:
-    """Block length for a circular block bootstrap of ``series``, chosen from its own
-    autocorrelation (Politis and White 2004, with the correction of Patton, Politis and
-    White 2009): long where neighbouring values are alike (a queue in a burst), 1 for
-    independent values. Clipped to [1, n / 4]."""
+def block_length(series: np.ndarray, *, stationary: bool = False) -> int:
+    """Block length for a circular block bootstrap of ``series`` (the mean block length
+    of a stationary bootstrap with ``stationary``), chosen from its own autocorrelation
+    (Politis and White 2004, with the correction of Patton, Politis and White 2009): long
+    where neighbouring values are alike (a queue in a burst), 1 for independent values.
+    Clipped to [1, n / 4]."""
     x = np.asarray(series, dtype=float)
     n = len(x)
     x = x - x.mean()
@@ -83,8 +98,38 @@ def block_length(series: np.ndarray) -> int:
     spec = acov[0] + 2.0 * float(np.sum(lam * acov[k]))
     if spec <= 0:
         return 1
-    b = (2.0 * g * g / ((4.0 / 3.0) * spec * spec)) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
+    d = 2.0 if stationary else 4.0 / 3.0  # D_SB = 2 g(0)^2, D_CB = 4/3 g(0)^2
+    b = (2.0 * g * g / (d * spec * spec)) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
     return int(min(max(round(b), 1), n // 4))
+
+
+def stationary_indices(n: int, mean_block: float, rng: np.random.Generator) -> np.ndarray:
+    """Indices of one stationary-bootstrap resample of ``n`` values (Politis and Romano
+    1994): runs of consecutive indices (circular) from random starts, each run ending
+    after any index with probability 1 / ``mean_block`` (geometric lengths)."""
+    if mean_block <= 1:
+        return rng.integers(0, n, size=n)
+    new = rng.random(n) < 1.0 / mean_block
+    new[0] = True
+    firsts = np.flatnonzero(new)
+    run = np.cumsum(new) - 1  # which run each position belongs to
+    starts = rng.integers(0, n, size=len(firsts))
+    return (starts[run] + (np.arange(n) - firsts[run])) % n
+
+
+def order_statistic_ci(
+    sorted_values: np.ndarray, q: float, level: float = 0.95
+) -> tuple[float, float]:
+    """The distribution-free interval of the ``q``-th percentile of independent values:
+    the order statistics n p -+ z sqrt(n p (1 - p)) (normal approximation to the
+    binomial), on values sorted ascending."""
+    n = len(sorted_values)
+    p = q / 100.0
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    half = z * math.sqrt(n * p * (1.0 - p))
+    lo = min(max(math.floor(n * p - half), 0), n - 1)
+    hi = min(max(math.ceil(n * p + half), 0), n - 1)
+    return float(sorted_values[lo]), float(sorted_values[hi])
 
 
 def percentile_cis(
@@ -96,8 +141,9 @@ def percentile_cis(
     level: float = 0.95,
 ) -> dict[float, tuple[float, float]]:
     """The ``level`` interval of each ``q``-th percentile of ``values`` (in arrival
-    order) by a circular block bootstrap (see the module docstring), every percentile
-    from the same resamples. NaNs under 20 values."""
+    order) by a stationary block bootstrap (see the module docstring), every percentile
+    from the same resamples, widened to the order-statistic interval and kept within the
+    values' range. NaNs under 20 values."""
     v = np.asarray(values, dtype=float)
     n = len(v)
     if n < MIN_REQUESTS:
@@ -107,15 +153,12 @@ def percentile_cis(
     if draws is None:
         draws = DRAWS if n <= LARGE else DRAWS_LARGE
     # the block length from the ranks: a few huge TTFTs do not dominate the correlation
-    b = block_length(np.argsort(np.argsort(v)).astype(float))
-    blocks = -(-n // b)
-    offsets = np.arange(b)
+    b = block_length(np.argsort(np.argsort(v)).astype(float), stationary=True)
     est = np.empty((draws, len(qs)))
     for i in range(draws):
-        starts = rng.integers(0, n, size=blocks)
-        idx = ((starts[:, None] + offsets) % n).ravel()[:n]
-        est[i] = np.percentile(v[idx], qs)
+        est[i] = np.percentile(v[stationary_indices(n, b, rng)], qs)
     alpha = (1.0 - level) / 2.0
+    s = np.sort(v)
     out = {}
     for j, q in enumerate(qs):
         if draws >= DRAWS:  # percentile interval: the resamples' own quantiles
@@ -125,7 +168,11 @@ def percentile_cis(
             point = float(np.percentile(v, q))
             half = z * float(np.std(est[:, j], ddof=1))
             lo, hi = point - half, point + half
-        out[q] = (float(lo), float(hi))
+        os_lo, os_hi = order_statistic_ci(s, q, level)
+        # never narrower than independent requests' interval, never outside the values
+        lo = min(max(float(lo), float(s[0])), os_lo)
+        hi = max(min(float(hi), float(s[-1])), os_hi)
+        out[q] = (lo, hi)
     return out
 
 
@@ -134,3 +181,82 @@ def percentile_ci(
 ) -> tuple[float, float]:
     """The interval of one percentile (:func:`percentile_cis` with one ``q``)."""
     return percentile_cis(values, (q,), rng, **kw)[q]  # type: ignore[arg-type]
+
+
+# ---- intervals over replications -------------------------------------------------------
+
+# Student t, 97.5th percentile, 1..30 degrees of freedom (then 1.96)
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+ONE_REPLICATION = "one replication: no interval"
+IDENTICAL = "replications identical: no interval"
+NO_VALUE = "no value"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over replications and its 95% interval ``[lo, hi]``, or why there is none
+    (``note``; then ``lo`` and ``hi`` are NaN, or the mean itself when every replication
+    gave the same value). Every interval over seeds that kvsim prints or stores is one
+    of these (:func:`mean_interval`)."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether there is an interval with spread (at least two distinct values)."""
+        return not self.note
+
+    @property
+    def half(self) -> float:
+        """Half-width of the Student-t interval before any clipping at 0 (NaN without
+        an interval; 0 when the replications are identical)."""
+        if self.note == IDENTICAL:
+            return 0.0
+        if self.note:
+            return math.nan
+        return max(self.hi - self.mean, self.mean - self.lo)
+
+    def text(self, show: Callable[[float], str] = lambda x: f"{x:.2g}") -> str:
+        """How it reads after the mean: "± h", "(95% interval lo .. hi)" when clipped at
+        0, or "(one replication: no interval)" (never a "± 0")."""
+        if self.note:
+            return f"({self.note})"
+        if self.mean - self.lo < self.hi - self.mean:  # clipped at 0
+            return f"(95% interval {show(self.lo)} .. {show(self.hi)})"
+        return f"± {show(self.half)}"
+
+    def bounds(self) -> list[float]:
+        """``[lo, hi]`` for a file (NaN, i.e. null, with no interval)."""
+        return [self.lo, self.hi]
+
+
+def mean_interval(values: Sequence[float], *, nonnegative: bool = True) -> Interval:
+    """Mean of independent replications and its 95% Student-t interval, the lower bound
+    clipped at 0 for a quantity that cannot be negative (``nonnegative``: a TTFT, a
+    rate, a ratio). One value, or none, gives no interval; identical values give the
+    mean as both bounds and say so."""
+    a = np.asarray([float(x) for x in values], dtype=float)
+    if a.size == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, NO_VALUE)
+    mean = float(a.mean())
+    if a.size == 1:
+        return Interval(mean, math.nan, math.nan, 1, ONE_REPLICATION)
+    if not np.all(np.isfinite(a)):
+        return Interval(mean, math.nan, math.nan, int(a.size), NO_VALUE)
+    if float(a.min()) == float(a.max()):
+        return Interval(float(a[0]), float(a[0]), float(a[0]), int(a.size), IDENTICAL)
+    t = _T95[a.size - 2] if a.size - 1 <= len(_T95) else 1.96
+    half = float(t * a.std(ddof=1) / math.sqrt(a.size))
+    lo = mean - half
+    if nonnegative:
+        lo = max(lo, 0.0)
+    return Interval(mean, lo, mean + half, int(a.size))

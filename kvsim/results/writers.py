@@ -14,8 +14,19 @@ A kill (SIGKILL, power loss) can leave a staging folder or temporary file behind
 later write into the same folder removes those of processes that are no longer running.
 
 kvsim never deletes or moves files it did not write: a target folder that holds anything
-but the files this command writes (and their plots) is refused up front, as is the
-current folder or one of its ancestors (``--out .``), with the names of the foreign files.
+but the files this command writes (not even the figures ``kvsim plot`` drew there from the
+old results: they would be out of date, and deleting them silently would lose work) is
+refused up front, as is the current folder or one of its ancestors (``--out .``), with the
+names of the foreign files.
+
+kvsim never writes a file whose name it chooses through a symlink. A symlink inside an
+output folder is never one of kvsim's files (kvsim writes none), so a folder holding one
+is refused like any foreign file (:func:`foreign_files`), and a figure ``kvsim plot``
+writes into a folder is refused when its name is a symlink (:func:`refuse_link`):
+otherwise a planted ``ttft_cdf.png -> ~/.bashrc`` would be written through to outside the
+folder. Only a path the user names on the command line (``--plot FILE``, a trace
+generated to ``OUT``, ``--out`` naming a symlink to a folder) is followed, as a shell's
+``>`` does.
 """
 
 from __future__ import annotations
@@ -42,25 +53,13 @@ from kvsim.results.records import Results, json_ready
 Format = Literal["parquet", "csv"]
 Writer = Callable[[Path], object]
 
-_PLOT_EXT = ("png", "svg", "pdf")
-
-
-def _plots(*stems: str) -> tuple[str, ...]:
-    return tuple(f"{s}.{e}" for s in stems for e in _PLOT_EXT)
-
-
-#: The files each kind of folder holds (globs): what kvsim may replace in it.
-RUN_FILES = (
-    "summary.json",
-    "requests.parquet",
-    "requests.csv",
-    "scenario.yaml",
-    *_plots("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline"),
-)
-CAPACITY_FILES = ("capacity.csv", *_plots("capacity"))
-REPRODUCTION_FILES = ("reproduction.csv", "reproduction.md", *_plots("ttft_cdf_*"))
+#: The files each command writes as a folder (globs): all it may replace there. Figures
+#: `kvsim plot` draws into a run folder are not among them: they are refused, not deleted.
+RUN_FILES = ("summary.json", "requests.parquet", "requests.csv", "scenario.yaml")
+CAPACITY_FILES = ("capacity.csv", "capacity.png")
+REPRODUCTION_FILES = ("reproduction.csv", "reproduction.md", "ttft_cdf_*.png")
 BASELINE_FILES = ("baseline.json",)
-SENSITIVITY_FILES = ("sensitivity.csv", *_plots("tornado"))
+SENSITIVITY_FILES = ("sensitivity.csv", "tornado.png")
 REPORT_FILES = ("kvsim-check.md", "kvsim-check.xml")
 
 # A leftover of an interrupted write: ours (.NAME.kvsim-PID.stage|old|tmp) or an older
@@ -140,13 +139,30 @@ def foreign_files(folder: Path, owned: Collection[str]) -> list[str]:
     out = []
     for entry in sorted(os.listdir(folder)):
         full = folder / entry
-        if _leftover(entry, owned) is not None and not full.is_symlink():
+        if full.is_symlink():  # kvsim writes no links: never its own file
+            out.append(entry + " (a symlink)")
+        elif _leftover(entry, owned) is not None:
             continue
-        if full.is_dir() and not full.is_symlink():
+        elif full.is_dir():
             out.append(entry + "/")
         elif not _owns(entry, owned):
             out.append(entry)
     return out
+
+
+def refuse_link(path: str | os.PathLike[str], *, flag: str = "") -> None:
+    """Refuse an output file of kvsim's own naming inside a folder that is a symlink (or
+    anything else but a regular file or nothing): kvsim never writes through a link, which
+    may point anywhere (outside the folder). The one check every such write goes through."""
+    p = Path(path)
+    if p.is_symlink():
+        raise InputError(
+            "is a symlink; kvsim never writes its outputs through a link (it may point "
+            "outside the folder): remove it",
+            where=_where(flag, path),
+        )
+    if p.exists() and not p.is_file():
+        raise InputError("exists and is not a regular file", where=_where(flag, path))
 
 
 def check_out_folder(path: str | os.PathLike[str], *, flag: str, owned: Collection[str]) -> Path:
@@ -182,7 +198,8 @@ def check_out_folder(path: str | os.PathLike[str], *, flag: str, owned: Collecti
             shown = ", ".join(foreign[:5]) + more
             raise InputError(
                 f"holds files this command does not write ({shown}); kvsim replaces the "
-                "whole folder, so name a new or empty one",
+                "whole folder and never deletes files it did not write: move them away "
+                "or name a new or empty folder",
                 where=_where(flag, path),
             )
     return target
@@ -320,14 +337,20 @@ def _undo(stage: Path, created: list[Path]) -> None:
             p.rmdir()
 
 
-def write_file(path: str | os.PathLike[str], write: Writer, *, flag: str = "") -> Path:
+def write_file(
+    path: str | os.PathLike[str], write: Writer, *, flag: str = "", in_folder: bool = False
+) -> Path:
     """Write one file all or nothing: into a hidden temporary file beside it, renamed
-    into place when complete (leftovers of dead processes are removed first). A path that
-    is a symlink is written through: its target gets the new content and the link stays
-    (as a shell's ``>`` does), rather than the link being replaced by a plain file."""
+    into place when complete (leftovers of dead processes are removed first). A path the
+    user named that is a symlink is written through: its target gets the new content and
+    the link stays (as a shell's ``>`` does), rather than the link being replaced by a
+    plain file. ``in_folder``: a file of kvsim's own naming inside a folder (a figure of
+    ``kvsim plot``): a symlink there is refused (:func:`refuse_link`), never followed."""
     p = Path(path)
     target = p
-    if p.is_symlink():
+    if in_folder:
+        refuse_link(p, flag=flag)  # (a link made after this is replaced, not followed)
+    elif p.is_symlink():
         try:
             target = p.resolve()  # a dangling link: its target is created
         except (OSError, RuntimeError):  # a symlink loop
@@ -350,7 +373,8 @@ def write_results(
     results: Results, out_dir: str | os.PathLike[str], fmt: Format = "parquet"
 ) -> list[Path]:
     """Write summary.json, requests.<fmt> and scenario.yaml as the folder ``out_dir``
-    (all or nothing; plots of an earlier run there go with it); return the paths."""
+    (all or nothing; a folder holding anything else, figures of an earlier run included,
+    is refused); return the paths."""
     return write_folder(
         out_dir,
         {

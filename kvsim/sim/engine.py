@@ -29,8 +29,9 @@ waits at the head of the queue.
 An engine can fail: the requests it holds go back to the simulation (re-routed or
 dropped). Blocks are addressed by ``job.keys``: the request's hash ids, namespaced by
 tenant. Invariants: a request's tokens by source sum to its prompt; the chunks computed
-sum to its computed tokens; TTFT = lost time (on a failed engine) + queue wait + restore
-+ compute (from its first step to its last, batch-mates' restores included) + store.
+sum to its computed tokens; TTFT = lost time (on a failed engine) + queue wait + load (the
+wait for its prefetch into host, when the prefetch policy waits, plus its restore) +
+compute (from its first step to its last, batch-mates' restores included) + store.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Job:
         "keys",
         "load_s",
         "lost_s",
+        "prefetch_s",
         "puts",
         "queue_wait",
         "remote_get_s",
@@ -110,6 +112,7 @@ class Job:
         self.queue_wait = 0.0
         self.start = _NAN
         self.load_s = 0.0
+        self.prefetch_s = 0.0  # waited for its prefetch into host, out of the queue
         self.compute_s = 0.0
         self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
         self.remote_get_s = 0.0
@@ -133,7 +136,7 @@ class Job:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
         nan = _NAN
         self.start = self.queue_wait = self.load_s = self.compute_s = nan
-        self.store_s = self.remote_get_s = nan
+        self.store_s = self.remote_get_s = self.prefetch_s = nan
         self.tier_s = [nan, nan, nan, nan]
         self.tokens = [0, 0, 0, 0, 0]
         self.steps = 0
@@ -157,13 +160,14 @@ class Job:
             finish,
             finish - req.arrival,
             self.queue_wait,
-            self.load_s,
+            self.load_s + self.prefetch_s,  # waiting for its KV: prefetch, then restore
             self.compute_s,
             self.store_s,
             self.lost_s,
             ts[HOST],
             ts[NVME],
             ts[REMOTE],
+            self.prefetch_s,
             self.remote_get_s,
             req.input_tokens,
             req.output_tokens,
@@ -550,6 +554,8 @@ class Engine:
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
         self._queue_t = 0.0
         self._wake: simpy.Event | None = None
+        # the simulation's memory check, made every 1,024 steps (None: none)
+        self.guard: Callable[[], None] | None = None
         if ctx.put_policy == BACK:
             local.leave = self._put_back
         self.process = self.env.process(self._loop())
@@ -600,6 +606,7 @@ class Engine:
         job.fetch = None
         if job in self._fetching:
             self._fetching.remove(job)
+            job.prefetch_s += self.env.now - job.submitted  # part of its load time
             self._push(job)
 
     def _push(self, job: Job) -> None:
@@ -704,6 +711,8 @@ class Engine:
                 self.step_spans.append(stage_end)
                 yield env.timeout(stage_end - env.now)
                 self._complete(batch, end, stage_end)
+                if not self.steps & 1023 and self.guard is not None:
+                    self.guard()  # raises MemoryError before the process runs out
             except simpy.Interrupt:
                 self._wake = None  # fail() took the jobs; wait to be recovered
 

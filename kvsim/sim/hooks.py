@@ -15,10 +15,15 @@ plugins are interpreted anyway.
 from __future__ import annotations
 
 import math
+import operator
+import sys
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+import kvsim.plugins as _plugins
 from kvsim.cache.eviction import (
     POLICIES,
     BlockStore,
@@ -36,8 +41,15 @@ from kvsim.plugins import (
     RequestView,
     SimView,
     TierView,
+    at,
+    code_place,
+    describe,
+    interrupted,
     load_plugins,
     make,
+    place_of,
+    show,
+    signals,
 )
 from kvsim.sim.policy import LOAD_POLICIES
 from kvsim.sim.policy import LoadPolicy as CoreLoadPolicy
@@ -48,58 +60,141 @@ if TYPE_CHECKING:
     from kvsim.sim.shared import Shared
 
 TIER_NAMES = ("gpu", "host", "nvme", "remote")
+MAX_DEPTH = 1 << 24  # the deepest block SimView.recompute_s answers for
+
+
+class _Refused(Exception):
+    """An answer that breaks its rule (the rule, as the message says it)."""
 
 
 class Hook:
-    """One plugin policy instance, and how to name it in a message."""
+    """One plugin policy instance, and how to name it in a message. Everything that runs
+    plugin code (its methods, its attributes, the checks of what it returns, which may
+    call its own ``__int__`` or ``__eq__``) runs through :meth:`call`, :meth:`attr` or
+    :meth:`answer`: whatever comes out, SystemExit, KeyboardInterrupt, GeneratorExit,
+    StopIteration included, is one :class:`PluginError` naming the plugin, the method and
+    the place in its code; only a real interrupt (a signal) is let through."""
 
     def __init__(self, policy: Any, plugin: str, kind: str, name: str, at: str = "") -> None:
         self.policy = policy
         self.where = f"plugin {plugin} ({kind} {name!r}{' on ' + at if at else ''})"
+        try:  # its module's file, where messages look for the place (a class attribute)
+            file = getattr(sys.modules.get(type(policy).__module__), "__file__", None)
+        except BaseException:  # (a metaclass of its own may refuse)
+            file = None
+        self.files = [file] if isinstance(file, str) else []
 
-    def call(self, method: str, *args: Any) -> Any:
-        """The plugin's method, with its exceptions turned into one PluginError."""
-        fn = getattr(self.policy, method, None)
-        if fn is None or not callable(fn):
-            raise PluginError(f"it has no method {method}()", where=self.where)
+    def call(self, method: str, *args: Any, optional: bool = False) -> Any:
+        """The plugin's method (``optional``: None if it has none)."""
+        before = _plugins._signals  # (the hot path of eviction plugins: no call)
         try:
-            return fn(*args)
-        except PluginError:
-            raise
-        except Exception as e:
-            raise PluginError(
-                f"{method}() raised {type(e).__name__}: {e}", where=self.where
-            ) from None
+            fn = getattr(self.policy, method, None)
+            if fn is None or not callable(fn):
+                if optional:
+                    return None
+                raise PluginError(f"it has no method {method}()", where=self.where)
+            got = fn(*args)
+        except BaseException as e:  # whatever plugin code raises
+            if type(e) is PluginError or interrupted(e, before):
+                raise  # (kvsim's own: a misuse of what it gave the plugin; a real signal)
+            raise self.raised(f"{method}()", e) from e
+        if _plugins._signals != before:  # Ctrl-C came, and the plugin swallowed it
+            raise KeyboardInterrupt
+        return got
+
+    def attr(self, name: str, default: Any) -> Any:
+        """One of the plugin's attributes (a property is plugin code)."""
+        before = signals()
+        try:
+            return getattr(self.policy, name, default)
+        except BaseException as e:
+            if interrupted(e, before):
+                raise
+            raise self.raised(f"its attribute {name}", e) from e
+
+    def answer(self, method: str, value: Any, check: Callable[[Any], Any]) -> Any:
+        """``check(value)``: what the plugin returned, as kvsim uses it (``_Refused``: it
+        breaks the rule)."""
+        before = signals()
+        try:
+            return check(value)
+        except _Refused as r:
+            raise self.broken(method, str(r)) from None
+        except BaseException as e:
+            if interrupted(e, before):
+                raise
+            raise self.broken(
+                method, f"returned {show(value)}, which cannot be read ({describe(e)})"
+            ) from e
+
+    def raised(self, what: str, e: BaseException) -> PluginError:
+        return PluginError(
+            f"{what} raised {describe(e)}{at(place_of(e, self.files))}", where=self.where
+        )
 
     def broken(self, method: str, rule: str) -> PluginError:
-        return PluginError(f"{method}() broke a rule: {rule}", where=self.where)
+        place = code_place(self.policy, method)
+        return PluginError(f"{method}() broke a rule: {rule}{at(place)}", where=self.where)
 
 
 def _is_bool(value: Any) -> bool:
     """True or False (NumPy's too), not a number that happens to be 0 or 1."""
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
+    return type(value) is bool or isinstance(value, np.bool_)
 
 
-def _flag(hook: Hook, attr: str, value: Any) -> bool:
+def _truth(value: Any) -> bool:
+    if not _is_bool(value):
+        raise _Refused(f"returned {show(value)}; expected True or False")
+    return bool(value)
+
+
+def _flag(hook: Hook, attr: str, default: bool) -> bool:
     """A policy's class attribute that must be True or False."""
+    value = hook.attr(attr, default)
     if not _is_bool(value):
         raise PluginError(
-            f"its attribute {attr} broke a rule: must be True or False, got {value!r}",
+            f"its attribute {attr} broke a rule: must be True or False, got {show(value)}",
             where=hook.where,
         )
     return bool(value)
 
 
-def _count(hook: Hook, method: str, value: Any, most: int, what: str) -> int:
-    """A plugin's answer that must be a whole number in [0, most]."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise hook.broken(method, f"returned {value!r}; expected an int (a number of blocks)")
-    n = int(value)
-    if n < 0:
-        raise hook.broken(method, f"returned {n}; a number of blocks is never negative")
-    if n > most:
-        raise hook.broken(method, f"returned {n}, more blocks than the {most} {what}")
-    return n
+def _whole(value: Any) -> int | None:
+    """An int (NumPy's too; not a bool), or None."""
+    if _is_bool(value) or not isinstance(value, Integral):
+        return None
+    return operator.index(value)  # (an exact int, whatever the type)
+
+
+def _counter(most: int, what: str) -> Callable[[Any], int]:
+    """The check of a plugin's answer that must be a whole number in [0, most]."""
+
+    def check(value: Any) -> int:
+        n = _whole(value)
+        if n is None:
+            raise _Refused(f"returned {show(value)}; expected an int (a number of blocks)")
+        if n < 0:
+            raise _Refused(f"returned {show(n)}; a number of blocks is never negative")
+        if n > most:
+            raise _Refused(f"returned {show(n)}, more blocks than the {most} {what}")
+        return n
+
+    return check
+
+
+def _priority(value: Any) -> float:
+    """A priority: a finite real number (NumPy's too; not a bool) within a float's range."""
+    if _is_bool(value) or not isinstance(value, Real):
+        raise _Refused(f"returned {show(value)}; expected a finite number")
+    try:
+        x = float(value)
+    except OverflowError:
+        raise _Refused(
+            f"returned {show(value)}; expected a finite number (it is beyond a float's range)"
+        ) from None
+    if not math.isfinite(x):
+        raise _Refused(f"returned {show(value)}; expected a finite number")
+    return x
 
 
 class StoreHook(Hook):
@@ -136,16 +231,17 @@ class EvictionHook(StoreHook):
         self.call("removed", key)
 
     def victim(self, store: BlockStore) -> Any:
-        key = self.call("victim", self._view(store))
-        try:
-            resident = key in store.blocks
-        except TypeError:  # unhashable
-            resident = False
-        if not resident:
-            raise self.broken(
-                "victim", f"returned {key!r}, which is not a block resident in {self.tier}"
-            )
-        return key
+        got = self.call("victim", self._view(store))
+
+        def check(value: Any) -> int:
+            key = _whole(value)  # keys are ints: the core never sees the plugin's object
+            if key is None or key not in store.blocks:
+                raise _Refused(
+                    f"returned {show(value)}, which is not a block resident in {self.tier}"
+                )
+            return key
+
+        return self.answer("victim", got, check)
 
 
 class AdmissionHook(StoreHook):
@@ -156,9 +252,7 @@ class AdmissionHook(StoreHook):
     def admit(self, key: Any, nbytes: float) -> bool:
         view = self._view(self.store)
         ok = self.call("admit", self.hooks.block(key, nbytes, self.shards), view)
-        if not _is_bool(ok):
-            raise self.broken("admit", f"returned {ok!r}; expected True or False")
-        return bool(ok)
+        return bool(self.answer("admit", ok, _truth))
 
 
 class RouterHook(Hook):
@@ -171,19 +265,20 @@ class RouterHook(Hook):
     def route(self, job: Any, engines: Sequence[Any]) -> Any:
         views = [self.hooks.engine_view(e) for e in engines]
         got = self.call("route", RequestView(job), views)
-        if isinstance(got, EngineView):
-            index: Any = got.index
-        elif isinstance(got, Integral) and not isinstance(got, bool):
-            index = int(got)
-        else:
-            raise self.broken("route", f"returned {got!r}; expected an EngineView or its index")
-        for e in engines:
-            if e.index == index:
-                return e
-        up = [e.index for e in engines]
-        raise self.broken(
-            "route", f"returned engine {index}, which is not an engine that is up ({up})"
-        )
+
+        def check(value: Any) -> Any:
+            index = value.index if isinstance(value, EngineView) else _whole(value)
+            if type(index) is not int:
+                raise _Refused(f"returned {show(value)}; expected an EngineView or its index")
+            for e in engines:
+                if e.index == index:
+                    return e
+            up = [e.index for e in engines]
+            raise _Refused(
+                f"returned engine {show(index)}, which is not an engine that is up ({up})"
+            )
+
+        return self.answer("route", got, check)
 
 
 class LoadHook(CoreLoadPolicy):
@@ -192,16 +287,43 @@ class LoadHook(CoreLoadPolicy):
     def __init__(self, policy: Any, plugin: str, name: str) -> None:
         self.hook = Hook(policy, plugin, "load_policy", name)
         self.name = name
-        self.blocking = _flag(self.hook, "blocking", getattr(policy, "blocking", True))
-        self.lower_tiers = _flag(self.hook, "lower_tiers", getattr(policy, "lower_tiers", True))
+        self.blocking = _flag(self.hook, "blocking", True)
+        self.lower_tiers = _flag(self.hook, "lower_tiers", True)
 
     def restore_blocks(
         self, src: Sequence[int], estimate: Callable[[int], float], job: object = None
     ) -> int:
         n = len(src)
         sources = [TIER_NAMES[t] for t in src]
-        got = self.hook.call("restore_blocks", RequestView(job), sources, estimate)
-        return _count(self.hook, "restore_blocks", got, n, "hit")
+        hook = self.hook
+        misuse: list[PluginError] = []  # kept even if the plugin catches what it is given
+
+        def checked(k: Any) -> float:
+            """``estimate(k)``, for k blocks of the hit (0..n)."""
+            try:
+                blocks = _whole(k)
+            except BaseException:  # a plugin's own int type
+                blocks = None
+            if blocks is None or not 0 <= blocks <= n:
+                misuse.append(
+                    hook.broken(
+                        "restore_blocks",
+                        f"called estimate({show(k)}); it takes a whole number of blocks "
+                        f"from 0 to the {n} hit",
+                    )
+                )
+                raise misuse[-1]
+            return estimate(blocks)
+
+        try:
+            got = hook.call("restore_blocks", RequestView(job), sources, checked)
+        except PluginError:
+            if misuse:
+                raise misuse[0] from None
+            raise
+        if misuse:
+            raise misuse[0]
+        return int(hook.answer("restore_blocks", got, _counter(n, "hit")))
 
 
 class PrefetchHook(Hook):
@@ -209,12 +331,12 @@ class PrefetchHook(Hook):
 
     def __init__(self, policy: Any, plugin: str, name: str) -> None:
         super().__init__(policy, plugin, "prefetch", name)
-        self.wait = _flag(self, "wait", getattr(policy, "wait", False))
+        self.wait = _flag(self, "wait", False)
 
     def fetch_blocks(self, job: Any, src: Sequence[int]) -> int:
         sources = [TIER_NAMES[t] for t in src]
         got = self.call("fetch_blocks", RequestView(job), sources)
-        return _count(self, "fetch_blocks", got, len(src), "in the usable prefix")
+        return int(self.answer("fetch_blocks", got, _counter(len(src), "in the usable prefix")))
 
 
 class SchedulerHook(Hook):
@@ -229,9 +351,7 @@ class SchedulerHook(Hook):
 
         def priority(job: Any) -> float:
             got = self.call("priority", RequestView(job), view)
-            if isinstance(got, bool) or not isinstance(got, Real) or not math.isfinite(got):
-                raise self.broken("priority", f"returned {got!r}; expected a finite number")
-            return float(got)
+            return float(self.answer("priority", got, _priority))
 
         return priority
 
@@ -248,7 +368,7 @@ class Hooks:
         # plugins (None: there are none)
         self.depths: dict[Any, tuple[int, Any]] | None = None
         self._views: dict[int, EngineView] = {}
-        self._recompute: list[float] = []
+        self._recompute: dict[int, float] = {}  # block depth -> seconds (memoised)
         self.tenant_of: Callable[[Any], int] = lambda key: -1
 
     def _make(self, kind: str, name: str) -> tuple[Any, str]:
@@ -341,13 +461,23 @@ class Hooks:
         """Prefill seconds of one full block at ``depth`` (lone request; memoised)."""
         if depth < 0:
             return math.nan
-        table = self._recompute
-        ctx = self.ctx
-        b = ctx.block_tokens
-        while len(table) <= depth:
-            d = len(table)
-            table.append(lone_seconds(ctx.steps, b, d * b, ctx.per_step))
-        return table[depth]
+        s = self._recompute.get(depth)
+        if s is None:
+            ctx = self.ctx
+            b = ctx.block_tokens
+            s = self._recompute[depth] = lone_seconds(ctx.steps, b, depth * b, ctx.per_step)
+        return s
+
+    def plugin_recompute_s(self, depth: Any) -> float:
+        """:meth:`recompute_s` as plugins call it (SimView.recompute_s): a depth from -1
+        to 2**24 (a prompt of 16M blocks), never a huge one that would take forever."""
+        d = _whole(depth)
+        if d is None or not -1 <= d <= MAX_DEPTH:
+            raise ValueError(
+                f"recompute_s(depth): depth is a block's place in its chain, an int from -1 "
+                f"to {MAX_DEPTH}, got {show(depth)}"
+            )
+        return self.recompute_s(d)
 
     def block(self, key: Any, nbytes: float, shards: int = 1) -> Block:
         block_key = key // shards if shards > 1 else key
@@ -377,8 +507,7 @@ class Hooks:
             remote,
             ctx.block_tokens,
             ctx.block_tokens * ctx.kv_bytes,
-            self.recompute_s,
+            self.plugin_recompute_s,
         )
         for hook in self.made:
-            if callable(getattr(hook.policy, "setup", None)):
-                hook.call("setup", view)
+            hook.call("setup", view, optional=True)

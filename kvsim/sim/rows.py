@@ -25,7 +25,12 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("finish_s", "d", "prefill end (first token)"),
     ("ttft_s", "d", "time to first token = finish_s - arrival_s (NaN when dropped)"),
     ("queue_wait_s", "d", "time in the engine queue (both waits under async loading)"),
-    ("load_s", "d", "wall time of the restore phase (T0s and transfers, tiers in parallel)"),
+    (
+        "load_s",
+        "d",
+        "waiting for its KV: the wait for its prefetch into host (load_prefetch_s) plus the "
+        "wall time of the restore phase (T0s and transfers, tiers in parallel)",
+    ),
     (
         "compute_s",
         "d",
@@ -41,6 +46,12 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("load_host_s", "d", "restore from host DRAM, T0 included"),
     ("load_nvme_s", "d", "restore from NVMe, T0 included"),
     ("load_remote_s", "d", "restore from the remote store, T0 included"),
+    (
+        "load_prefetch_s",
+        "d",
+        "of load_s, the wait for its prefetch into host before it joined the queue "
+        "(prefetch.policy wait_complete, timeout, or a plugin's that waits; 0 otherwise)",
+    ),
     ("remote_get_s", "d", "remote GET time after T0 (stalls, latency, transfer)"),
     ("input_tokens", "q", "prompt tokens"),
     ("output_tokens", "q", "output tokens (not simulated: prefill only)"),

@@ -6,13 +6,15 @@ GPUs/drives), the remote servers (one link each, shared by GETs and PUTs of all 
 the router, the load policy, the tenants' rules and the scheduled faults. ``run`` feeds
 arrivals from the workload iterator and returns :class:`SimOutput`: one tuple per request
 (finished, or dropped with a reason) plus counters. Nothing here reads files (the workload
-iterator does) or writes any.
+iterator does) or writes any; a :class:`MemoryGuard` reads the process's own size from
+``/proc`` to stop a run cleanly before it runs out of memory.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -37,6 +39,83 @@ from kvsim.workload.request import Request, check_request
 from kvsim.workload.synthetic import prestored_blocks
 
 Progress = Callable[[int], None]
+
+# the most steps a long-prefill threshold may split one prompt into (a silly but legal
+# threshold, 1 token, would otherwise make a million-token prompt a million steps, each
+# kept in the engines' activity records)
+MAX_PROMPT_STEPS = 1 << 16
+# memory checks: every 1,000 recorded requests, every 1,024 steps of each engine
+# (Engine._loop), and every 1,024 arrivals or GUARD_BLOCKS prompt blocks arrived
+GUARD_BLOCKS = 1 << 16  # prompt blocks arrived between memory checks
+_MIB = 1 << 20
+
+
+def _rlimit(name: str) -> int:
+    """The soft limit ``resource.<name>`` in bytes; -1 when none is set (or unknown)."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return -1
+    soft = resource.getrlimit(getattr(resource, name))[0]
+    return -1 if soft == resource.RLIM_INFINITY or soft < 0 else int(soft)
+
+
+def _meminfo(field: str) -> int:
+    """A ``/proc/meminfo`` field in bytes; -1 when it cannot be read."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(field.encode() + b":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+class MemoryGuard:
+    """Stops a run before the process runs out of memory: a MemoryError (the CLI's
+    one-line "out of memory", exit 2, no output written) raised from the simulation's
+    progress points rather than an allocation failing somewhere (the compiled core can
+    crash on one). It checks the process's size (``/proc/self/statm``) against
+    RLIMIT_AS (virtual size) and RLIMIT_DATA, less headroom for the results, and, once
+    the process holds a quarter of the machine's memory, what the machine still has
+    available (the kernel would kill the process outright). Without ``/proc`` it does
+    nothing."""
+
+    def __init__(self) -> None:
+        self.statm = "/proc/self/statm" if os.path.exists("/proc/self/statm") else ""
+        self.page = os.sysconf("SC_PAGE_SIZE") if self.statm else 4096
+        self.vm_limit = self._below(_rlimit("RLIMIT_AS"))
+        self.data_limit = self._below(_rlimit("RLIMIT_DATA"))
+        total = _meminfo("MemTotal") if self.statm else -1
+        self.watch_rss = total // 4 if total > 0 else -1  # from this size on, watch the host
+        self.reserve = max(128 * _MIB, total // 32)  # memory the machine must keep free
+
+    @staticmethod
+    def _below(limit: int) -> int:
+        """Where to stop under a limit: headroom for what follows the last check (a
+        request's blocks, the results tables)."""
+        return -1 if limit < 0 else max(limit - max(128 * _MIB, limit // 8), 0)
+
+    def check(self) -> None:
+        if not self.statm:
+            return
+        try:
+            with open(self.statm, "rb") as f:
+                fields = f.read().split()
+            size = int(fields[0]) * self.page
+            rss = int(fields[1]) * self.page
+            data = int(fields[5]) * self.page
+        except (OSError, ValueError, IndexError):
+            return
+        if self.vm_limit >= 0 and size > self.vm_limit:
+            raise MemoryError(f"{size // _MIB} MiB of address space, near its limit (RLIMIT_AS)")
+        if self.data_limit >= 0 and data > self.data_limit:
+            raise MemoryError(f"{data // _MIB} MiB of data, near its limit (RLIMIT_DATA)")
+        if 0 <= self.watch_rss < rss:
+            avail = _meminfo("MemAvailable")
+            if 0 <= avail < self.reserve:
+                raise MemoryError(f"{rss // _MIB} MiB resident, {avail // _MIB} MiB left")
 
 
 @dataclass
@@ -80,6 +159,9 @@ class Simulation:
         self.rows = RowTable()
         self.arrived = 0
         self.dropped = 0
+        self.guard = MemoryGuard()
+        # the memory check the run makes at its progress points; tests may swap it
+        self.check_memory: Callable[[], None] = self.guard.check
         node = sc.node
         rc = sc.remote
         hooks = ctx.hooks  # every policy by name: built-in, or a plugin's
@@ -179,6 +261,8 @@ class Simulation:
                 Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client, d2h, nvlink)
             )
         self.engines.sort(key=lambda e: e.index)
+        for e in self.engines:
+            e.guard = self.check_memory
         ctx.engines = self.engines
         self.router = hooks.router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
         # auto: every request runs as measured; the results cut the transient afterwards
@@ -255,9 +339,12 @@ class Simulation:
         self._record(job.row(-1, math.nan, reason))
 
     def _record(self, row: tuple) -> None:
-        self.rows.append(row)
-        if self.progress is not None and len(self.rows) % 1000 == 0:
-            self.progress(1000)
+        rows = self.rows
+        rows.append(row)
+        if len(rows) % 1000 == 0:
+            self.check_memory()
+            if self.progress is not None:
+                self.progress(1000)
 
     # ---- running ------------------------------------------------------------------------
 
@@ -267,6 +354,11 @@ class Simulation:
         block = self.shared.block_tokens
         keys = self.tenancy.keys
         last = 0.0
+        per = self.shared.per_step
+        capped = 0 < self.scenario.engine.long_prefill_token_threshold < self.shared.budget
+        # a prompt over this many tokens would take more than MAX_PROMPT_STEPS steps
+        most = per * MAX_PROMPT_STEPS if capped else -1
+        blocks = 0  # prompt blocks since the last memory check
         for req in requests:
             if req.arrival < last:
                 raise InputError(
@@ -274,6 +366,18 @@ class Simulation:
                     f"one ({last:g} s); a workload must be sorted by time"
                 )
             check_request(req, block)
+            if most >= 0 and req.input_tokens > most:
+                raise InputError(
+                    f"request {req.id}: its {req.input_tokens:,} prompt tokens would take "
+                    f"{-(-req.input_tokens // per):,} steps at {per:,} a step; at most "
+                    f"{MAX_PROMPT_STEPS:,} a prompt: raise it to at least "
+                    f"{-(-req.input_tokens // MAX_PROMPT_STEPS):,} (or 0: no cap)",
+                    where="engine.long_prefill_token_threshold",
+                )
+            blocks += len(req.hash_ids)
+            if blocks >= GUARD_BLOCKS or not self.arrived & 1023:
+                blocks = 0
+                self.check_memory()
             last = req.arrival
             dt = req.arrival - env.now
             if dt > 0:

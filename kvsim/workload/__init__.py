@@ -2,7 +2,8 @@
 
 ``open_workload`` maps a scenario's ``workload.kind`` to its source and applies, in this
 order: the time window (on source times, rebased to its start), ``time_scale``, ``limit``;
-then, for a trace that asks for it, a block-bootstrap resample (kvsim.workload.resample).
+then, for a trace that asks for it, a block-bootstrap resample (kvsim.workload.resample),
+which keeps exactly the ``limit`` requests kept (or the fewer the trace has).
 Sources are iterators, so a trace is read as the simulation consumes it.
 """
 
@@ -96,5 +97,7 @@ def open_workload(cfg: Workload, seed: int) -> Iterator[Request]:
         end=cfg.window.end,
     )
     if getattr(cfg, "resample", "none") == "windows":
-        return block_resample(shaped, stream(seed, "resample"))
+        # a trace cut at `limit` requests keeps that many (a draw holds about as many)
+        keep = cfg.limit is not None
+        return block_resample(shaped, stream(seed, "resample"), keep_count=keep)
     return shaped

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from kvsim.errors import InputError
+from kvsim.errors import InputError, shown
 from kvsim.workload.lines import trace_lines
 from kvsim.workload.request import MAX_TOKENS, Request, blocks_needed, check_request
 
@@ -64,6 +64,18 @@ def read_azure(path: str | Path, block_tokens: int = 512) -> Iterator[Request]:
     try:
         header = next(reader, None)
         names = [h.strip() for h in header] if header is not None else []
+        seen: dict[str, str] = {}
+        for name in names:  # a column named twice: which would the rows mean?
+            folded = name.casefold()
+            if folded in seen and name:
+                again = (
+                    "" if seen[folded] == name else f" (as {shown(seen[folded])} and {shown(name)})"
+                )
+                raise InputError(
+                    f"header names column {shown(name)} twice{again}: which one is meant?",
+                    where=where,
+                )
+            seen[folded] = name
         if not set(COLUMNS) <= set(names):
             raise InputError(f"expected a header with columns {','.join(COLUMNS)}", where=where)
         col = [names.index(c) for c in COLUMNS]

@@ -53,12 +53,17 @@ class _DuplicateKey(Exception):
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object whose keys are all distinct (json keeps the last of a repeated one)."""
+    """A JSON object whose keys are all distinct (json keeps the last of a repeated one),
+    also when case and spaces are ignored (``timestamp`` and ``Timestamp``: which is
+    meant?)."""
     obj: dict[str, object] = {}
+    folded: set[str] = set()
     for k, v in pairs:
-        if k in obj:
+        f = k.strip().casefold()
+        if k in obj or f in folded:
             raise _DuplicateKey(k)
         obj[k] = v
+        folded.add(f)
     return obj
 
 
@@ -148,7 +153,7 @@ def read_mooncake(
                 where=where,
             )
         if bucket_spread is not None and bucket and ts != last:
-            yield from _spread(bucket, bucket_spread)
+            yield from _spread(bucket, bucket_spread, p, ts)
             bucket = []
         last = ts
         if bucket_spread is None:
@@ -157,13 +162,35 @@ def read_mooncake(
             bucket.append((lineno - 1, rec))
         count += 1
     if bucket:
-        yield from _spread(bucket, bucket_spread or 0.0)
+        yield from _spread(bucket, bucket_spread or 0.0, p, None)
     if count == 0:
         raise InputError("trace has no requests", where=str(p))
 
 
-def _spread(bucket: list, spread: float) -> Iterator[Request]:
+def _spread(bucket: list, spread: float, path: Path, following: float | None) -> Iterator[Request]:
+    """A bucket's requests spread evenly over ``spread`` seconds from their timestamp; the
+    last of them must arrive by the ``following`` timestamp (the next line's, None at the
+    end of the trace) and within kvsim's time range: otherwise the spread is refused,
+    naming the field and the trace line, rather than sending requests out of time order."""
     k = len(bucket)
+    ts = bucket[0][1][0]
+    end = ts + spread * (k - 1) / k  # the bucket's last arrival
+    line = bucket[-1][0] + 1  # the trace line of the bucket's last request (ids count lines)
+    if following is not None and end > following:
+        raise InputError(
+            f"workload.bucket_spread: {spread:g} s spreads the {k} requests at timestamp "
+            f"{ts * 1000:g} ms until {end * 1000:g} ms, past the next timestamp "
+            f"({following * 1000:g} ms): they would arrive out of time order; give a "
+            f"bucket_spread of at most {(following - ts) * k / (k - 1):g} s here, or none",
+            where=f"{path}:{line}",
+        )
+    if not end <= MAX_ARRIVAL_S:
+        raise InputError(
+            f"workload.bucket_spread: {spread:g} s spreads the {k} requests at timestamp "
+            f"{ts * 1000:g} ms until {end:g} s; kvsim keeps arrival times below "
+            f"{MAX_ARRIVAL_S:g} s (136 years)",
+            where=f"{path}:{line}",
+        )
     for i, (rid, rec) in enumerate(bucket):
         yield _request(rid, rec[0] + spread * i / k, rec)
 
