@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_planning import plans as _plans  # noqa: F401 (the fixture `plans`)
 
 from kvsim.cli import main
 from kvsim.results import uncertainty
@@ -23,6 +22,7 @@ from kvsim.results.uncertainty import (
 )
 
 from conftest import ROOT
+from test_planning import plans as _plans  # noqa: F401 (the fixture `plans`)
 
 AZURE = ROOT / "scenarios" / "azure-sample.yaml"
 T0 = datetime(2023, 11, 16, 18)
