@@ -284,3 +284,43 @@ def test_summary_load_mean_includes_the_prefetch_wait():
     assert res.summary["load_mean_s"] == pytest.approx(df["load_s"].mean())
     parts = sum(res.summary[f"{p}_mean_s"] for p in ("queue_wait", "load", "compute", "store"))
     assert parts == pytest.approx(res.summary["ttft_mean_s"], rel=1e-9)
+
+
+def test_a_layerwise_restore_that_times_out_falls_back_to_compute():
+    """Regression (found by the property test above): a synchronous layer-wise restore
+    whose remote GET times out falls back to compute; the step then streamed nothing,
+    and used to crash taking the largest T0 of no tier."""
+    sc = toy(
+        cluster={"engines": 1, "load_policy": "sync", "router": "round_robin"},
+        engine={
+            "batching": "chunked",
+            "max_batched_tokens": 100,
+            "max_batch_requests": 1,
+            "layerwise": True,
+        },
+        node={"pcp": 1, "d2h_per_gpu": "1 EB/s"},
+        tiers={"gpu": {"capacity": "0 kB"}, "host": {"enabled": False}, "nvme": {"enabled": False}},
+        remote={
+            "enabled": True,
+            "servers": 1,
+            "sharding": "none",
+            "capacity": "1 kB",
+            "bandwidth": "1 MB/s",
+            "max_pending_puts": 1,
+            "write_policy": "write_through",
+            "streams": True,
+            "timeout": "1 ms",
+        },
+        tenancy={"isolation": "tenant"},
+    )
+    reqs = [
+        Request(0, 0.0, 1, 1, (0,), session=-1),
+        Request(1, 0.0, 1, 1, (0,), session=0),
+        Request(2, 0.0, 2, 1, (0,), session=0),
+    ]
+    out = Simulation(sc, requests=reqs).run()
+    df = collect(out, sc).requests
+    assert list(df["decision"]) == ["cold", "cold", "fallback"]
+    check(df)
+    last = df.iloc[2]  # waited for the timed-out GET, then computed the whole prompt
+    assert last["load_s"] > 0 and last["compute_s"] > 0

@@ -63,12 +63,25 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 # ---- sensitivity ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(ROOT)))
+# the two the attack named run in README's test command; the others with the slow tests
+NAMED = ("azure-sample.yaml", "llama70b-h100.yaml")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p if p.name in NAMED else pytest.param(p, marks=pytest.mark.slow) for p in SHIPPED],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_sensitivity_works_by_default_on_every_shipped_scenario(path, capsys):
     """The profile's marked fields, cheapest settings: a dozen requests, no warm-up (and
     few shared documents, whose prestoring is the slow part)."""
     from kvsim import api
 
+    from test_scenarios import needs_missing_file
+
+    reason = needs_missing_file(path)
+    if reason:
+        pytest.skip(reason)
     sets = ["workload.limit=4", "run.warmup=0s"]
     if getattr(api.load(path).workload, "documents", None) is not None:
         sets.append("workload.documents.count=4")

@@ -872,9 +872,16 @@ class Engine:
         sm = steps.compute_share(chunks)
         c = steps.fixed_s + sm
         L = ctx.layers
-        if ctx.layerwise and self._syncing:
+        # T0 of the slowest tier a synchronous restore streamed from; -1 when none did (a
+        # restore that timed out fell back to compute: nothing arrives layer by layer)
+        t0 = -1.0
+        if ctx.layerwise:
+            for j in self._syncing:
+                for t in j.src:
+                    if t != GPU and ctx.t0[t] > t0:
+                        t0 = ctx.t0[t]
+        if t0 >= 0:
             # loads streamed layer by layer: layer l computes while layer l+1 arrives
-            t0 = max(max(ctx.t0[t] for t in set(j.src) if t != GPU) for j in self._syncing)
             xfer = max(now - step_start - t0, 0.0)
             first = step_start + min(t0, now - step_start) + xfer / L
             end = max(now + c / L, first + c)
