@@ -135,7 +135,7 @@ def ttft_cdf_plot(
 
 # ---- one run ---------------------------------------------------------------------------
 
-PARTS = (  # TTFT's parts (lost_s, on failed engines, only where the table has it)
+PARTS = (  # TTFT's parts (lost_s, on failed engines, only where some request lost time)
     ("lost_s", "lost (failed engine)"),
     ("queue_wait_s", "queue"),
     ("load_s", "load (prefetch wait, restore)"),
@@ -150,7 +150,9 @@ def ttft_breakdown_plot(
 ) -> Path:
     """Mean lost / queue / load / compute / store time of the requests in each TTFT
     percentile band, stacked (they sum to its mean TTFT): where the tail's time goes."""
-    parts = [(c, name) for c, name in PARTS if c in df]
+    parts = [
+        (c, name) for c, name in PARTS if c in df and (c != "lost_s" or (df[c].fillna(0) > 0).any())
+    ]
     ttft = df["ttft_s"].to_numpy()
     edges = np.percentile(ttft, [b[0] for b in BANDS] + [100])
     fig, ax = plt.subplots(figsize=(7, 4.2))

@@ -112,7 +112,8 @@ def test_mean_interval_one_replication_identical_and_clipped():
     assert two.ok and two.lo == 0.0 and two.hi > 2.0
     assert two.text().startswith("(95% interval 0 ..")
     assert mean_interval([0.1, 2.0], nonnegative=False).lo < 0
-    assert mean_interval([3.0, 3.2, 3.1]).text() == "± 0.25"
+    assert mean_interval([3.0, 3.2, 3.1]).text() == "± 0.248"  # three digits, no exponent
+    assert mean_interval([0.8, 170.0]).text() == "(95% interval 0 .. 1,160)"
 
 
 def test_a_baseline_never_stores_a_negative_bound(tmp_path, capsys):

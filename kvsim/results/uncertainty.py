@@ -225,11 +225,12 @@ class Interval:
             return math.nan
         return max(self.hi - self.mean, self.mean - self.lo)
 
-    def text(self, show: Callable[[float], str] = lambda x: f"{x:.2g}") -> str:
+    def text(self, show: Callable[[float], str] | None = None) -> str:
         """How it reads after the mean: "± h", "(95% interval lo .. hi)" when clipped at
         0, or "(one replication: no interval)" (never a "± 0")."""
         if self.note:
             return f"({self.note})"
+        show = show or _plain
         if self.mean - self.lo < self.hi - self.mean:  # clipped at 0
             return f"(95% interval {show(self.lo)} .. {show(self.hi)})"
         return f"± {show(self.half)}"
@@ -237,6 +238,11 @@ class Interval:
     def bounds(self) -> list[float]:
         """``[lo, hi]`` for a file (NaN, i.e. null, with no interval)."""
         return [self.lo, self.hi]
+
+
+def _plain(x: float) -> str:
+    """A bound as people read it: three significant digits, no exponent (170, not 1.7e+02)."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def mean_interval(values: Sequence[float], *, nonnegative: bool = True) -> Interval:
