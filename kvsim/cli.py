@@ -930,9 +930,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_bounds(values: list[float]) -> list[float | None]:
-    """Numbers for JSON: NaN (no interval) as null."""
-    return [v if math.isfinite(v) else None for v in values]
+def _json_number(value: float) -> float | None:
+    """A number for JSON: NaN (no interval) as null."""
+    return value if math.isfinite(value) else None
 
 
 def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
@@ -976,7 +976,7 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
                     {
                         **x.config,
                         slo.metric: x.metric,
-                        "ci95": _json_bounds([x.metric_ci95])[0],
+                        "ci95": _json_number(x.metric_ci95),
                         "meets": x.meets,
                         "usd_per_hour": x.usd_per_hour,
                         "usd_per_million_prompt_tokens": x.usd_per_million_prompt_tokens,

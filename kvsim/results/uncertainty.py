@@ -235,10 +235,6 @@ class Interval:
             return f"(95% interval {show(self.lo)} .. {show(self.hi)})"
         return f"± {show(self.half)}"
 
-    def bounds(self) -> list[float]:
-        """``[lo, hi]`` for a file (NaN, i.e. null, with no interval)."""
-        return [self.lo, self.hi]
-
 
 def _plain(x: float) -> str:
     """A bound as people read it: three significant digits, no exponent (170, not 1.7e+02)."""
