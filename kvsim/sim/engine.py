@@ -32,461 +32,34 @@ tenant. Invariants: a request's tokens by source sum to its prompt; the chunks c
 sum to its computed tokens; TTFT = lost time (on a failed engine) + queue wait + load (the
 wait for its prefetch into host, when the prefetch policy waits, plus its restore) +
 compute (from its first step to its last, batch-mates' restores included) + store.
+
+What lives where: the request record is :mod:`kvsim.sim.job`; restores into HBM (and the
+remote GET's path) :mod:`kvsim.sim.restore`; prefetches into host :mod:`kvsim.sim.prefetch`;
+puts to the remote store :mod:`kvsim.sim.puts`; this module is the step loop, the lookup
+and the plan. A new tier kind plugs in at ``Engine._locate`` (which tier serves a block),
+``Engine._account`` (tokens per tier) and ``Engine._estimate`` (a policy's cost estimate),
+then in the modules above for its transfers.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any
 
 import simpy
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import BACK, GPU, HOST, NVME, REMOTE, SELECTIVE, LocalCache
+from kvsim.cache.local import BACK, GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.kernel.pipe import Pipe
 from kvsim.physics.step import lone_seconds
+from kvsim.sim.job import LOADING, NEW, READY, Job
+from kvsim.sim.prefetch import Fetch
+from kvsim.sim.puts import Puts
+from kvsim.sim.restore import Restore, remote_get
 from kvsim.sim.scheduler import Waiting
 from kvsim.sim.shared import Shared
-from kvsim.workload.request import Request
-
-_NAN: Final = math.nan
-NEW: Final = 0  # job states
-LOADING: Final = 1
-READY: Final = 2
-
-
-class Job:
-    """A request inside the simulator: the request plus what happened to it."""
-
-    __slots__ = (
-        "begin",
-        "bytes",
-        "cached",
-        "compute_s",
-        "decision",
-        "done",
-        "enqueued",
-        "fetch",
-        "keys",
-        "load_s",
-        "lost_s",
-        "prefetch_s",
-        "puts",
-        "queue_wait",
-        "remote_get_s",
-        "req",
-        "reserved",
-        "restore",
-        "retries",
-        "sizes",
-        "src",
-        "stalled",
-        "start",
-        "state",
-        "steps",
-        "store_s",
-        "submitted",
-        "tier_s",
-        "timed_out",
-        "tokens",
-        "warmup",
-    )
-
-    def __init__(self, req: Request, warmup: bool, keys: tuple[Key, ...]) -> None:
-        self.req = req
-        self.keys = keys  # cache keys of its blocks (hash ids, namespaced by tenant)
-        self.warmup = warmup
-        self.retries = 0  # times re-routed after an engine failure
-        self.lost_s = 0.0  # time spent on engines that failed under it
-        self.bytes = [0.0, 0.0, 0.0, 0.0]  # read per tier, over all attempts
-        self.reset()
-
-    def reset(self) -> None:
-        """A fresh attempt (on arrival, or after its engine failed)."""
-        self.state = NEW
-        self.submitted = self.enqueued = self.req.arrival
-        self.queue_wait = 0.0
-        self.start = _NAN
-        self.load_s = 0.0
-        self.prefetch_s = 0.0  # waited for its prefetch into host, out of the queue
-        self.compute_s = 0.0
-        self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
-        self.remote_get_s = 0.0
-        self.tier_s = [0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
-        self.tokens = [0, 0, 0, 0, 0]  # gpu, host, nvme, remote, computed
-        self.src: list[int] = []  # tier of each restored block
-        self.cached = 0
-        self.decision = "cold"
-        self.stalled = False
-        self.timed_out = False
-        self.restore: Restore | None = None  # the restore in progress
-        self.done = 0  # prompt tokens computed so far (chunks)
-        self.steps = 0  # steps it took part in
-        self.begin = _NAN  # when its compute could start (first step, after its restore)
-        self.reserved = 0.0  # GPU HBM held for its restore
-        self.puts: Batch | None = None  # staged for the remote store in its last step
-        self.sizes: list[float] | None = None  # bytes of its blocks, once computed
-        self.fetch: Fetch | None = None  # its prefetch into host, while one runs
-
-    def drop(self) -> None:
-        """No attempt will finish: no times, no tokens (bytes already read stay)."""
-        nan = _NAN
-        self.start = self.queue_wait = self.load_s = self.compute_s = nan
-        self.store_s = self.remote_get_s = self.prefetch_s = nan
-        self.tier_s = [nan, nan, nan, nan]
-        self.tokens = [0, 0, 0, 0, 0]
-        self.steps = 0
-        self.decision = "dropped"
-        self.stalled = self.timed_out = False
-
-    def row(self, engine: int, finish: float, reason: str = "") -> tuple:
-        """The per-request record (fields in :data:`kvsim.sim.rows.COLUMNS` order);
-        a dropped request has engine -1, no finish and its ``reason``."""
-        req = self.req
-        tok = self.tokens
-        byt = self.bytes
-        ts = self.tier_s
-        return (
-            req.id,
-            req.session,
-            req.tenant,
-            engine,
-            req.arrival,
-            self.start,
-            finish,
-            finish - req.arrival,
-            self.queue_wait,
-            self.load_s + self.prefetch_s,  # waiting for its KV: prefetch, then restore
-            self.compute_s,
-            self.store_s,
-            self.lost_s,
-            ts[HOST],
-            ts[NVME],
-            ts[REMOTE],
-            self.prefetch_s,
-            self.remote_get_s,
-            req.input_tokens,
-            req.output_tokens,
-            tok[GPU],
-            tok[HOST],
-            tok[NVME],
-            tok[REMOTE],
-            tok[4],
-            byt[HOST],
-            byt[NVME],
-            byt[REMOTE],
-            self.decision,
-            self.stalled,
-            self.timed_out,
-            self.retries,
-            reason,
-            self.warmup,
-            self.steps,
-        )
-
-
-class Restore:
-    """A request's restore in flight, driven by its transfers' callbacks (no process).
-
-    Per tier, T0 then a transfer on the fabric: host and NVMe each one flow, the remote
-    GET one lockstep flow over the servers holding the ranks' shards (it may stall first).
-    A client timeout, or the loss of a server mid-GET, abandons the remote part: the rest
-    of the prompt from the first remote block on is recomputed. ``then(job)`` runs once
-    every transfer is in (or, for an abandoned GET, every local one).
-    """
-
-    __slots__ = (
-        "abandoned",
-        "decoded",
-        "decoding",
-        "engine",
-        "job",
-        "local",
-        "over",
-        "remote",
-        "start",
-        "then",
-    )
-
-    def __init__(self, engine: Engine, job: Job, then: Callable[[Job], object]) -> None:
-        self.engine = engine
-        self.job = job
-        self.then = then
-        self.abandoned = False
-        self.decoding = 0  # tiers whose bytes are in and not yet usable (decode, hand-off)
-        self.decoded = [0.0, 0.0, 0.0, 0.0]  # seconds per tier from arrival to usable
-        self.over = True  # until every transfer is started
-        ctx = engine.ctx
-        fabric = ctx.fabric
-        env = engine.env
-        s = ctx.kv_bytes
-        t0 = ctx.t0
-        ratio = ctx.ratio  # a tier's codec moves fewer bytes
-        self.start = env.now
-        tokens = job.tokens
-        job.restore = self
-        self.local: list[tuple[int, Flow]] = []
-        if tokens[HOST]:
-            self.local.append(
-                (
-                    HOST,
-                    fabric.transfer(
-                        (engine.h2d,),
-                        tokens[HOST] * s * ratio[HOST],
-                        delay=t0[HOST],
-                        on_done=self.settled,
-                        tag=HOST,
-                    ),
-                )
-            )
-        if tokens[NVME]:
-            assert engine.nvme is not None
-            self.local.append(
-                (
-                    NVME,
-                    fabric.transfer(
-                        engine.nvme_path,
-                        tokens[NVME] * s * ratio[NVME],
-                        delay=t0[NVME],
-                        on_done=self.settled,
-                        tag=NVME,
-                    ),
-                )
-            )
-        self.remote: list[Flow] = []
-        if tokens[REMOTE]:
-            links, size, costs, shares, cap = engine._remote_get(job)
-            stall = ctx.draw_stall()
-            job.stalled = stall > 0
-            self.remote.append(
-                fabric.transfer(
-                    links,
-                    size,
-                    costs=costs,
-                    shares=shares,
-                    delay=t0[REMOTE] + stall,
-                    on_done=self.settled,
-                    cap=cap,
-                    tag=REMOTE,
-                )
-            )
-            if ctx.timeout is not None:
-                env.timeout(t0[REMOTE] + ctx.timeout).callbacks.append(self.timed_out)
-        self.over = False
-        self._check()
-
-    def settled(self, flow: Flow) -> None:
-        """A transfer is in, or was aborted (a server holding the shards went down)."""
-        if self.over:
-            return
-        if flow.state != "finished":
-            if not self.abandoned:
-                self._abandon()
-        else:
-            engine = self.engine
-            tier = flow.tag
-            assert isinstance(tier, int)
-            ctx = engine.ctx
-            raw = self.job.tokens[tier] * ctx.kv_bytes
-            d = raw * ctx.decode_s[tier]  # the tier's codec: decode before it can be used
-            now = engine.env.now
-            if d > 0 and ctx.codec_on_gpu[tier]:  # GPU work
-                engine.busy += d
-                engine.gpu_spans.append(now)
-                engine.gpu_spans.append(now + d)
-            nvlink = engine.nvlink
-            if tier == REMOTE and nvlink is not None:
-                # unsharded: the rank that issued the GET hands the others their parts
-                d += nvlink.send(now, raw * ctx.ratio[REMOTE], ctx.handoff_share) - now
-            if d > 0:
-                self.decoding += 1
-                self.decoded[tier] = d
-                engine.env.timeout(d).callbacks.append(self._decoded)
-                return
-        self._check()
-
-    def _decoded(self, _event: simpy.Event) -> None:
-        self.decoding -= 1
-        if not self.over:
-            self._check()
-
-    def timed_out(self, _event: simpy.Event) -> None:
-        """The client timeout: give up the GET if anything is still on its way."""
-        if self.over or self.abandoned:
-            return
-        self.job.timed_out = True
-        self._abandon()
-        self._check()
-
-    def cancel(self) -> None:
-        """Its engine failed: stop every transfer; ``then`` never runs."""
-        self.over = True
-        fabric = self.engine.ctx.fabric
-        for _, f in self.local:
-            fabric.cancel(f)
-        for f in self.remote:
-            fabric.cancel(f)
-
-    def _abandon(self) -> None:
-        self.abandoned = True
-        self.engine._fall_back(self.job, self.remote)
-
-    def _check(self) -> None:
-        if self.decoding:
-            return
-        for _, f in self.local:
-            if f.state != "finished":
-                return
-        if not self.abandoned:
-            for f in self.remote:
-                if f.state != "finished":
-                    return
-        self.over = True
-        self._record()
-        # drop the flows: each holds this restore's callback, and the reference cycle
-        # would leave every restore to the garbage collector
-        self.local, self.remote = [], []
-        self.then(self.job)
-
-    def _record(self) -> None:
-        """The restore is over: its times and the bytes each tier served."""
-        job = self.job
-        job.restore = None
-        engine = self.engine
-        now = engine.env.now
-        start = self.start
-        got = [0.0, 0.0, 0.0, 0.0]
-        copies = engine.copy_spans
-        for tier, f in self.local:
-            job.tier_s[tier] = f.end + self.decoded[tier] - start
-            got[tier] = f.size
-            copies.append(f.start)
-            copies.append(f.end)
-        remote = self.remote
-        if remote:
-            ends = [f.end for f in remote if f.state == "finished"]
-            end = max(ends) if len(ends) == len(remote) else now
-            job.tier_s[REMOTE] = min(end + self.decoded[REMOTE], now) - start
-            t0 = engine.ctx.t0[REMOTE]
-            job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
-            moved = 0.0  # bytes that reached the engine: progress x this engine's shares
-            for f in remote:
-                assert f.shares is not None  # remote reads are lockstep flows
-                # progress x the bytes per unit on the engine's own links (the last ones)
-                moved += (f.size - max(f.remaining, 0.0)) * f.shares[-1]
-                if f.start == f.start:  # it began moving (NaN: abandoned before)
-                    copies.append(f.start)
-                    copies.append(f.end if f.state == "finished" else now)
-            got[REMOTE] = moved
-        job.load_s = now - start
-        for tier in (HOST, NVME, REMOTE):
-            job.bytes[tier] += got[tier]
-        engine.ctx.count_reads(engine, got)
-
-
-class Fetch:
-    """A prefetch into host memory in flight, driven by its transfers' callbacks.
-
-    Per source tier (NVMe, remote) one flow, each after that tier's T0: NVMe over the
-    drives' read link, remote as a GET over the servers and the NIC (not PCIe: it lands in
-    host memory). A flow's blocks land in host when it ends; stopped early (best effort,
-    a timeout), each flow lands the share of its blocks it has moved, in prefix order.
-    The engine hears of it (``_fetched``) once everything is in or it was stopped.
-    """
-
-    __slots__ = ("engine", "job", "over", "parts")
-
-    def __init__(
-        self,
-        engine: Engine,
-        job: Job | None,
-        keys: Sequence[Key],
-        sizes: Sequence[float],
-        src: Sequence[int],
-    ) -> None:
-        self.engine = engine
-        self.job = job
-        self.over = False
-        ctx = engine.ctx
-        fabric = ctx.fabric
-        self.parts: list[tuple[Flow, list[Key], list[float]]] = []
-        nk: list[Key] = []
-        ns: list[float] = []
-        rk: list[Key] = []
-        rs: list[float] = []
-        for key, size, t in zip(keys, sizes, src, strict=False):  # src: the prefix
-            if t == NVME:
-                nk.append(key)
-                ns.append(size)
-            elif t == REMOTE:
-                rk.append(key)
-                rs.append(size)
-        if nk and engine.nvme is not None:
-            size = sum(ns) * ctx.ratio[NVME]  # as stored (its codec)
-            flow = fabric.transfer((engine.nvme,), size, delay=ctx.t0[NVME], on_done=self._in)
-            self.parts.append((flow, nk, ns))
-        if rk:
-            tokens = [round(size / ctx.kv_bytes) for size in rs]
-            links, size, costs, shares, cap = engine._remote_flow(rk, tokens, (engine.nic_in,))
-            flow = fabric.transfer(
-                links,
-                size,
-                costs=costs,
-                shares=shares,
-                delay=ctx.t0[REMOTE],
-                on_done=self._in,
-                cap=cap,
-            )
-            self.parts.append((flow, rk, rs))
-        if not self.parts:
-            self.over = True
-
-    def _in(self, flow: Flow) -> None:
-        """A transfer is in (or was aborted: a server went down)."""
-        if self.over:
-            return
-        for part in self.parts:
-            if part[0] is flow:
-                self._land(part)
-        if all(f.state != "waiting" and f.state != "active" for f, _, _ in self.parts):
-            self.over = True
-            self.parts = []
-            self.engine._fetched(self)
-
-    def _land(self, part: tuple[Flow, list[Key], list[float]]) -> None:
-        """A flow's blocks into host: all of them, or the share it moved."""
-        flow, keys, sizes = part
-        n = len(keys)
-        if flow.state != "finished":
-            moved = flow.size - max(flow.remaining, 0.0)  # 0 if it never started
-            n = int(n * moved / flow.size + 1e-9) if flow.size > 0 else n
-        if n:
-            self.engine.local.prefetched(keys[:n], sizes[:n])
-
-    def stop(self, land: bool = True) -> None:
-        """Stop the transfers still going; what they moved lands (unless ``land`` is
-        false: the engine failed). The engine is not told."""
-        if self.over:
-            return
-        self.over = True
-        fabric = self.engine.ctx.fabric
-        for part in self.parts:
-            flow = part[0]
-            if flow.state == "waiting" or flow.state == "active":
-                fabric.cancel(flow)
-                if land:
-                    self._land(part)
-        self.parts = []
-
-    def expired(self, _event: simpy.Event) -> None:
-        """``prefetch.timeout`` is up: go with what has arrived."""
-        if not self.over:
-            self.stop()
-            self.engine._fetched(self)
 
 
 class Engine:
@@ -535,8 +108,7 @@ class Engine:
         self.gpu_spans: list[float] = []  # SM work
         self.blocked_spans: list[float] = []  # a step waiting on restores / lookups
         self.copy_spans: list[float] = []  # copy engines: restores into HBM, staging out
-        self.pending_puts = 0  # puts queued or in flight
-        self._put_queue: deque[Batch] = deque()
+        self.puts = Puts(self)  # to the remote store
         custom = ctx.hooks.scheduler(ctx.scheduler)  # a plugin's priority, or None
         self.waiting = Waiting(
             ctx.scheduler,
@@ -557,7 +129,7 @@ class Engine:
         # the simulation's memory check, made every 1,024 steps (None: none)
         self.guard: Callable[[], None] | None = None
         if ctx.put_policy == BACK:
-            local.leave = self._put_back
+            local.leave = self.puts.put_back
         self.process = self.env.process(self._loop())
 
     # ---- queue -----------------------------------------------------------------------
@@ -900,7 +472,7 @@ class Engine:
         if ctx.remote is not None and ctx.max_pending_puts and ctx.put_policy != BACK:
             for job, n in batch:
                 if job.done + n >= job.req.input_tokens - job.cached:
-                    job.puts = self._stage(job)
+                    job.puts = self.puts.stage(job)
                     stage += job.puts.total_bytes()
         if stage <= 0:
             return end, end
@@ -1063,7 +635,7 @@ class Engine:
             rate = ctx.fabric.estimate_rate(self.nvme_path)
             worst = max(worst, ctx.t0[NVME] + tok[NVME] * s * (ratio[NVME] / rate + decode[NVME]))
         if tok[REMOTE]:
-            links, size, costs, _, cap = self._remote_get(probe)
+            links, size, costs, _, cap = remote_get(self, probe)
             rate = ctx.fabric.estimate_rate(links, costs)
             if cap is not None and cap < rate:
                 rate = cap
@@ -1079,39 +651,6 @@ class Engine:
 
     # ---- restore -------------------------------------------------------------------------
 
-    def _remote_get(self, job: Job) -> tuple[tuple[Link, ...], float, tuple, tuple, float | None]:
-        """The request's remote GET (its blocks ``job.src`` marks remote) into HBM."""
-        B = self.ctx.block_tokens
-        last = job.req.input_tokens - 1  # the always-computed last token is not read
-        ids, tokens = [], []
-        for i, t in enumerate(job.src):
-            if t == REMOTE:
-                tok = min(B, last - i * B)
-                if tok > 0:
-                    ids.append(job.keys[i])
-                    tokens.append(tok)
-        return self._remote_flow(ids, tokens, (self.nic_in, self.h2d))
-
-    def _remote_flow(
-        self, ids: list[Key], tokens: list[int], path: tuple[Link, ...]
-    ) -> tuple[tuple[Link, ...], float, tuple, tuple, float | None]:
-        """A GET of blocks ``ids`` (``tokens`` each) as one lockstep flow over the servers
-        it reads (its ranks' parts move together), then over the engine's ``path`` (NIC,
-        and PCIe when it lands in HBM): (links, size, costs, shares, cap). Unsharded, one
-        rank issues the whole GET (then hands the KV to the others over NVLink): it also
-        crosses that rank's own NIC and PCIe (``client``), at most at one connection's rate
-        (``remote.client_bandwidth``: the cap, in progress units)."""
-        ctx = self.ctx
-        remote = ctx.remote
-        assert remote is not None
-        s = ctx.kv_bytes * ctx.ratio[REMOTE] / remote.shards  # as stored (its codec)
-        per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
-        if remote.shards > 1:  # per rank: every rank its own connection
-            return (*ctx.lockstep(remote.parts(per_server), path), None)
-        links, size, costs, shares = ctx.lockstep(remote.parts(per_server), (*path, self.client))
-        cap = ctx.client_bandwidth
-        return links, size, costs, shares, None if cap is None else cap / shares[-1]
-
     def _fall_back(self, job: Job, remote: list[Flow]) -> None:
         """Client timeout (or a lost server): give up the GET, recompute from the first
         remote block on."""
@@ -1126,50 +665,6 @@ class Engine:
 
     # ---- finish ----------------------------------------------------------------------------
 
-    def _stage(self, job: Job) -> Batch:
-        """The shards the remote store lacks, reserved at once as pending so that no
-        other engine stages them too."""
-        ctx = self.ctx
-        keys: Sequence[Key] = job.keys
-        sizes = job.sizes = ctx.block_sizes(job.req)
-        if ctx.put_policy == SELECTIVE:  # only blocks hit often enough on this engine
-            uses = self.local.uses
-            assert uses is not None
-            least = ctx.put_threshold
-            hot = [i for i, k in enumerate(keys) if uses.get(k, 0) >= least]
-            keys, sizes = [keys[i] for i in hot], [sizes[i] for i in hot]
-        return self._claim(keys, sizes)
-
-    def _claim(self, keys: Sequence[Key], sizes: Sequence[float]) -> Batch:
-        """Of blocks (``sizes`` raw), the shards the store lacks and would admit, as it
-        would store them (its codec), reserved as pending so no other engine puts them."""
-        ctx = self.ctx
-        remote = ctx.remote
-        assert remote is not None
-        r = ctx.ratio[REMOTE]
-        if r != 1.0:  # the store's codec: it holds (and puts move) fewer bytes
-            sizes = [x * r for x in sizes]
-        gate = ctx.remote_admission
-        if gate is not None:  # second hit: store only blocks offered before
-            keys, sizes, _, _ = gate.filter(keys, sizes, remote)
-        batch = remote.missing(keys, sizes)
-        remote.reserve(batch)
-        return batch
-
-    def _put_back(self, keys: Sequence[Key], sizes: Sequence[float]) -> None:
-        """Remote write-back: blocks leaving the last local tier are put (when the store
-        lacks them); leaving HBM itself (no lower tier), they are copied out first, on the
-        GPU-to-host link in the background."""
-        ctx = self.ctx
-        if ctx.remote is None or not ctx.max_pending_puts or not self.up:
-            return
-        batch = self._claim(keys, sizes)
-        if not batch:
-            return
-        if self.local.below[GPU] < 0:
-            self.d2h.send(self.env.now, batch.total_bytes(), ctx.stage_share)
-        self._put(batch)
-
     def _finish(self, job: Job) -> None:
         ctx = self.ctx
         self._release(job)
@@ -1179,7 +674,7 @@ class Engine:
             sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
             self.local.admit(job.keys, sizes)
             if puts:
-                self._put(puts)
+                self.puts.put(puts)
             if ctx.prefetch_on_session and job.req.session >= 0 and not job.req.last_turn:
                 self._prefetch(job, None)  # the session's KV up to host for its next turn
         elif puts:  # its tenant was deleted while it ran: nothing of it is kept
@@ -1188,48 +683,7 @@ class Engine:
         self.served += 1
         ctx.finished(self, job)
 
-    def _put(self, batch: Batch) -> None:
-        """Queue the put of what the remote store lacks: one lockstep flow over the servers
-        involved (each rank's part to its own server). Puts leave one at a time, in order
-        (an LMCache-style background store); a full queue drops the put."""
-        ctx = self.ctx
-        remote = ctx.remote
-        assert remote is not None
-        if self.pending_puts >= ctx.max_pending_puts:
-            remote.release(batch)
-            return
-        self.pending_puts += 1
-        self._put_queue.append(batch)
-        if len(self._put_queue) == 1:  # the connection is idle
-            self._start_put()
-
-    def _start_put(self) -> None:
-        """Send the oldest queued put."""
-        ctx = self.ctx
-        remote = ctx.remote
-        assert remote is not None
-        batch = self._put_queue[0]
-        links, size, costs, shares = ctx.lockstep(remote.put_parts(batch), (self.nic_out,))
-        remote.puts += 1
-        remote.put_bytes += batch.total_bytes()
-        # a background write: no one waits for it to start, so no latency is charged
-        ctx.fabric.transfer(
-            links, size, costs=costs, shares=shares, latency=False, on_done=self._landed
-        )
-
-    def _landed(self, flow: Flow) -> None:
-        batch = self._put_queue.popleft()
-        self.pending_puts -= 1
-        remote = self.ctx.remote
-        assert remote is not None
-        if flow.state == "finished":
-            remote.land(batch)
-        else:  # aborted: a server it wrote to went down
-            remote.release(batch)
-        if self._put_queue:
-            self._start_put()
-
     @property
     def put_queue(self) -> tuple[Batch, ...]:
         """Puts queued or in flight, oldest first."""
-        return tuple(self._put_queue)
+        return self.puts.queue()

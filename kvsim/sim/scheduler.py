@@ -22,7 +22,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from kvsim.sim.engine import Job
+    from kvsim.sim.job import Job
 
 LPM_MAX_QUEUE: Final = 128  # SGLang: above this, lpm falls back to fcfs
 

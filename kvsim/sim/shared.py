@@ -28,7 +28,8 @@ from kvsim.sim.policy import LoadPolicy
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
-    from kvsim.sim.engine import Engine, Job
+    from kvsim.sim.engine import Engine
+    from kvsim.sim.job import Job
 
 
 def _unset(*_args: Any) -> Any:

@@ -30,7 +30,8 @@ from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric
 from kvsim.kernel.pipe import Pipe
 from kvsim.sim import faults
-from kvsim.sim.engine import Engine, Job
+from kvsim.sim.engine import Engine
+from kvsim.sim.job import Job
 from kvsim.sim.rows import RowTable
 from kvsim.sim.shared import Shared
 from kvsim.sim.tenancy import Tenancy

@@ -28,7 +28,7 @@ from kvsim.sim.shared import Shared
 from kvsim.workload.request import Request
 
 if TYPE_CHECKING:
-    from kvsim.sim.engine import Job
+    from kvsim.sim.job import Job
 
 SPACE: Final = 1 << 64  # key = hash_id + tenant * SPACE; public blocks: -(hash_id + 1)
 

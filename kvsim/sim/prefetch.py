@@ -1,0 +1,124 @@
+"""Prefetches: moving a request's KV from NVMe or the remote store into host memory.
+
+A :class:`Fetch` runs while its request waits (or, ``prefetch.on_session``, during a
+session's think time); the restore that follows reads GPU and host only. A new tier kind
+that prefetch should reach adds its flow in ``Fetch.__init__`` (blocks are grouped by
+their source tier there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import simpy
+
+from kvsim.cache.eviction import Key
+from kvsim.cache.local import NVME, REMOTE
+from kvsim.kernel.fabric import Flow
+from kvsim.sim.restore import get_flow
+
+if TYPE_CHECKING:
+    from kvsim.sim.engine import Engine
+    from kvsim.sim.job import Job
+
+
+class Fetch:
+    """A prefetch into host memory in flight, driven by its transfers' callbacks.
+
+    Per source tier (NVMe, remote) one flow, each after that tier's T0: NVMe over the
+    drives' read link, remote as a GET over the servers and the NIC (not PCIe: it lands in
+    host memory). A flow's blocks land in host when it ends; stopped early (best effort,
+    a timeout), each flow lands the share of its blocks it has moved, in prefix order.
+    The engine hears of it (``_fetched``) once everything is in or it was stopped.
+    """
+
+    __slots__ = ("engine", "job", "over", "parts")
+
+    def __init__(
+        self,
+        engine: Engine,
+        job: Job | None,
+        keys: Sequence[Key],
+        sizes: Sequence[float],
+        src: Sequence[int],
+    ) -> None:
+        self.engine = engine
+        self.job = job
+        self.over = False
+        ctx = engine.ctx
+        fabric = ctx.fabric
+        self.parts: list[tuple[Flow, list[Key], list[float]]] = []
+        nk: list[Key] = []
+        ns: list[float] = []
+        rk: list[Key] = []
+        rs: list[float] = []
+        for key, size, t in zip(keys, sizes, src, strict=False):  # src: the prefix
+            if t == NVME:
+                nk.append(key)
+                ns.append(size)
+            elif t == REMOTE:
+                rk.append(key)
+                rs.append(size)
+        if nk and engine.nvme is not None:
+            size = sum(ns) * ctx.ratio[NVME]  # as stored (its codec)
+            flow = fabric.transfer((engine.nvme,), size, delay=ctx.t0[NVME], on_done=self._in)
+            self.parts.append((flow, nk, ns))
+        if rk:
+            tokens = [round(size / ctx.kv_bytes) for size in rs]
+            links, size, costs, shares, cap = get_flow(engine, rk, tokens, (engine.nic_in,))
+            flow = fabric.transfer(
+                links,
+                size,
+                costs=costs,
+                shares=shares,
+                delay=ctx.t0[REMOTE],
+                on_done=self._in,
+                cap=cap,
+            )
+            self.parts.append((flow, rk, rs))
+        if not self.parts:
+            self.over = True
+
+    def _in(self, flow: Flow) -> None:
+        """A transfer is in (or was aborted: a server went down)."""
+        if self.over:
+            return
+        for part in self.parts:
+            if part[0] is flow:
+                self._land(part)
+        if all(f.state != "waiting" and f.state != "active" for f, _, _ in self.parts):
+            self.over = True
+            self.parts = []
+            self.engine._fetched(self)
+
+    def _land(self, part: tuple[Flow, list[Key], list[float]]) -> None:
+        """A flow's blocks into host: all of them, or the share it moved."""
+        flow, keys, sizes = part
+        n = len(keys)
+        if flow.state != "finished":
+            moved = flow.size - max(flow.remaining, 0.0)  # 0 if it never started
+            n = int(n * moved / flow.size + 1e-9) if flow.size > 0 else n
+        if n:
+            self.engine.local.prefetched(keys[:n], sizes[:n])
+
+    def stop(self, land: bool = True) -> None:
+        """Stop the transfers still going; what they moved lands (unless ``land`` is
+        false: the engine failed). The engine is not told."""
+        if self.over:
+            return
+        self.over = True
+        fabric = self.engine.ctx.fabric
+        for part in self.parts:
+            flow = part[0]
+            if flow.state == "waiting" or flow.state == "active":
+                fabric.cancel(flow)
+                if land:
+                    self._land(part)
+        self.parts = []
+
+    def expired(self, _event: simpy.Event) -> None:
+        """``prefetch.timeout`` is up: go with what has arrived."""
+        if not self.over:
+            self.stop()
+            self.engine._fetched(self)
