@@ -144,7 +144,8 @@ class TierView:
 
     @property
     def reserved(self) -> float:
-        """Bytes held for blocks on their way in (restores in flight)."""
+        """Bytes held back from the tier: for the GPU tier, what the working KV (running
+        requests and restores in flight) takes of the prefix cache's room."""
         return float(self._store.reserved)
 
     def __len__(self) -> int:

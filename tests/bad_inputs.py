@@ -236,7 +236,6 @@ CASES: list[Case] = [
     ),
     S("unknown NVMe path", "tiers:\n  nvme: {path: p2p}\n", "tiers.nvme.path", "gds"),
     S("unknown admission", "tiers:\n  host: {admission: third_hit}\n", "tiers.host.admission"),
-    S("zero client bandwidth", "remote:\n  client_bandwidth: 0 GB/s\n", "remote.client_bandwidth"),
     S(
         "write threshold below 1",
         "tiers:\n  host: {write_policy: write_through_selective, write_threshold: 0}\n",
@@ -1597,6 +1596,126 @@ CASES: list[Case] = [
         "workload:\n  requests: 2\n  prompt_tokens: {dist: fixed, value: 100000}\n",
         "engine.long_prefill_token_threshold",
         "at most 65,536 a prompt",
+    ),
+    # ---- issue 25: the remote client ----
+    S(
+        "a negative client round trip",
+        "remote:\n  client:\n    round_trip: -1 ms\n",
+        "remote.client.round_trip",
+    ),
+    S(
+        "zero client connections",
+        "remote:\n  client:\n    connections: 0\n",
+        "remote.client.connections",
+    ),
+    S(
+        "zero pipeline depth",
+        "remote:\n  client:\n    pipeline_depth: 0\n",
+        "remote.client.pipeline_depth",
+    ),
+    S(
+        "zero client copy bandwidth",
+        "remote:\n  client:\n    copy_bandwidth: 0 GB/s\n",
+        "remote.client.copy_bandwidth",
+    ),
+    S(
+        "the removed remote.client_bandwidth",
+        "remote:\n  client_bandwidth: 8 GiB/s\n",
+        "remote.client_bandwidth",
+        "remote.client (connections, round_trip, pipeline_depth, copy_bandwidth",
+    ),
+    # ---- issue 25: restores cost the GPU ----
+    S("an unknown copy engine", "node:\n  copy_engine: nccl\n", "node.copy_engine"),
+    S(
+        "a zero copy-kernel SM share",
+        "node:\n  copy_kernel_sm_share: 0\n",
+        "node.copy_kernel_sm_share",
+    ),
+    S(
+        "a negative copy-kernel SM share",
+        "node:\n  copy_kernel_sm_share: -0.5\n",
+        "node.copy_kernel_sm_share",
+    ),
+    S(
+        "a copy-kernel SM share above 1",
+        "node:\n  copy_kernel_sm_share: 1.5\n",
+        "node.copy_kernel_sm_share",
+    ),
+    # ---- issue 25: HBM as pools ----
+    S(
+        "an activation reserve above HBM",
+        "node:\n  activation_reserve: 300 GB\n",
+        "node.activation_reserve",
+        "is not below hbm_per_gpu",
+    ),
+    S(
+        "weights and reserve leaving no KV memory",
+        "node:\n  activation_reserve: 170 GB\n",
+        "node.activation_reserve",
+        "leave no KV",
+    ),
+    S(
+        "weights larger than usable HBM",
+        "model:\n  weight_bytes: 3 TB\n",
+        "model.weight_bytes",
+        "usable HBM",
+    ),
+    S(
+        "GPU memory utilization above 1",
+        "node:\n  gpu_memory_utilization: 1.5\n",
+        "node.gpu_memory_utilization",
+    ),
+    S(
+        "GPU memory utilization of 0",
+        "node:\n  gpu_memory_utilization: 0\n",
+        "node.gpu_memory_utilization",
+    ),
+    S(
+        "a prefix cache larger than the KV pool",
+        "tiers:\n  gpu: {capacity: 1.3 TB}\n",
+        "tiers.gpu.capacity",
+        "exceeds the node's KV pool",
+    ),
+    S(
+        "a synthetic prompt that cannot fit the KV pool",
+        "node:\n  kv_per_gpu: 10 MB\ntiers:\n  gpu: {capacity: 0 GB}\n"
+        "workload:\n  sessions: null\n  prompt_tokens: {dist: fixed, value: 4000}\n",
+        "workload.prompt_tokens.value",
+        "more than the node's KV pool",
+    ),
+    C(
+        "a trace prompt that cannot fit the KV pool",
+        ["run", "{TMP}/s.yaml", "--out", "{OUT}", "--quiet"],
+        "workload",
+        "more than the node's KV pool",
+        files={
+            "s.yaml": "extends: {QS}\nnode:\n  kv_per_gpu: 10 MB\ntiers:\n  gpu: {capacity: 0 GB}\n"
+            "workload:\n  kind: mooncake\n  path: t.jsonl\n",
+            "t.jsonl": f"{LINE % (0, 100, '[1]')}\n{LINE % (1000, 4000, list(range(2, 10)))}\n",
+        },
+    ),
+    # ---- issue 25: the write path ----
+    S(
+        "promotion without an NVMe tier",
+        "tiers:\n  nvme: {enabled: false, promote: true}\n",
+        "tiers.nvme.promote",
+        "NVMe tier is disabled",
+    ),
+    S(
+        "promotion without a host tier",
+        "tiers:\n  host: {enabled: false}\n  nvme: {promote: true}\n",
+        "tiers.nvme.promote",
+        "host tier is disabled",
+    ),
+    S(
+        "promotion that is not a boolean",
+        "tiers:\n  nvme: {promote: sometimes}\n",
+        "tiers.nvme.promote",
+    ),
+    S(
+        "a negative staging buffer",
+        "tiers:\n  host: {write_queue: -5 GB}\n",
+        "tiers.host.write_queue",
     ),
 ]
 

@@ -40,6 +40,9 @@ TOY: dict[str, Any] = {
         "network_latency": "0 s",
         "d2h_per_gpu": "1 EB/s",
         "nvlink_per_gpu": "1 EB/s",
+        # copies into HBM take no SM time (the schema's default; the default profile's
+        # LMCache copy kernel is tested in tests/test_copy_engine.py)
+        "copy_engine": "dma",
     },  # staging before puts and the NVLink hand-off: negligible unless a test sets them
     "model": {"name": "toy", "kv_bytes_per_token": "1000 B"},
     "timing": {

@@ -418,13 +418,13 @@ def test_layerwise_overlaps_the_staging_copy():
 # ---- honest asynchronous restores -------------------------------------------------------------
 
 
-def two_host_hits(gpu="2 MB", **engine):
+def two_host_hits(gpu="2 MB", node=None, **engine):
     """A and B (t = 0) compute their own 1,000 tokens; E (t = 5, 2,000 tokens) pushes them
     out of the GPU tier to host; C and D (t = 10) restore A's and B's 1 MB each over a
     1 MB/s host link, async. Together they share the link (2 s each); one at a time they
     take 1 s each."""
     sc = toy(
-        node={"h2d_per_gpu": "0.125 MB/s"},
+        node={"h2d_per_gpu": "0.125 MB/s", **(node or {})},
         tiers={
             "gpu": {"capacity": gpu},
             "host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
@@ -459,23 +459,25 @@ def test_max_inflight_restores_holds():
     assert d.finish_s == pytest.approx(12.0 + 0.1)
 
 
-def test_a_gpu_tier_too_small_for_two_restores_admits_one_at_a_time():
-    """The GPU tier holds 1.5 MB: a restore reserves its 1 MB there until its request is
-    done, so the second restore waits for the first request to finish."""
-    c, d = two_host_hits(gpu="1.5 MB")
+def test_a_working_pool_too_small_for_two_restores_admits_one_at_a_time():
+    """The node's KV pool holds 8 x 250 kB = 2 MB (HBM pools, tests/test_pools.py): a
+    restore holds its request's 1,001 tokens (1.001 MB) until the request is done, so the
+    second restore (2.002 MB together) waits for the first request to finish."""
+    c, d = two_host_hits(gpu="1.5 MB", node={"kv_per_gpu": "250 kB"})
     assert c.load_s == pytest.approx(1.0) and d.load_s == pytest.approx(1.0)
     assert d.finish_s == pytest.approx(c.finish_s + 1.0 + 0.1)
 
 
 def test_reservations_evict_and_are_given_back():
     """A restore's reservation evicts what the GPU tier held (demoted to host), and every
-    reservation is released when its request finishes."""
+    reservation is released when its request finishes. The KV pool (8 x 187.5 kB) is the
+    prefix cache's 1.5 MB: all working KV evicts cached blocks (HBM pools)."""
     sc = toy(
         tiers={
             "gpu": {"capacity": "1.5 MB"},
             "host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
         },
-        node={"h2d_per_gpu": "0.125 MB/s"},
+        node={"h2d_per_gpu": "0.125 MB/s", "kv_per_gpu": "187.5 kB"},
         cluster={"load_policy": "async"},
     )
     reqs = [prompt(0, 0.0, 1000, 0), prompt(1, 1.0, 1000, 100), prompt(2, 10.0, 1001, 0)]

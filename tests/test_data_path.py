@@ -88,13 +88,34 @@ def test_the_per_rank_speedup_follows_from_the_servers_per_op_cost(server_gbps):
 
 
 def test_an_unsharded_get_over_8_servers_is_no_faster_than_per_rank():
-    """Unsharded, one rank's client connection carries the whole GET: spreading the keys
-    over 8 servers cannot beat giving each rank its own server."""
+    """Unsharded, one rank's client pulls the whole GET: spreading the keys over 8 servers
+    cannot beat giving each rank its own server. The default client (1 connection, 4 in
+    flight, 0.1 ms round trip, 5 GB/s copy) pulls 13,099,008 B chunks at most every
+    max(2.620, (0.1 + 7.134 + 2.620) / 4) = 2.620 ms: 5.0 GB/s = 4.657 GiB/s
+    (kvsim/physics/client.py; tests/test_client_model.py sweeps the ranges)."""
     unsharded = get_bandwidth("none", 8)
     assert unsharded <= get_bandwidth("per_rank", 8)
-    assert unsharded == pytest.approx(8.0, rel=1e-3)  # the profile's client_bandwidth
-    # without the connection limit the rank's own NIC and PCIe would allow more
-    assert get_bandwidth("none", 8, client_bandwidth=None) > 10.76
+    assert unsharded == pytest.approx(4.657, rel=1e-3)
+    # a client that could pull 100 GB/s would be held only by the 8 servers (8 ops of a
+    # whole chunk each: 13.6 GiB/s), faster than per rank's 10.76: the ordering is the
+    # client's doing (the servers alone favour unsharded)
+    fast = {"client": {"copy_bandwidth": "100 GB/s", "connections": 8}}
+    assert get_bandwidth("none", 8, **fast) > 10.76
+
+
+def test_the_default_client_does_not_bind_at_the_studys_two_points():
+    """The server is solved from the study's rates (C) as if it alone bound; with the
+    default client it does: one server, 7.134 ms of server per chunk against 2.620 ms of
+    copy and a (0.1 + 7.134 + 2.620) / 4 = 2.463 ms window; per rank (1,637,376 B ops),
+    1.134 ms of server against 0.327 ms of copy and a 0.390 ms window."""
+    from kvsim.physics.client import Client
+
+    cl = Client()
+    bw, op = 1.779 * GIB, 0.277e-3
+    for c in (256 * 51_168, 256 * 51_168 / 8):
+        t_s = op + c / bw
+        t_c = c / cl.copy_bandwidth
+        assert max(t_c, (cl.round_trip + t_s + t_c) / cl.window) < t_s
 
 
 def handoff(sharding: str, reads: int = 1, **tiers):

@@ -41,7 +41,16 @@ BASE: dict[str, Any] = {
     "seed": 1,
     "run": {"warmup": "auto", "max_time": "600 s"},
     "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
-    "node": {"nvme_write_per_drive": "7 GB/s", "nvlink_per_gpu": "900 GB/s"},
+    "node": {
+        "nvme_write_per_drive": "7 GB/s",
+        "nvlink_per_gpu": "900 GB/s",
+        "copy_engine": "kernel",
+        "copy_kernel_sm_share": 0.5,
+        "gpu_memory_utilization": 0.9,  # HBM pools (issue 25)
+        "activation_reserve": "15 GB",
+        "kv_per_gpu": None,
+    },
+    "model": {"weight_bytes": "744 GB"},
     "tiers": {
         "gpu": {"capacity": "40 GB"},
         "host": {"capacity": "120 GB", "t0": "1 ms", "write_queue": "1 GB", "on_backlog": "drop"},
@@ -49,6 +58,7 @@ BASE: dict[str, Any] = {
             "capacity": "400 GB",
             "write_policy": "write_through_selective",
             "write_threshold": 2,
+            "promote": True,  # NVMe -> host on a hit (issue 25)
             "codec": {"ratio": 0.5, "encode_bandwidth": "20 GB/s", "decode_bandwidth": "40 GB/s"},
         },
     },
@@ -58,6 +68,12 @@ BASE: dict[str, Any] = {
         "timeout": "2 s",
         "bandwidth": "10 GB/s",
         "write_policy": "write_back",
+        "client": {
+            "connections": 2,
+            "round_trip": "100 us",
+            "pipeline_depth": 4,
+            "copy_bandwidth": "5 GB/s",
+        },
     },
     "prefetch": {"policy": "timeout", "timeout": "50 ms", "on_session": True},
     "cost": {"gpu_node_hour": 98.0, "dram_gb_month": 3.0, "remote_server_hour": 0.5},

@@ -272,6 +272,10 @@ KEYS = [
     "name",
     "a..b",
     "tiers.gpu.capacity",
+    "node.activation_reserve",
+    "node.gpu_memory_utilization",
+    "tiers.nvme.promote",  # the write path (issue 25)
+    "tiers.host.write_queue",
     "workload.requests",
 ]
 VALUES: list[Any] = [*JUNK, "2020-01-01", 1, 2, 3, "sync", "async", "1 GB", 10**30]

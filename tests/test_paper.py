@@ -1,7 +1,8 @@
 """The remote-KV-tier study reproduced from scenarios/paper/ (acceptance of the study's
-reproduction). The runs are the ones `kvsim reproduce paper` makes (ten seeds, about a minute
-compiled, two on the pure-Python core): marked slow, so README's test command leaves them to
-``.ci/run``'s second pass (``python -m pytest -m slow``)."""
+reproduction). The runs are the ones `kvsim reproduce paper` makes (ten seeds, then the range
+runs of issue 25 on three: about 5.5 minutes on the pure-Python core, 2 of them the figures):
+marked slow, so README's test command leaves them to ``.ci/run``'s second pass (``python -m
+pytest -m slow``)."""
 
 import pytest
 
@@ -76,13 +77,13 @@ def test_every_figure_of_the_study_is_reported(rep):
 def test_reproduce_command_writes_csv_markdown_and_plots(rep, tmp_path, capsys, monkeypatch):
     asked = []
 
-    def reproduce(scenarios, log=None):  # the module's runs, made once (the fixture)
-        asked.append(scenarios)
+    def reproduce(scenarios, log=None, range_seeds=None):  # the fixture's runs, made once
+        asked.append((scenarios, range_seeds))
         return rep
 
     monkeypatch.setattr(paper, "reproduce", reproduce)
     assert main(["reproduce", "paper", "--out", str(tmp_path)]) == 0
-    assert len(asked) == 1
+    assert asked == [(None, paper.RANGE_SEEDS)]
     text = capsys.readouterr().out
     assert "remote_hit_16k_s" in text and "kvsim/paper" in text
     import pandas as pd
@@ -97,6 +98,10 @@ def test_reproduce_command_writes_csv_markdown_and_plots(rep, tmp_path, capsys, 
         "unit",
         "ratio",
         "kind",
+        "sensitive_to",
+        "range_lo",
+        "range_hi",
+        "verdict",
     ]
     assert set(df["kind"]) == {"calibrated", "derived", "predicted"}
     assert (df["kvsim_lo"] <= df["kvsim"]).all() and (df["kvsim"] <= df["kvsim_hi"]).all()
@@ -105,3 +110,29 @@ def test_reproduce_command_writes_csv_markdown_and_plots(rep, tmp_path, capsys, 
     for name in paper.CONFIGS:
         assert (tmp_path / f"ttft_cdf_{name}.png").stat().st_size > 10_000
     assert main(["reproduce", "nope"]) == 2
+    assert main(["reproduce", "paper", "--no-ranges", "--json"]) == 0
+    assert asked[-1] == (None, 0)
+
+
+def test_unknowns_as_ranges(rep):
+    """Issue 25: every predicted figure screened over the declared inputs' ranges; the
+    columns are consistent; the stall model and the arrival rate move the tails."""
+    declared = {i.name for i in paper.INPUTS}
+    recs = {r["figure"]: r for r in rep.records()}
+    for r in rep.rows:
+        rec = recs[r.figure.name]
+        if r.figure.kind != "predicted" or r.figure.name in paper.UNSCREENED:
+            assert rep.range_of(r.figure.name) is None
+            assert rec["sensitive_to"] == "" and rec["range_lo"] is None
+            continue
+        names = [n for n in rec["sensitive_to"].split(";") if n]
+        assert set(names) <= declared
+        assert rec["range_lo"] <= r.kvsim <= rec["range_hi"]
+        if not names:
+            assert rec["range_lo"] == rec["range_hi"] == r.kvsim
+        if r.figure.paper is not None:
+            assert rec["verdict"] in paper.VERDICTS
+    assert any(
+        n.startswith("remote.stall.") for n in rep.range_of("p99_remote_sync_s").sensitive_to
+    )
+    assert "workload.arrivals.rate@high-hit" in rep.range_of("p99_high_hit_sync_s").sensitive_to

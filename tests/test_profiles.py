@@ -3,6 +3,7 @@
 import pytest
 
 from kvsim.config.loader import scenario_from_dict
+from kvsim.config.pools import pools
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.profiles import derive, list_profiles
 
@@ -30,7 +31,10 @@ def test_default_profile_numbers():
     assert sc.node.pcp == 8 and sc.node.gpus == 8
     assert sc.node.hbm_per_gpu == 288e9 and sc.node.host_dram == 2e12
     assert sc.node.nic_per_gpu == 100e9  # 800 Gb/s
-    assert sc.tiers.gpu.capacity == pytest.approx(8 * sc.node.kv_per_gpu)
+    # HBM pools: 8 x (288 GB x 0.9 - 744 GB / 8 weights - 15 GB reserve) = 1,209.6 GB of
+    # KV; the prefix cache (1.2 TB) fits in it
+    assert pools(sc).node_kv == pytest.approx(1209.6e9)
+    assert sc.tiers.gpu.capacity <= pools(sc).node_kv
     t = scenario_lone_seconds(sc)
     assert t(16384, 0) == pytest.approx(0.31, rel=1e-6)  # C: calibrated, not predicted
     assert 16384 / t(16384, 0) == pytest.approx(52_851, rel=1e-3)

@@ -17,7 +17,9 @@ from kvsim.sim.simulation import Simulation
 from conftest import ROOT, examples, req, toy
 
 MB = 1e6
-ONE_GPU = {"gpus": 1, "pcp": 1}
+# kv_per_gpu: the KV pool the profile gave before HBM pools (one GPU cannot hold the
+# profile's 744 GB of weights; these tests are about the write path, not the pools)
+ONE_GPU = {"gpus": 1, "pcp": 1, "kv_per_gpu": "150 GB"}
 
 
 def rows(res):
@@ -180,18 +182,33 @@ def test_remote_write_through_selective_puts_only_hot_blocks():
     remote_policy=st.sampled_from(["write_back", "write_through", "write_through_selective"]),
     gpu_mb=st.sampled_from([0, 0.3, 1]),
     host_mb=st.sampled_from([0.2, 1]),
-    queue=st.sampled_from([None, "0.05 MB"]),
+    queue=st.sampled_from([None, "0.05 MB", "5 GB"]),
     mode=st.sampled_from(["drop", "block"]),
     prefetch=st.sampled_from(["none", "best_effort", "wait_complete"]),
+    promote=st.booleans(),
+    path=st.sampled_from(["bounce", "gds"]),
 )
 def test_bytes_written_to_a_tier_are_the_bytes_its_write_link_carried(
-    spec, host_policy, nvme_policy, remote_policy, gpu_mb, host_mb, queue, mode, prefetch
+    spec,
+    host_policy,
+    nvme_policy,
+    remote_policy,
+    gpu_mb,
+    host_mb,
+    queue,
+    mode,
+    prefetch,
+    promote,
+    path,
 ):
     """Two independent counts: what each store says it stored, and what the links carried.
-    Host's stored bytes less what prefetches brought, plus the staging copies (the remote
-    store's put bytes under write-through policies), are the GPU-to-host link's bytes;
-    prefetches moved no more than the NVMe and NIC links carried; NVMe's stored bytes are
-    the drives' write bytes; the remote store's landed bytes never exceed its puts."""
+    Host's stored bytes less what prefetches and promotions through the bounce buffer
+    brought, plus the staging copies (the remote store's put bytes under write-through
+    policies), are the GPU-to-host link's bytes; prefetches and those promotions moved no
+    more than the NVMe and NIC links carried; NVMe's stored bytes are the drives' write
+    bytes; the remote store's landed bytes never exceed its puts. Staging buffers (queue
+    0.05 MB or the default 5 GB) make blocks readable only once landed; a null queue is
+    the optimistic write path."""
     reqs = []
     for i, (tokens, family) in enumerate(spec):
         n = -(-tokens // 100)
@@ -216,6 +233,8 @@ def test_bytes_written_to_a_tier_are_the_bytes_its_write_link_carried(
                 "write_policy": nvme_policy,
                 "write_queue": queue,
                 "on_backlog": mode,
+                "promote": promote,
+                "path": path,
             },
         },
         remote={"enabled": True, "write_policy": remote_policy, "write_threshold": 1},
@@ -226,9 +245,16 @@ def test_bytes_written_to_a_tier_are_the_bytes_its_write_link_carried(
     written, links, tiers = s["tier_write_bytes"], s["link_utilisation"], s["tiers"]
     staged = tiers["remote"]["put_bytes"] if remote_policy != "write_back" else 0.0
     # host: demotions and write-throughs (over d2h) + prefetches (over the sources' links)
-    fetched = tiers["host"]["prefetched_bytes_in"]
+    fetched = tiers["host"]["prefetched_bytes_in"] + tiers["host"]["promoted_bytes_in"]
     assert links["d2h"]["bytes"] == pytest.approx(written["host"] - fetched + staged)
-    assert fetched <= links["nvme"]["bytes"] + links["nic_in"]["bytes"] + 1e-6
+    # a restore reads all but the prompt's last token (always computed); a promotion
+    # stores whole blocks: at most one token (1,000 B) more per promoted block
+    extra = 1000.0 * tiers["host"]["promoted_in"]
+    assert fetched <= links["nvme"]["bytes"] + links["nic_in"]["bytes"] + extra + 1e-6
+    if not promote:
+        assert tiers["host"]["promoted_in"] == 0
+    if path == "gds":  # promotions went down over D2H: none bypassed the write link
+        assert tiers["host"]["promoted_bytes_in"] == 0
     assert links["nvme_write"]["bytes"] == pytest.approx(written["nvme"])
     assert written["remote"] <= tiers["remote"]["put_bytes"] + 1e-6
     for kind, use in links.items():  # writes queued past the end do not count
@@ -284,14 +310,16 @@ def test_prefetch_timeout_goes_with_what_has_arrived():
 
 def test_prefetch_on_session_brings_a_turns_kv_up_to_host():
     """A 2 MB turn leaves its first ten blocks in NVMe (host holds 1 MB): at the turn's
-    end they are fetched back into host, 1 MB over the drives' read link."""
+    end they are fetched back into host, 1 MB over the drives' read link. (The optimistic
+    write path, ``write_queue: null``: the blocks are readable from NVMe as soon as their
+    write is queued, at the turn's end; with a staging buffer they are still in flight.)"""
     from kvsim.workload.request import Request
 
     sc = toy(
         node={**ONE_GPU, "nvme_drives": 1, "nvme_read_per_drive": "4 MB/s"},
         tiers={
             "host": {"enabled": True, "capacity": "1 MB", "t0": "0 s"},
-            "nvme": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
+            "nvme": {"enabled": True, "capacity": "1 GB", "t0": "0 s", "write_queue": None},
         },
         prefetch={"on_session": True},
     )

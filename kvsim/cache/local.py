@@ -12,6 +12,12 @@ is dropped (or, with a remote write-back policy, handed to ``leave``). Capacitie
 exceeded: each tier is a :class:`~kvsim.cache.eviction.BlockStore`. With ``writes`` set,
 every block stored into host or NVMe is a write on its link
 (:class:`~kvsim.cache.writes.Writes`), which may drop it when that link's queue is full.
+A written block holds its room in the tier from the moment its write is queued (vLLM's
+offloading manager allocates the slot in ``prepare_store``) and is readable from it only
+once the write has landed (there, ``is_ready`` after ``complete_store``): ``landing``
+keeps, per tier, when each write still in flight lands, and :meth:`LocalCache.in_flight`
+gives the lookup those not landed yet. With ``promote``, blocks a restore read from NVMe
+are also stored into host (LMCache and SGLang HiCache promote on a hit).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ BY_ADMISSION: Final = 0  # computed or restored into HBM
 BY_DEMOTION: Final = 1
 BY_WRITE_THROUGH: Final = 2  # written through (or selectively)
 BY_PREFETCH: Final = 3  # from NVMe or remote (it crossed their links, not D2H)
+BY_PROMOTION: Final = 4  # read from NVMe by a restore, kept in host (promote)
 
 
 class LocalCache:
@@ -51,11 +58,17 @@ class LocalCache:
         "fetched",
         "gpu",
         "host",
+        "landing",
         "leave",
         "nvme",
         "policy",
+        "promote",
+        "promoted",
+        "promoted_bytes",
+        "purge_at",
         "ratio",
         "read_bytes",
+        "settled",
         "threshold",
         "through",
         "tiers",
@@ -74,6 +87,7 @@ class LocalCache:
         writes: Writes | None = None,
         count_uses: bool = False,
         ratio: Sequence[float] = (1.0, 1.0, 1.0),
+        promote: bool = False,
     ) -> None:
         self.gpu = gpu
         self.host = host
@@ -106,6 +120,15 @@ class LocalCache:
         self.fetched = [0.0, 0.0, 0.0]  # bytes stored into each tier by prefetches
         self.dropped_bytes = [0.0, 0.0, 0.0]  # not written: the tier's write queue was full
         self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
+        # per tier: key -> when its write lands, for writes that may still be in flight
+        # (entries that have landed are purged lazily), and when the last one lands
+        self.landing: list[dict[Key, float]] = [{}, {}, {}]
+        self.settled = [0.0, 0.0, 0.0]
+        self.purge_at = [1024, 1024, 1024]  # purge landed entries past this many
+        # a restore's NVMe blocks are also stored into host (tiers.nvme.promote)
+        self.promote = promote and host is not None and nvme is not None
+        self.promoted = [0, 0, 0]  # blocks stored into each tier by promotion
+        self.promoted_bytes = [0.0, 0.0, 0.0]  # of them, bytes that crossed no write link
 
     def prefix_blocks(self, blocks: Sequence[Key], at_least: int = 0) -> int:
         """Blocks of the longest prefix held in some local tier (for cache-aware routing);
@@ -137,6 +160,24 @@ class LocalCache:
         """Blocks a prefetch brought into host memory (their links were the sources')."""
         if self.host is not None:
             self._arrive(HOST, blocks, sizes, BY_PREFETCH)
+
+    def promoted_from_nvme(self, blocks: Sequence[Key], sizes: Sequence[float]) -> None:
+        """A restore read these blocks from NVMe: keep a copy in host memory (promote).
+        Through a host bounce buffer the bytes are already there (no write link);
+        under GPUDirect Storage they went straight to HBM and are copied down over D2H."""
+        if self.promote and blocks:
+            self._arrive(HOST, blocks, sizes, BY_PROMOTION)
+
+    def in_flight(self, level: int, now: float) -> dict[Key, float] | None:
+        """Blocks of tier ``level`` whose write has not landed by ``now`` (key -> when it
+        lands; a key also listed that has landed is readable), or None when every write
+        into the tier has landed."""
+        if now >= self.settled[level]:
+            pending = self.landing[level]
+            if pending:
+                pending.clear()
+            return None
+        return self.landing[level]
 
     def reserve(self, nbytes: float) -> None:
         """Hold GPU HBM for blocks on their way in (a restore in flight); what it evicts
@@ -174,12 +215,12 @@ class LocalCache:
         if gate is not None:
             keys, sizes, refused_k, refused_s = gate.filter(keys, sizes, store.blocks)
         writes = self.writes
-        if (
-            writes is not None
-            and writes.drops[level]
-            and cause != BY_PREFETCH
-            and not writes.room(level)
-        ):
+        # blocks that cross a write link on their way in (prefetches crossed the sources'
+        # links; a promotion through a host bounce buffer is already in host memory)
+        linked = cause != BY_PREFETCH and not (
+            cause == BY_PROMOTION and (writes is None or not writes.gds)
+        )
+        if writes is not None and writes.drops[level] and linked and not writes.room(level):
             held = store.blocks  # a full write queue: only refreshes go through
             kept_k, kept_s = [], []
             for k, sz in zip(keys, sizes):
@@ -199,20 +240,50 @@ class LocalCache:
         if r != 1.0:  # the tier's codec: it stores (and its links move) fewer bytes
             sizes = [x * r for x in sizes]
         before = store.written
+        fresh: list[Key] = []
+        staged = linked and writes is not None and level != GPU and writes.staged[level]
+        if staged:
+            held = store.blocks  # blocks new to the tier: readable once their write lands
+            fresh = [k for k in keys if k not in held]
         out_k, out_s = store.insert_many(keys, sizes)
         if r != 1.0:
             out_s = [x / r for x in out_s]
+        if cause == BY_PROMOTION:
+            self.promoted[level] += len(keys)
+        if not linked and self.landing[level]:  # their bytes are in: readable at once
+            pending = self.landing[level]
+            for k in keys:
+                pending.pop(k, None)
         if store.written > before and level != GPU:
             if cause == BY_PREFETCH:
                 self.fetched[level] += store.written - before
+            elif not linked:
+                self.promoted_bytes[level] += store.written - before
             elif writes is not None:
-                writes.write(level, store.written - before)
+                lands = writes.write(level, store.written - before)
+                if staged:
+                    self._landing(level, fresh, lands)
         lower = self.below[level]
         if lower >= 0 and self.policy[lower] == THROUGH and keys:
             self._arrive(lower, keys, raw, BY_WRITE_THROUGH)
         if refused_k:
             out_k, out_s = [*refused_k, *out_k], [*refused_s, *out_s]
         self._fall(level, out_k, out_s)
+
+    def _landing(self, level: int, keys: list[Key], lands: float) -> None:
+        """Blocks whose write into tier ``level`` lands at ``lands`` (unreadable until
+        then). Entries that have landed are purged when they pile up (amortised O(1))."""
+        if lands > self.settled[level]:
+            self.settled[level] = lands
+        pending = self.landing[level]
+        for k in keys:
+            pending[k] = lands
+        if len(pending) > self.purge_at[level]:
+            assert self.writes is not None
+            now = self.writes.clock()
+            kept = {k: t for k, t in pending.items() if t > now}
+            self.landing[level] = kept
+            self.purge_at[level] = 2 * len(kept) + 1024
 
     def _fall(self, level: int, keys: Sequence[Key], sizes: Sequence[float]) -> None:
         """Blocks leaving tier ``level`` (evicted, refused, or too big for it): demoted into

@@ -8,10 +8,14 @@ Every block stored into host DRAM or NVMe is a write on a link (docs/data-path.m
   tier the blocks leave HBM too: through a host bounce buffer (D2H, then the drives) or,
   with GPUDirect Storage, straight to the drives.
 
-Each link is a :class:`~kvsim.kernel.pipe.Pipe` (served in order). A tier's
-``write_queue`` bounds the bytes waiting on the link that writes into it; when it is
-over, ``on_backlog`` decides: ``drop`` (the blocks are not written and are counted) or
-``block`` (the engine waits before its next step until the queue is back under the bound).
+Each link is a :class:`~kvsim.kernel.pipe.Pipe` (served in order), so each write knows
+when it lands (:meth:`Writes.write` returns it): the blocks are readable from the tier
+only from then on (:class:`~kvsim.cache.local.LocalCache` keeps the landing times). A
+tier's ``write_queue`` is the staging buffer the queued bytes wait in (5 GB by default:
+LMCache's local CPU buffer; null: no bound, and blocks readable as soon as their write is
+queued, the optimistic write path); when it is over, ``on_backlog`` decides:
+``drop`` (the blocks are not written and are counted) or ``block`` (the engine waits
+before its next step until the queue is back under the bound).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class Writes:
         "limit",
         "nvme",
         "ranks",
+        "staged",
     )
 
     def __init__(
@@ -68,6 +73,10 @@ class Writes:
             if q is not None:
                 self.limit[level] = q / self._bandwidth(level)
                 self.blocks[level] = block[level]
+        # per tier: a staging buffer is modelled, and its blocks are readable only once
+        # their write lands (a null queue: kvsim's optimistic write path before issue 25,
+        # readable as soon as queued)
+        self.staged = [q is not None for q in self.limit]
         self.blocking = any(self.blocks)  # some full queue makes the engine wait
         # per tier: a bounded queue that drops (room() can say no)
         self.drops = [q is not None and not b for q, b in zip(self.limit, self.blocks)]
@@ -93,20 +102,20 @@ class Writes:
             return True
         return self._pipe(level).backlog(self.clock()) <= limit
 
-    def write(self, level: int, nbytes: float) -> None:
+    def write(self, level: int, nbytes: float) -> float:
         """Queue the write of ``nbytes`` (as stored) into tier ``level``: a background copy
-        (nobody waits for it, nor for its encoding, which holds no link)."""
+        (nobody waits for it, nor for its encoding, which holds no link). Return when it
+        lands: the blocks are readable from the tier from then on."""
         now = self.clock()
         if level == HOST:
-            self.d2h.send(now, nbytes * self.expand[HOST], 1.0 / self.ranks)
-            return
+            return self.d2h.send(now, nbytes * self.expand[HOST], 1.0 / self.ranks)
         nvme = self.nvme
         assert nvme is not None
         if self.host or self.gds:
-            nvme.send(now, nbytes)
-        else:  # from HBM through a host bounce buffer
-            staged = self.d2h.send(now, nbytes * self.expand[NVME], 1.0 / self.ranks)
-            nvme.send(staged, nbytes)
+            return nvme.send(now, nbytes)
+        # from HBM through a host bounce buffer
+        staged = self.d2h.send(now, nbytes * self.expand[NVME], 1.0 / self.ranks)
+        return nvme.send(staged, nbytes)
 
     def stall(self) -> float:
         """Seconds the engine must wait for its blocking queues to fall back under their

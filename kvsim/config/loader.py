@@ -29,7 +29,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvsim.config.schema import Scenario, cross_checks
+from kvsim.config.schema import REMOVED_FIELDS, Scenario, cross_checks
 from kvsim.errors import InputError, shown
 from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, read_text
 from kvsim.plugins import canonical, is_file_spec, load_plugins
@@ -780,6 +780,9 @@ def _describe(
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if kind == "extra_forbidden":
+        gone = REMOVED_FIELDS.get((str(path[-2]), str(path[-1]))) if len(path) > 1 else None
+        if gone is not None:
+            return gone
         model = _model_at(root, path[:-1], data)
         valid = sorted(model.model_fields) if model else []
         near = difflib.get_close_matches(str(path[-1]), valid, n=1)

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from kvsim.config import pools
 from kvsim.errors import UNSAFE_CATEGORIES
 from kvsim.physics.timing import TimingTable
 from kvsim.plugins import check_name
@@ -114,7 +115,21 @@ class Node(Record):
         description="prefill context-parallel degree (ranks sharing a request)"
     )
     hbm_per_gpu: PositiveSize = Field(description="HBM per GPU")
-    kv_per_gpu: PositiveSize = Field(description="HBM per GPU free for KV cache after weights")
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+        0.9,
+        description="share of HBM the engine uses (vLLM's gpu_memory_utilization, default "
+        "0.9); weights, the activation reserve and the KV pool share it",
+    )
+    activation_reserve: Size = Field(
+        "5 GB",
+        description="HBM per GPU kept for activations of a full step, CUDA graphs and "
+        "PCP buffers (what vLLM's profiling run measures); L, 2-20 GB",
+    )
+    kv_per_gpu: PositiveSize | None = Field(
+        None,
+        description="KV pool per GPU as an explicit override (null: hbm_per_gpu x "
+        "gpu_memory_utilization - weights / gpus - activation_reserve)",
+    )
     host_dram: PositiveSize = Field(description="host DRAM per node")
     nvme_drives: Annotated[int, Field(ge=0, le=4096, strict=True)] = Field(
         description="local NVMe drives per node"
@@ -144,6 +159,17 @@ class Node(Record):
     )
     nic_per_gpu: Bandwidth = Field(description="network bandwidth per GPU")
     network_latency: Duration = Field("50 us", description="one-way network latency to a server")
+    copy_engine: Literal["dma", "kernel"] = Field(
+        "dma",
+        description="what moves restored KV into HBM: the GPU's copy engines (dma, vLLM's "
+        "offloading connector: no SM time) or a copy kernel (kernel, LMCache's "
+        "multi_layer_kv_transfer: SM time that slows a step computing meanwhile)",
+    )
+    copy_kernel_sm_share: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = Field(
+        1.0,
+        description="with copy_engine: kernel, the share of a GPU's SMs the copy kernel holds "
+        "while it copies at the host-to-GPU rate (1: its grid fills every SM, as LMCache's)",
+    )
 
 
 class MlaLayout(Record):
@@ -197,6 +223,11 @@ class Model(Record):
         None, description="KV bytes per token; derived from kv_layout when omitted"
     )
     kv_layout: KvLayout | None = Field(None, description="architecture fields giving KV bytes")
+    weight_bytes: Size | None = Field(
+        None,
+        description="weights on one node, all GPUs (null: the roofline's dense + expert "
+        "weight bytes); they size the KV pool",
+    )
 
     @property
     def kv_bytes(self) -> float:
@@ -347,9 +378,11 @@ class LocalTier(Record):
         2, description="write_through_selective: hits before a block is written (>= 1)"
     )
     write_queue: Size | None = Field(
-        None,
-        description="bytes that may wait on the link that writes into this tier (null: no "
-        "bound); past it, on_backlog applies",
+        "5 GB",
+        description="staging buffer: bytes that may wait on the link that writes into this "
+        "tier (default 5 GB, LMCache's max_local_cpu_size; L, 1-40 GB); past it, on_backlog "
+        "applies. A block is readable from the tier once its write lands. null: the "
+        "optimistic write path (no bound, readable as soon as queued)",
     )
     codec: Codec | None = Field(None, description="KV compression in this tier (null: none)")
     on_backlog: Literal["drop", "block"] = Field(
@@ -366,6 +399,11 @@ class NvmeTier(LocalTier):
         "bounce",
         description="gds: GPUDirect Storage reads straight into HBM; bounce: into a host "
         "buffer, then over the host-to-GPU link",
+    )
+    promote: bool | None = Field(
+        None,
+        description="blocks a restore reads from NVMe are also stored into host (LMCache and "
+        "HiCache promote); null: true when the host tier is enabled",
     )
 
 
@@ -385,6 +423,23 @@ class StallModel(Record):
     )
 
 
+class RemoteClient(Record):
+    """One rank's store client: how fast it pulls a GET's chunks (kvsim/physics/client.py;
+    docs/data-path.md, "The single-client GET")."""
+
+    connections: Bounded(4096) = Field(1, description="connections to each server (>= 1)")
+    round_trip: Duration = Field(
+        "100 us", description="per operation: request out, first byte back (>= 0)"
+    )
+    pipeline_depth: Bounded(4096) = Field(
+        4, description="operations in flight on each connection (>= 1)"
+    )
+    copy_bandwidth: Bandwidth = Field(
+        "5 GB/s",
+        description="receive and copy into pinned host memory, serial on the rank (> 0)",
+    )
+
+
 class Remote(Record):
     """Remote KV store shared by all engines (e.g. LMCache over Valkey)."""
 
@@ -394,10 +449,10 @@ class Remote(Record):
         "none", description="none: whole blocks per key; per_rank: each PCP rank its own shard"
     )
     bandwidth: Bandwidth = Field(description="payload bandwidth of one server")
-    client_bandwidth: Bandwidth | None = Field(
-        None,
-        description="sharding none: the rate of the one client connection that issues a "
-        "GET (null: no limit but its rank's NIC and PCIe)",
+    client: RemoteClient = Field(
+        RemoteClient(),
+        description="each rank's store client (connections, round trip, pipelining, copy "
+        "rate): caps a GET at what its clients can pull",
     )
     op_overhead: Duration = Field("0 s", description="server time per GET/PUT operation")
     chunk_tokens: Tokens = Field(256, description="tokens per stored chunk (one op each)")
@@ -439,6 +494,13 @@ class Remote(Record):
         description="puts queued or in flight per engine; further puts are dropped (0 = no puts)",
     )
     stall: StallModel = Field(StallModel(), description="GETs that hang (client bugs)")
+
+
+# Fields that were removed, by (record, field): what replaces each (the loader says so)
+REMOVED_FIELDS: dict[tuple[str, str], str] = {
+    ("remote", "client_bandwidth"): "removed: the client is now modelled by remote.client "
+    "(connections, round_trip, pipeline_depth, copy_bandwidth; docs/data-path.md)",
+}
 
 
 # ---- cluster --------------------------------------------------------------------------
@@ -894,8 +956,7 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     n = sc.node
     if n.pcp > n.gpus or n.gpus % n.pcp:
         out.append((("node", "pcp"), f"must divide gpus ({n.gpus}), got {n.pcp}"))
-    if n.kv_per_gpu > n.hbm_per_gpu:
-        out.append((("node", "kv_per_gpu"), "is larger than hbm_per_gpu"))
+    out += pools.checks(sc)  # weights, reserve, KV pool, prefix cache, largest prompt
     if sc.model.kv_bytes_per_token is None and sc.model.kv_layout is None:
         out.append((("model",), "give kv_bytes_per_token or kv_layout"))
     out += _timing_checks(sc)
@@ -915,11 +976,6 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                         f"{tier.eviction!r} is a plugin's",
                     )
                 )
-    gpu_cap = n.kv_per_gpu * n.gpus
-    if sc.tiers.gpu.capacity > gpu_cap:
-        out.append(
-            (("tiers", "gpu", "capacity"), f"exceeds the node's KV HBM ({gpu_cap / 1e9:.4g} GB)")
-        )
     if sc.tiers.host.enabled and sc.tiers.host.capacity > n.host_dram:
         out.append((("tiers", "host", "capacity"), "exceeds the node's host_dram"))
     nvme_cap = n.nvme_drives * n.nvme_drive_capacity
@@ -934,6 +990,15 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("prefetch", "timeout"), "policy timeout needs a timeout (e.g. 200 ms)"))
     if sc.tiers.nvme.path == "gds" and not sc.tiers.nvme.enabled:
         out.append((("tiers", "nvme", "path"), "gds reads from the NVMe tier, which is disabled"))
+    if sc.tiers.nvme.promote:
+        if not sc.tiers.nvme.enabled:
+            out.append(
+                (("tiers", "nvme", "promote"), "promotes from NVMe; the NVMe tier is disabled")
+            )
+        elif not sc.tiers.host.enabled:
+            out.append(
+                (("tiers", "nvme", "promote"), "promotes into host; the host tier is disabled")
+            )
     if sc.tiers.nvme.enabled:
         if n.nvme_drives == 0:
             out.append((("tiers", "nvme", "enabled"), "the node has no NVMe drives"))

@@ -188,6 +188,16 @@ class TableSteps:
         return self.fixed_s + self.compute_share(chunks)
 
 
+def kernel_copy_seconds(nbytes: float, bandwidth: float, sm_share: float) -> float:
+    """SM seconds a copy kernel takes to move ``nbytes`` at ``bandwidth`` (the host link
+    it copies over) while holding ``sm_share`` of the SMs (``node.copy_kernel_sm_share``);
+    a step computing meanwhile loses them (docs/engine-model.md, "Restores cost the
+    GPU")."""
+    if nbytes <= 0.0:
+        return 0.0
+    return sm_share * nbytes / bandwidth
+
+
 def lone_seconds(model: StepModel, new: int, cached: int, per_step: int) -> float:
     """Time to prefill one request alone: ``new`` tokens after ``cached``, at most
     ``per_step`` tokens a step (a serial engine: ``per_step`` >= ``new``)."""

@@ -15,7 +15,15 @@ makes a lone cold 16,384-token prompt take 0.31 s on the default engine (two 8,1
 steps of the roofline model, kvsim/physics/step.py), the remote server's bandwidth and
 per-operation time solved from the study's two GET rates (:func:`solve_remote`), and the
 per-rank speed-up that published single-server rates alone would predict
-(:func:`split_speedup`).
+(:func:`split_speedup`), the speed-up predicted from the client's and the server's
+documented ranges with no study figure at all (:func:`predicted_speedup`), and GET rate
+against server count, unsharded and per rank (:func:`server_sweep`).
+
+What stays calibrated (C): the server's payload bandwidth and per-op time, two unknowns
+fixed by the study's two GET rates. The client (``remote.client``, H/L) does not enter
+that solution: with the default client the server binds at both study points (one
+server: 7.13 ms of server per chunk against 2.62 ms of copy; per rank: 1.14 ms against a
+0.39 ms window), which tests/test_data_path.py checks.
 """
 
 from __future__ import annotations
@@ -146,6 +154,54 @@ STUDY_GET = {"nbytes": 16384 * 51_168, "ops": 64, "one": 1.71 * 2**30, "split": 
 VALKEY_PUBLISHED_BW = (1.7e9, 2.0e9)
 
 
+def predicted_speedup(steps: int = 5) -> tuple[float, float]:
+    """The study's per-rank speed-up (8 per-rank servers over one unsharded server, a 16k
+    GET in 64 chunks) as predicted from independently sourced figures only: the lowest
+    and highest ratio over the documented ranges of the client and of the server
+    (kvsim.physics.client.RANGES; none of them from the study). Integers take every
+    value in their range, the others ``steps`` points evenly on a log scale (the ratio
+    is monotone in each between its kinks; the ends are among the points)."""
+    from itertools import product
+
+    from kvsim.physics.client import RANGES, Client, get_rate
+
+    def grid(name: str) -> list[float]:
+        r = RANGES[name]
+        if name in ("connections", "pipeline_depth"):
+            return [float(v) for v in range(int(r.lo), int(r.hi) + 1)]
+        return [r.lo * (r.hi / r.lo) ** (i / (steps - 1)) for i in range(steps)]
+
+    g = STUDY_GET
+    names = ("connections", "pipeline_depth", "round_trip", "copy_bandwidth")
+    ratios = []
+    for k, d, r, b, bw, op in product(*map(grid, (*names, "bandwidth", "op_overhead"))):
+        cl = Client(int(k), r, int(d), b)
+        one = get_rate(g["nbytes"], g["ops"], 1, 8, False, cl, bw, op)
+        split = get_rate(g["nbytes"], g["ops"], 8, 8, True, cl, bw, op)
+        ratios.append(split / one)
+    return min(ratios), max(ratios)
+
+
+def server_sweep(
+    servers: Sequence[int] = (1, 2, 3, 4, 8, 16, 64),
+) -> list[tuple[int, float, float]]:
+    """(servers, unsharded GiB/s, per-rank GiB/s) of a lone 16k GET on the default profile
+    (its calibrated server, its client): the docs' table of GET rate vs server count."""
+    from kvsim.physics.client import Client, get_rate
+
+    g = STUDY_GET
+    cl = Client()  # the schema's default client is the default profile's
+    bw, op = solve_remote(g["nbytes"], g["ops"], g["one"], g["split"], 8)
+    return [
+        (
+            n,
+            get_rate(g["nbytes"], g["ops"], n, 8, False, cl, bw, op) / 2**30,
+            get_rate(g["nbytes"], g["ops"], n, 8, True, cl, bw, op) / 2**30,
+        )
+        for n in servers
+    ]
+
+
 def write_table(path: Path, rows: Sequence[tuple[int, int, float]], header: str) -> None:
     with path.open("w", encoding="utf-8", newline="") as fh:
         for line in header.strip().splitlines():
@@ -211,6 +267,14 @@ def main() -> None:  # pragma: no cover - a maintenance script
         f"-{VALKEY_PUBLISHED_BW[1] / 1e9} GB/s server rate: {slow:.2f}x to {fast:.2f}x "
         f"(the study: {g['split'] / g['one']:.2f}x)"
     )
+    lo, hi = predicted_speedup()
+    print(
+        f"8 per-rank servers over one, predicted from the documented client and server "
+        f"ranges alone (kvsim.physics.client.RANGES): {lo:.2f}x to {hi:.2f}x"
+    )
+    print("servers  unsharded GiB/s  per-rank GiB/s  (default profile, lone 16k GET)")
+    for n, un, pr in server_sweep():
+        print(f"{n:>7}  {un:>15.3f}  {pr:>14.3f}")
     # the H200 table scales the single-request FLOP model calibrated the same way
     b300 = calibrate_flops_per_s(16384, 0.31, **GLM5)
     h200 = b300 * H200_OVER_B300

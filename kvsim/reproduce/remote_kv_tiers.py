@@ -10,13 +10,26 @@ what was assumed, and ``docs/paper-reproduction.md`` says what matches and why.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from kvsim import api
 from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB
+from kvsim.reproduce.ranges import (
+    THRESHOLD,
+    VERDICTS,
+    Input,
+    Range,
+    Setting,
+    screen,
+    setting_text,
+    verdict,
+)
 from kvsim.results import Results
 from kvsim.results.uncertainty import mean_interval
 from kvsim.workload.request import Request
@@ -126,6 +139,165 @@ FIGURES: tuple[Figure, ...] = (
 )
 
 
+Summary = dict[str, Any]
+
+# Each figure that comes out of a stream: the configurations it reads (one summary per
+# configuration, same seed) and how. "high-hit-sync-2x" is high-hit-sync with twice the
+# requests.
+STREAM_FIGURES: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Summary]], float]]] = {
+    "p99_no_remote_s": (("no-remote",), lambda s: s["no-remote"]["ttft_p99_s"]),
+    "p99_remote_sync_s": (("remote-sync",), lambda s: s["remote-sync"]["ttft_p99_s"]),
+    "p99_ratio_remote": (
+        ("no-remote", "remote-sync"),
+        lambda s: s["remote-sync"]["ttft_p99_s"] / s["no-remote"]["ttft_p99_s"],
+    ),
+    "p50_ratio_remote": (
+        ("no-remote", "remote-sync"),
+        lambda s: s["remote-sync"]["ttft_p50_s"] / s["no-remote"]["ttft_p50_s"],
+    ),
+    "p99_high_hit_sync_s": (("high-hit-sync",), lambda s: s["high-hit-sync"]["ttft_p99_s"]),
+    "p99_growth_2x": (
+        ("high-hit-sync", "high-hit-sync-2x"),
+        lambda s: s["high-hit-sync-2x"]["ttft_p99_s"] / s["high-hit-sync"]["ttft_p99_s"],
+    ),
+    "gpu_busy_high_hit_sync": (
+        ("high-hit-sync",),
+        lambda s: s["high-hit-sync"]["gpu_busy_frac"],
+    ),
+    "p99_sharded_async_s": (("sharded-async",), lambda s: s["sharded-async"]["ttft_p99_s"]),
+    "remote_token_frac": (
+        ("sharded-async",),
+        lambda s: s["sharded-async"]["token_source_frac"]["remote"],
+    ),
+    "throughput_gain_sharded": (
+        ("throughput-unsharded", "throughput-sharded"),
+        lambda s: (
+            s["throughput-sharded"]["prompt_tokens_per_s"]
+            / s["throughput-unsharded"]["prompt_tokens_per_s"]
+            - 1.0
+        ),
+    ),
+}
+
+PRODUCTION = ("no-remote", "remote-sync")  # the production stream's configurations
+HIGH_HIT = ("high-hit-sync", "high-hit-sync-2x", "sharded-async")  # the high-hit stream's
+STALLED = ("remote-sync", "high-hit-sync", "high-hit-sync-2x")  # client-bugs.yaml's
+STREAMS = (*PRODUCTION, *HIGH_HIT, "throughput-unsharded", "throughput-sharded")
+
+# The assumed (L) inputs of the paper scenarios, each with a documented range and why.
+# docs/paper-reproduction.md lists them with the L inputs left out and the reason.
+INPUTS: tuple[Input, ...] = (
+    Input(
+        "remote.stall.probability",
+        "remote.stall.probability",
+        STALLED,
+        "0.05",
+        "0.02",
+        "0.10",
+        "the study names three client bugs causing unbounded stalls and gives no rate. "
+        "Low: below ~2% of GETs a stall touches under 1 in 1,000 production requests "
+        "(5% of them GET) and could not be the tail mechanism the study names; high: one "
+        "GET in ten, the value first written (commit 1ec918e)",
+    ),
+    Input(
+        "remote.stall.duration",
+        "remote.stall.duration",
+        STALLED,
+        "8 s",
+        "4 s",
+        "15 s",
+        "mean of an exponential stall; the study gives none. Low: twice the 2 s client "
+        "timeout the study's fix added (a stall it calls unbounded outlasts common Redis "
+        "client read timeouts of 1-5 s); high: the 15 s first written (commit 1ec918e)",
+    ),
+    Input(
+        "workload.arrivals.rate@production",
+        "workload.arrivals.rate",
+        PRODUCTION,
+        "2/s",
+        "1.6/s",
+        "2.4/s",
+        "the study publishes no rate: +-20% around the chosen 2/s (GPUs 13-19% busy "
+        "recomputing everything, a lightly loaded prefill tier either way)",
+    ),
+    Input(
+        "workload.arrivals.cv@production",
+        "workload.arrivals.cv",
+        PRODUCTION,
+        "3.0",
+        "2.0",
+        "4.0",
+        "burstiness of production traffic, not published; 2.0 was the first setting "
+        "(commit 1ec918e), 4.0 moves the median by a third (docs/paper-reproduction.md)",
+    ),
+    Input(
+        "workload.documents.share@production",
+        "workload.documents.share",
+        PRODUCTION,
+        "0.05",
+        "0.025",
+        "0.10",
+        "share of production requests repeating a stored context, not published: half "
+        "to twice the chosen 5%",
+    ),
+    Input(
+        "workload.arrivals.rate@high-hit",
+        "workload.arrivals.rate",
+        HIGH_HIT,
+        "2.2/s",
+        "1.76/s",
+        "2.64/s",
+        "the study publishes no rate: +-20% around the chosen 2.2/s, the same rule as "
+        "the production stream's (the audit's points 2.0 and 2.4/s lie inside)",
+    ),
+    Input(
+        "node.d2h_per_gpu",
+        "node.d2h_per_gpu",
+        STREAMS,
+        "25 GB/s",
+        "12.5 GB/s",
+        "50 GB/s",
+        "effective GPU-to-host rate of the store path (gather kernel + pinned copy). High: "
+        "the 50 GB/s PCIe figure of the profile (h2d_per_gpu, M); low: a quarter of it, "
+        "as for scattered small blocks (vLLM's offloading blog: consolidating per-layer "
+        "blocks made its copies 4-5x faster)",
+    ),
+    Input(
+        "node.copy_kernel_sm_share",
+        "node.copy_kernel_sm_share",
+        ("remote-sync", "high-hit-sync", "high-hit-sync-2x", "sharded-async"),
+        "1.0",
+        "0.05",
+        "1.0",
+        "share of the SMs LMCache's copy kernel holds while it restores (the profile's "
+        "1.0, M: its grid of one thread block per token and layer fills every SM); low: "
+        "a kernel on its own stream keeping only enough loads in flight to fill PCIe "
+        "holds a few percent. Only the low end moves it (1.0 is the most it can hold)",
+    ),
+    Input(
+        "remote.timeout@sharded-async",
+        "remote.timeout",
+        ("sharded-async",),
+        "2 s",
+        "1 s",
+        "5 s",
+        "the client timeout of the fixed deployment, not published: common Redis client "
+        "read timeouts span 1 s (fail-fast guards) to 5 s (node-redis's connect timeout)",
+    ),
+)
+
+
+# predicted figures left out of the range runs, and why
+UNSCREENED = {
+    "p99_growth_2x": "a diagnostic of the sync queue's instability with no study value to "
+    "place; its double-length runs would cost a third of the range runs",
+}
+
+
+def _affects(figure: str, inp: Input) -> bool:
+    return bool(set(STREAM_FIGURES[figure][0]) & set(inp.configs))
+
+
 @dataclass
 class Row:
     """kvsim's value of a figure: the mean over seeds and its 95% interval (Student t over
@@ -152,6 +324,9 @@ class Reproduction:
     rows: list[Row]
     seeds: list[int] = field(default_factory=list)
     runs: dict[str, list[Results]] = field(default_factory=dict)
+    # the screening of every predicted figure over INPUTS (None: --no-ranges)
+    ranges: dict[str, Range] | None = None
+    range_seeds: list[int] = field(default_factory=list)
 
     def value(self, name: str) -> float:
         return self.row(name).kvsim
@@ -159,25 +334,60 @@ class Reproduction:
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.figure.name == name)
 
+    def range_of(self, name: str) -> Range | None:
+        """The figure's screening (None when not screened: a calibrated or derived
+        figure, or ranges not run)."""
+        return (self.ranges or {}).get(name)
+
+    def verdict(self, r: Row) -> str | None:
+        """Where the study's value of a predicted figure lies (ranges.VERDICTS)."""
+        if r.figure.kind != "predicted":
+            return None
+        rg = self.range_of(r.figure.name)
+        return verdict(r.figure.paper, r.lo, r.hi, rg.lo if rg else None, rg.hi if rg else None)
+
     def records(self) -> list[dict[str, object]]:
         """One dict per figure, the CSV's columns: figure, paper, kvsim (mean over seeds),
-        kvsim_lo, kvsim_hi (its 95% interval), unit, ratio, kind."""
-        return [
-            {
-                "figure": r.figure.name,
-                "paper": r.figure.paper,
-                "kvsim": r.kvsim,
-                "kvsim_lo": r.lo,
-                "kvsim_hi": r.hi,
-                "unit": r.figure.unit,
-                "ratio": r.ratio,
-                "kind": r.figure.kind,
-            }
-            for r in self.rows
-        ]
+        kvsim_lo, kvsim_hi (its 95% interval), unit, ratio, kind, sensitive_to (the
+        inputs moving it by more than 10% over their ranges, ';'-separated), range_lo,
+        range_hi (its least and greatest mean over those ranges; empty when not
+        screened) and verdict (predicted figures with a study value)."""
+        out: list[dict[str, object]] = []
+        for r in self.rows:
+            rg = self.range_of(r.figure.name)
+            out.append(
+                {
+                    "figure": r.figure.name,
+                    "paper": r.figure.paper,
+                    "kvsim": r.kvsim,
+                    "kvsim_lo": r.lo,
+                    "kvsim_hi": r.hi,
+                    "unit": r.figure.unit,
+                    "ratio": r.ratio,
+                    "kind": r.figure.kind,
+                    "sensitive_to": ";".join(rg.sensitive_to) if rg else "",
+                    "range_lo": rg.lo if rg else None,
+                    "range_hi": rg.hi if rg else None,
+                    "verdict": self.verdict(r),
+                }
+            )
+        return out
 
 
-COLUMNS = ["figure", "paper", "kvsim", "kvsim_lo", "kvsim_hi", "unit", "ratio", "kind"]
+COLUMNS = [
+    "figure",
+    "paper",
+    "kvsim",
+    "kvsim_lo",
+    "kvsim_hi",
+    "unit",
+    "ratio",
+    "kind",
+    "sensitive_to",
+    "range_lo",
+    "range_hi",
+    "verdict",
+]
 
 
 def _fmt(x: float | None) -> str:
@@ -192,51 +402,140 @@ def _interval(r: Row) -> str:
     return "-" if r.lo == r.hi else f"{_fmt(r.lo)} .. {_fmt(r.hi)}"
 
 
+def _range(rep: Reproduction, r: Row) -> str:
+    rg = rep.range_of(r.figure.name)
+    if rg is None:
+        return "-"
+    return _fmt(rg.lo) if rg.lo == rg.hi else f"{_fmt(rg.lo)} .. {_fmt(rg.hi)}"
+
+
+def _ranges_note(rep: Reproduction) -> str:
+    if rep.ranges is None:
+        return "ranges not run (--no-ranges)"
+    return (
+        f"range: the mean over the documented ranges of the inputs moving the figure "
+        f"by more than {THRESHOLD:.0%} (seeds {', '.join(map(str, rep.range_seeds))})"
+    )
+
+
 def text_table(rep: Reproduction) -> str:
-    """The side-by-side table for a terminal."""
-    head = ("figure", "paper", "kvsim", "95% interval", "unit", "kvsim/paper", "kind")
+    """The side-by-side table for a terminal, then each figure's sensitive inputs."""
+    head = ("figure", "paper", "kvsim", "95% interval", "range", "unit", "kvsim/paper", "kind")
+    head = (*head, "verdict")
     body = [
         (
             r.figure.name,
             _fmt(r.figure.paper),
             _fmt(r.kvsim),
             _interval(r),
+            _range(rep, r),
             r.figure.unit,
             _fmt(r.ratio),
             r.figure.kind,
+            rep.verdict(r) or "-",
         )
         for r in rep.rows
     ]
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
-    lines = [f"reproducing {STUDY} (mean of {len(rep.seeds)} seeds, 95% interval over them)"]
+    lines = [
+        f"reproducing {STUDY} (mean of {len(rep.seeds)} seeds, 95% interval over them; "
+        f"{_ranges_note(rep)})"
+    ]
     for row in (head, *body):
         lines.append(
             "  ".join(
-                c.ljust(w) if i in (0, 4, 6) else c.rjust(w)
+                c.ljust(w) if i in (0, 5, 7, 8) else c.rjust(w)
                 for i, (c, w) in enumerate(zip(row, widths, strict=True))
             ).rstrip()
         )
+    sensitive = [
+        f"  {name}: {', '.join(rg.sensitive_to)}"
+        for name, rg in (rep.ranges or {}).items()
+        if rg.sensitive_to
+    ]
+    if sensitive:
+        lines += ["sensitive to (moved by more than 10% over the input's range):", *sensitive]
     return "\n".join(lines)
 
 
+def _pct(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:+.0%}"
+
+
+def ranges_markdown(rep: Reproduction) -> list[str]:
+    """The inputs and their ranges, and what each end did to each predicted figure."""
+    if rep.ranges is None:
+        return ["", "Ranges were not run (`--no-ranges`)."]
+    lines = [
+        "",
+        "## Unknowns as ranges",
+        "",
+        f"Each assumed (L) input below was moved to each end of its documented range, one "
+        f"at a time, the others as shipped; a figure is **sensitive to** the input when "
+        f"either end moves its mean over seeds {', '.join(map(str, rep.range_seeds))} by "
+        f"more than {THRESHOLD:.0%} from its mean as shipped over the same seeds. For a "
+        f"figure sensitive to two or more inputs, every corner of the (up to) {CORNERS} "
+        f"that moved it most was run too. **range**: the least and greatest of the "
+        f"figure's mean as shipped ({len(rep.seeds)} seeds) and its means at those ends "
+        f"and corners. Verdicts: " + "; ".join(f"**{k}**: {v}" for k, v in VERDICTS.items()) + ".",
+        "",
+        "| input | field | applies to | shipped | low | high | why this range |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i in INPUTS:
+        lines.append(
+            f"| `{i.name}` | `{i.field}` | {', '.join(i.configs)} | {i.shipped} | {i.lo} "
+            f"| {i.hi} | {i.mark}: {i.source} |"
+        )
+    names = [i.name for i in INPUTS]
+    lines += [
+        "",
+        "Move of each predicted figure's mean at the low / high end (one input at a time; "
+        "bold: more than the threshold; blank: the input does not apply):",
+        "",
+        "| figure | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for name, rg in rep.ranges.items():
+        cells = []
+        for n in names:
+            if n not in rg.moves:
+                cells.append("")
+                continue
+            lo, hi = rg.moves[n]
+            cell = f"{_pct(lo)} / {_pct(hi)}"
+            cells.append(f"**{cell}**" if n in rg.sensitive_to else cell)
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    lines += ["", "Not screened: calibrated and derived figures (fitted or arithmetic), and"]
+    lines += [f"`{n}` ({why})." for n, why in UNSCREENED.items()]
+    return lines
+
+
 def markdown(rep: Reproduction, plots: list[str] | None = None) -> str:
-    """The same table as Markdown, with what each figure is."""
+    """The same table as Markdown, with what each figure is, its range and verdict, then
+    the inputs' ranges and the screening."""
     lines = [
         f"# Reproduction: {STUDY}",
         "",
         "Bandwidths in GiB/s (the interpretation adopted; see docs/paper-reproduction.md).",
         f"kvsim: the mean over seeds {', '.join(map(str, rep.seeds))}, with the 95% "
         "interval of that mean (Student t over the seeds; none where the seed changes "
-        "nothing). Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in KINDS.items()) + ".",
+        "nothing). Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in KINDS.items()) + ". "
+        f"Sensitive to, range: {_ranges_note(rep)} (see below).",
         "",
-        "| figure | what | kind | paper | kvsim | 95% interval | unit | kvsim/paper |",
-        "|---|---|---|---|---|---|---|---|",
+        "| figure | what | kind | paper | kvsim | 95% interval | unit | kvsim/paper "
+        "| sensitive to | range | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rep.rows:
+        rg = rep.range_of(r.figure.name)
+        sens = ", ".join(f"`{n}`" for n in rg.sensitive_to) if rg and rg.sensitive_to else "-"
         lines.append(
             f"| `{r.figure.name}` | {r.figure.what} | {r.figure.kind} | {_fmt(r.figure.paper)} "
-            f"| {_fmt(r.kvsim)} | {_interval(r)} | {r.figure.unit} | {_fmt(r.ratio)} |"
+            f"| {_fmt(r.kvsim)} | {_interval(r)} | {r.figure.unit} | {_fmt(r.ratio)} "
+            f"| {sens} | {_range(rep, r)} | {rep.verdict(r) or '-'} |"
         )
+    lines += ranges_markdown(rep)
     if plots:
         lines += ["", "TTFT CDFs (every seed's requests pooled):", ""]
         lines += [f"- [{p}]({p})" for p in plots]
@@ -273,16 +572,21 @@ def _single_requests(path: Path, overrides: list[str], tokens: int) -> list[Resu
 
 
 SEEDS = 10  # every simulated figure is a mean over this many seeds (at least 10)
+RANGE_SEEDS = 3  # a range run's figure is a mean over the first this many of them
+CORNERS = 2  # corners of the 2 inputs moving a figure most (4 settings; 3 would be 8)
 
 
 def reproduce(
     folder: str | Path | None = None,
     log: Callable[[str], None] = lambda _msg: None,
     seeds: int = SEEDS,
+    range_seeds: int = RANGE_SEEDS,
 ) -> Reproduction:
     """Run every configuration with ``seeds`` seeds (the scenarios' own seed and the
     next ones) and compute kvsim's value of every figure: the mean over the seeds and
-    its 95% interval. No seed is singled out."""
+    its 95% interval. No seed is singled out. Then screen every predicted figure over
+    the documented ranges of :data:`INPUTS` with the first ``range_seeds`` seeds
+    (kvsim.reproduce.ranges; 0: no ranges, as ``--no-ranges``)."""
     if seeds < 2:
         raise InputError(f"must be >= 2 (an interval needs spread), got {seeds}", where="--seeds")
     d = find_scenarios(folder)
@@ -310,8 +614,10 @@ def reproduce(
     model = api.cost_model(runs["micro"][0].scenario, 16384)
 
     per_seed: dict[str, list[float]] = {f.name: [] for f in FIGURES}
+    summaries = {k: [r.summary for r in v] for k, v in runs.items()}
+    summaries["high-hit-sync-2x"] = double
     for i in range(seeds):
-        s = {k: v[i].summary for k, v in runs.items()}
+        s = {k: v[i] for k, v in summaries.items()}
         values = {
             "recompute_16k_s": float(cold[0].requests["ttft_s"].iloc[0]),
             "remote_hit_16k_s": float(hit[0].requests["ttft_s"].iloc[1]),
@@ -319,18 +625,7 @@ def reproduce(
             "crossover_tokens": model.min_tokens,
             "get_bw_unsharded": s["micro"]["remote_get_bw"] / GIB,
             "get_bw_sharded": sharded[i].summary["remote_get_bw"] / GIB,
-            "p99_no_remote_s": s["no-remote"]["ttft_p99_s"],
-            "p99_remote_sync_s": s["remote-sync"]["ttft_p99_s"],
-            "p99_ratio_remote": s["remote-sync"]["ttft_p99_s"] / s["no-remote"]["ttft_p99_s"],
-            "p50_ratio_remote": s["remote-sync"]["ttft_p50_s"] / s["no-remote"]["ttft_p50_s"],
-            "p99_high_hit_sync_s": s["high-hit-sync"]["ttft_p99_s"],
-            "p99_growth_2x": double[i]["ttft_p99_s"] / s["high-hit-sync"]["ttft_p99_s"],
-            "gpu_busy_high_hit_sync": s["high-hit-sync"]["gpu_busy_frac"],
-            "p99_sharded_async_s": s["sharded-async"]["ttft_p99_s"],
-            "remote_token_frac": s["sharded-async"]["token_source_frac"]["remote"],
-            "throughput_gain_sharded": s["throughput-sharded"]["prompt_tokens_per_s"]
-            / s["throughput-unsharded"]["prompt_tokens_per_s"]
-            - 1.0,
+            **{name: fn(s) for name, (_configs, fn) in STREAM_FIGURES.items()},
         }
         for name, v in values.items():
             per_seed[name].append(float(v))
@@ -340,7 +635,73 @@ def reproduce(
         # the seed changes nothing (an idle engine, arithmetic): lo = hi = the value
         iv = mean_interval(vals, nonnegative="gain" not in f.name)  # a gain may be < 0
         rows.append(Row(f, iv.mean, iv.lo, iv.hi, vals))
-    return Reproduction(rows, seed_list, runs)
+    rep = Reproduction(rows, seed_list, runs)
+    if range_seeds:
+        rep.range_seeds = seed_list[: min(range_seeds, seeds)]
+        predicted = {
+            r.figure.name: r.kvsim
+            for r in rows
+            if r.figure.kind == "predicted" and r.figure.name not in UNSCREENED
+        }
+        evaluate = _evaluator(d, summaries, rep.range_seeds, log)
+        rep.ranges = screen(predicted, INPUTS, _affects, evaluate, corners=CORNERS)
+    return rep
+
+
+def _run_config(d: Path, config: str, overrides: list[str], seed: int) -> Summary:
+    """One seed of a stream configuration with ``--set``-style overrides: a normal run
+    of its scenario file (high-hit-sync-2x: high-hit-sync with twice the requests)."""
+    if config == "high-hit-sync-2x":
+        sc = api.load(d / "high-hit-sync.yaml", overrides)
+        return api.run(sc, {"workload.requests": 2 * sc.workload.requests}, seed).summary
+    return api.run(d / f"{config}.yaml", overrides, seed).summary
+
+
+def _evaluator(
+    d: Path,
+    shipped: dict[str, list[Summary]],
+    seeds: list[int],
+    log: Callable[[str], None],
+) -> Callable[[Setting, Sequence[str]], dict[str, float]]:
+    """ranges.Evaluate for this study: the named figures' means over ``seeds`` with a
+    setting's inputs at their ends, running only the configurations the setting moves
+    (the others are the reproduction's own runs of the same seeds); runs are cached, so
+    a corner shared by several figures runs once."""
+    by_name = {i.name: i for i in INPUTS}
+    cache: dict[tuple[str, tuple[str, ...]], list[Summary]] = {}
+    done = [0]
+
+    def config_runs(config: str, setting: Setting) -> list[Summary]:
+        overrides = tuple(
+            by_name[n].override(end) for n, end in setting if config in by_name[n].configs
+        )
+        if not overrides:
+            return shipped[config][: len(seeds)]
+        key = (config, overrides)
+        if key not in cache:
+            cache[key] = [_run_config(d, config, list(overrides), s) for s in seeds]
+        return cache[key]
+
+    def evaluate(setting: Setting, figures: Sequence[str]) -> dict[str, float]:
+        configs = sorted({c for f in figures for c in STREAM_FIGURES[f][0]})
+        if setting:
+            done[0] += 1
+            moved = [c for c in configs if any(c in by_name[n].configs for n, _ in setting)]
+            log(
+                f"ranges [{done[0]}]: {setting_text(setting, by_name)} "
+                f"({len(seeds)} seeds: {', '.join(moved)})"
+            )
+        s = {c: config_runs(c, setting) for c in configs}
+        return {
+            f: float(
+                np.mean(
+                    [STREAM_FIGURES[f][1]({c: s[c][i] for c in configs}) for i in range(len(seeds))]
+                )
+            )
+            for f in figures
+        }
+
+    return evaluate
 
 
 def write(rep: Reproduction, out: str | Path) -> list[Path]:

@@ -53,7 +53,7 @@ from kvsim.cache.local import BACK, GPU, HOST, NVME, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.kernel.pipe import Pipe
-from kvsim.physics.step import lone_seconds
+from kvsim.physics.step import kernel_copy_seconds, lone_seconds
 from kvsim.sim.job import LOADING, NEW, READY, Job
 from kvsim.sim.prefetch import Fetch
 from kvsim.sim.puts import Puts
@@ -119,6 +119,15 @@ class Engine:
         self.running: list[Job] = []  # computing: picked for a step, chunks left
         self._fetching: list[Job] = []  # waiting for their prefetch, out of the queue
         self.inflight = 0  # restores in flight
+        self._copy_mark = 0.0  # _copied() when the step computing began (kernel copies)
+        # kernel copies may overlap the step being run: restores in flight or copies
+        # moving into HBM when it formed (only this engine's steps start restores)
+        self._copy_watch = False
+        # unsharded GETs over: (GPUs - 1) x their bytes (one rank copied them alone)
+        self.copied_alone = 0.0
+        # bytes of the working pool held: running requests' KV and restores in flight
+        # (kvsim.config.pools; each request holds ``job.reserved`` until it finishes)
+        self.working = 0.0
         self._syncing: list[Job] = []  # synchronous restores of the step being formed
         self._sync_left = 0
         self._sync_done: simpy.Event | None = None
@@ -183,6 +192,7 @@ class Engine:
 
     def _push(self, job: Job) -> None:
         if not self.up:  # an async restore finished after its engine failed
+            self._release(job)
             self.outstanding -= 1
             self.ctx.displace(job, self)
             return
@@ -237,7 +247,11 @@ class Engine:
         self._sync_left = 0
         self._sync_done = None
         for job in held:
+            self.working -= job.reserved
             job.reserved = 0.0
+        if self.working < 1.0:
+            self.working = 0.0
+        self._press()  # asynchronous restores still in flight keep theirs
         self.outstanding -= len(held)
         if self.process.is_alive and self.process.target is not None:
             self.process.interrupt("engine failed")
@@ -280,8 +294,19 @@ class Engine:
                 end, stage_end = self._times(step_start, batch, lookups)
                 self._syncing = []
                 self.step_spans.append(step_start)
+                if self._copy_watch:  # kernel copies took SMs from the step
+                    yield env.timeout(end - env.now)
+                    lost = self._copy_lost()
+                    rounds = 0
+                    while lost > 1e-9 and rounds < 64:  # copies during the extra time too
+                        yield env.timeout(lost)
+                        rounds += 1
+                        lost = self._copy_lost()
+                    if rounds:  # held longer: so is its staging copy's wait
+                        stage_end += env.now - end
+                        end = env.now
                 self.step_spans.append(stage_end)
-                yield env.timeout(stage_end - env.now)
+                yield env.timeout(max(stage_end - env.now, 0.0))
                 self._complete(batch, end, stage_end)
                 if not self.steps & 1023 and self.guard is not None:
                     self.guard()  # raises MemoryError before the process runs out
@@ -307,6 +332,7 @@ class Engine:
             running.sort(key=waiting.key)
         started: list[Job] = []  # picked from the queue for this step
         aside: list[Job] = []  # requests whose restore must wait for room
+        full = False  # a request did not fit the working pool: later ones wait too
         lookups = 0.0
         now = self.env.now
         policy = ctx.policy
@@ -335,9 +361,15 @@ class Engine:
                     job.fetch = None
                 self._plan(job)
                 tok = job.tokens
+                # its working KV, held from now until it finishes: the whole prompt but
+                # the blocks the prefix cache already holds (GPU hits are shared, as vLLM's)
+                need = (job.req.input_tokens - tok[GPU]) * ctx.kv_bytes
+                if full or self.working + need > ctx.kv_pool:
+                    full = True  # the working pool is full: the queue waits (as vLLM's)
+                    aside.append(job)
+                    continue
                 if tok[HOST] or tok[NVME] or tok[REMOTE]:
-                    need = (tok[HOST] + tok[NVME] + tok[REMOTE]) * ctx.kv_bytes
-                    # once one restore waits for room, later ones wait behind it
+                    # once one restore waits for a slot, later ones wait behind it
                     if aside or not self._can_restore(need):
                         aside.append(job)
                         continue
@@ -349,6 +381,7 @@ class Engine:
                         continue
                     self._syncing.append(job)
                 else:
+                    self._take(job, need)
                     job.begin = now
             else:
                 job.begin = now
@@ -375,22 +408,44 @@ class Engine:
         )
 
     def _can_restore(self, need: float) -> bool:
-        """Room for another restore: a free slot and GPU HBM for what it brings (one
-        larger than the tier is admitted alone)."""
+        """Room for another restore: a free slot (``engine.max_inflight_restores``) and
+        room in the working pool for the request's KV."""
         if self.inflight >= self.ctx.max_inflight:
             return False
-        gpu = self.local.gpu
-        return gpu.reserved == 0 or gpu.reserved + need <= gpu.capacity
+        return self.working + need <= self.ctx.kv_pool
 
     def _reserve(self, job: Job, need: float) -> None:
+        """A restore starts: a slot, and the request's working KV."""
         self.inflight += 1
-        job.reserved = need
-        self.local.reserve(need)
+        self._take(job, need)
+
+    def _take(self, job: Job, need: float) -> None:
+        """Hold ``need`` bytes of the working pool for the request until it finishes."""
+        job.reserved += need
+        self.working += need
+        self._press()
 
     def _release(self, job: Job) -> None:
         if job.reserved:
-            self.local.gpu.unreserve(job.reserved)
+            self.working -= job.reserved
+            if self.working < 1.0:  # rounding: the pool is empty
+                self.working = 0.0
             job.reserved = 0.0
+            self._press()
+
+    def _press(self) -> None:
+        """The prefix cache holds at most what the working KV leaves of the KV pool: the
+        working KV beyond ``cache_slack`` is reserved in the GPU tier (evicting, and
+        demoting, its blocks); released, the room goes back to the cache."""
+        over = self.working - self.ctx.cache_slack
+        if over < 0.0:
+            over = 0.0
+        gpu = self.local.gpu
+        delta = over - gpu.reserved
+        if delta > 0.0:
+            self.local.reserve(delta)
+        elif delta < 0.0:
+            gpu.unreserve(-delta)
 
     def _restored_async(self, job: Job) -> None:
         """An asynchronous restore is in: the request re-joins the queue for its prefill."""
@@ -463,6 +518,11 @@ class Engine:
         compute_start = end - c
         if compute_start > step_start:
             self._hold(step_start, compute_start)
+        # kernel copies from here on take SMs from the step (none can start during it
+        # unless a restore is in flight or a copy is moving now: no need to look)
+        self._copy_watch = ctx.copy_sm_share > 0.0 and (self.inflight > 0 or bool(self.h2d.members))
+        if self._copy_watch:
+            self._copy_mark = self._copied(end - sm)
         self.busy += sm
         self.gpu_spans.append(end - sm)
         self.gpu_spans.append(end)
@@ -496,7 +556,38 @@ class Engine:
             stage_end = copied
         self.copy_spans.append(copied - alone)
         self.copy_spans.append(copied)
+        if ctx.copy_sm_share > 0.0:  # a kernel gathers the blocks out of HBM: SM work
+            work = kernel_copy_seconds(stage * share, d2h.bandwidth, ctx.copy_sm_share)
+            self.busy += work
+            self.gpu_spans.append(copied - work)
+            self.gpu_spans.append(copied)
         return end, stage_end
+
+    def _copied(self, at: float) -> float:
+        """Bytes copied into HBM by time ``at`` (now, or a moment later at the current
+        rates), weighted by the rank that copies most of them: every flow over the node's
+        host-to-GPU link once, an unsharded GET (which one rank copies alone, over its
+        ``client`` link) GPUs times, so that / the node's h2d bandwidth is the busiest
+        rank's copy time."""
+        link = self.h2d
+        client = self.client
+        alone = float(self.ctx.gpus)
+        moved = link.bytes + self.copied_alone  # flows over: their payload
+        for f, k in link.members.items():  # flows moving: progress x payload per unit
+            done = f.size - f.remaining + f.rate * (at - f.since)
+            part = (done if done < f.size else f.size) * k
+            moved += part * alone if f.links[-1] is client else part
+        return moved
+
+    def _copy_lost(self) -> float:
+        """SM seconds the busiest rank's copy kernels took since the last mark (the step
+        computing meanwhile lost them, and makes them up); moves the mark to now."""
+        now = self._copied(self.env.now)
+        lost = kernel_copy_seconds(
+            now - self._copy_mark, self.h2d.bandwidth, self.ctx.copy_sm_share
+        )
+        self._copy_mark = now
+        return lost
 
     def _regrow(self, batch: list[tuple[Job, int]]) -> None:
         """A synchronous restore that fell back (timeout, lost server) left more to
@@ -573,19 +664,24 @@ class Engine:
         self, blocks: Sequence[Key], host: bool = True, nvme: bool = True, remote: bool = True
     ) -> list[int]:
         """The tier of each block of the longest prefix held anywhere (the fastest tier
-        holding it), looking only in the tiers asked for."""
+        holding it), looking only in the tiers asked for. A block whose write into host or
+        NVMe has not landed is not read from there (docs/data-path.md)."""
         local = self.local
         store = self.ctx.remote if remote else None
         in_gpu = local.gpu.blocks
         in_host = local.host.blocks if host and local.host is not None else ()
         in_nvme = local.nvme.blocks if nvme and local.nvme is not None else ()
+        now = self.env.now
+        # writes still in flight (key -> when it lands); None: all have landed
+        wait_h = local.in_flight(HOST, now) if in_host else None
+        wait_n = local.in_flight(NVME, now) if in_nvme else None
         src: list[int] = []
         for b in blocks:
             if b in in_gpu:
                 src.append(GPU)
-            elif b in in_host:
+            elif b in in_host and (wait_h is None or wait_h.get(b, now) <= now):
                 src.append(HOST)
-            elif b in in_nvme:
+            elif b in in_nvme and (wait_n is None or wait_n.get(b, now) <= now):
                 src.append(NVME)
             elif store is not None and store.has(b):
                 src.append(REMOTE)

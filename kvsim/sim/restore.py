@@ -21,6 +21,7 @@ import simpy
 from kvsim.cache.eviction import Key
 from kvsim.cache.local import HOST, NVME, REMOTE
 from kvsim.kernel.fabric import Flow, Link
+from kvsim.physics.step import kernel_copy_seconds
 
 if TYPE_CHECKING:
     from kvsim.sim.engine import Engine
@@ -139,7 +140,18 @@ class Restore:
             nvlink = engine.nvlink
             if tier == REMOTE and nvlink is not None:
                 # unsharded: the rank that issued the GET hands the others their parts
-                d += nvlink.send(now, raw * ctx.ratio[REMOTE], ctx.handoff_share) - now
+                stored = raw * ctx.ratio[REMOTE]
+                sent = nvlink.send(now, stored, ctx.handoff_share)
+                # a collective over NVLink runs as kernels on the GPUs: GPU work for its
+                # NVLink time (docs/engine-model.md, "Restores cost the GPU")
+                work = stored * ctx.handoff_share / nvlink.bandwidth
+                engine.busy += work
+                engine.gpu_spans.append(sent - work)
+                engine.gpu_spans.append(sent)
+                # one rank copied the whole GET into its HBM (engine._copied)
+                assert flow.shares is not None
+                engine.copied_alone += (ctx.gpus - 1) * flow.size * flow.shares[-1]
+                d += sent - now
             if d > 0:
                 self.decoding += 1
                 self.decoded[tier] = d
@@ -221,9 +233,17 @@ class Restore:
                     copies.append(f.end if f.state == "finished" else now)
             got[REMOTE] = moved
         job.load_s = now - start
+        share = engine.ctx.copy_sm_share
+        if share > 0.0:  # copy kernels moved them into HBM: SM work (not under GDS)
+            into = got[HOST] + got[REMOTE] + (0.0 if engine.ctx.nvme_gds else got[NVME])
+            work = kernel_copy_seconds(into, engine.h2d.bandwidth, share)
+            if work > 0.0:
+                engine.busy += work
+                engine.gpu_spans.append(now - work)
+                engine.gpu_spans.append(now)
         for tier in (HOST, NVME, REMOTE):
             job.bytes[tier] += got[tier]
-        engine.ctx.count_reads(engine, got)
+        engine.ctx.count_reads(engine, got, job)
 
 
 GetPath = tuple[tuple[Link, ...], float, tuple, tuple, float | None]
@@ -248,15 +268,16 @@ def get_flow(engine: Engine, ids: list[Key], tokens: list[int], path: tuple[Link
     it reads (its ranks' parts move together), then over the engine's ``path`` (NIC,
     and PCIe when it lands in HBM): (links, size, costs, shares, cap). Unsharded, one
     rank issues the whole GET (then hands the KV to the others over NVLink): it also
-    crosses that rank's own NIC and PCIe (``client``), at most at one connection's rate
-    (``remote.client_bandwidth``: the cap, in progress units)."""
+    crosses that rank's own NIC and PCIe (``client``). Either way the GET moves at most
+    as fast as its clients pull (``Shared.client_cap``, bytes/s of the whole GET, from
+    ``remote.client``; kvsim/physics/client.py): the flow's cap, in progress units."""
     ctx = engine.ctx
     remote = ctx.remote
     assert remote is not None
     s = ctx.kv_bytes * ctx.ratio[REMOTE] / remote.shards  # as stored (its codec)
     per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
-    if remote.shards > 1:  # per rank: every rank its own connection
-        return (*ctx.lockstep(remote.parts(per_server), path), None)
-    links, size, costs, shares = ctx.lockstep(remote.parts(per_server), (*path, engine.client))
-    cap = ctx.client_bandwidth
-    return links, size, costs, shares, None if cap is None else cap / shares[-1]
+    if remote.shards == 1:  # unsharded: the issuing rank's own NIC and PCIe too
+        path = (*path, engine.client)
+    links, size, costs, shares = ctx.lockstep(remote.parts(per_server), path)
+    # the shared links carry the whole GET per unit of progress: bytes/s -> progress/s
+    return links, size, costs, shares, ctx.client_cap / shares[-1]

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from kvsim.cache.eviction import Gate
+from kvsim.cache.eviction import Gate, Key
 from kvsim.cache.local import HOST, NVME, REMOTE, WRITE_POLICIES
 from kvsim.cache.remote import RemoteStore
+from kvsim.config.pools import pools
 from kvsim.config.schema import Scenario
 from kvsim.kernel.fabric import Fabric, Link
+from kvsim.physics.client import Client, client_rate
 from kvsim.physics.step import StepModel, make_step_model, per_step_tokens
 from kvsim.rng import stream
 from kvsim.sim.hooks import Hooks, PrefetchHook
@@ -73,8 +75,16 @@ class Shared:
         layout = sc.model.kv_layout
         self.layers: int = layout.layers if layout is not None else 1
         self.max_inflight: int = e.max_inflight_restores or 2**62
+        # HBM as pools (kvsim.config.pools): the node's KV pool bounds the working KV
+        # (running requests' prompts and restores in flight); beyond ``cache_slack`` of it
+        # the working KV evicts the prefix cache (tiers.gpu.capacity)
+        hbm = pools(sc)
+        self.kv_pool: float = hbm.node_kv
+        self.cache_slack: float = hbm.slack
         self.timeout: float | None = rc.timeout if rc.enabled else None
-        self.client_bandwidth: float | None = rc.client_bandwidth
+        # the GET's client cap (bytes/s of the whole GET: its clients together), set
+        # with the remote store (kvsim.physics.client)
+        self.client_cap: float = math.inf
         self.nvme_gds: bool = tiers.nvme.path == "gds"
         self.remote_admission: Gate | None = None
         self.max_pending_puts: int = rc.max_pending_puts
@@ -85,6 +95,14 @@ class Shared:
         # part of an unsharded GET the issuing rank sends on over NVLink (to every other
         # rank its part of the KV)
         self.handoff_share: float = (sc.node.gpus - 1) / sc.node.gpus
+        # copies into HBM by a kernel (node.copy_engine: kernel): the share of the SMs it
+        # holds while it copies at the host-to-GPU rate; 0 for the copy engines (dma),
+        # which take no SM time (docs/engine-model.md, "Restores cost the GPU")
+        node = sc.node
+        self.copy_sm_share: float = (
+            node.copy_kernel_sm_share if node.copy_engine == "kernel" else 0.0
+        )
+        self.gpus: int = node.gpus
         # KV codecs per tier (gpu, host, nvme, remote): stored bytes / raw bytes, and
         # seconds per raw byte to encode (writes into the tier) and decode (restores)
         codecs = (None, tiers.host.codec, tiers.nvme.codec, rc.codec)
@@ -123,6 +141,14 @@ class Shared:
         # unsharded: one rank saves everything through its own link (LMCache's MLA
         # default); per rank: every rank copies its shard in parallel
         self.stage_share = 1.0 / remote.shards
+        # what the GET's clients can pull, equation (2) of kvsim.physics.client: one
+        # rank's client unsharded (whole chunks), every rank's own per rank (its shard
+        # of each chunk), once per run; the server's part stays on the fabric
+        rc = self.scenario.remote
+        cl = rc.client
+        client = Client(cl.connections, cl.round_trip, cl.pipeline_depth, cl.copy_bandwidth)
+        stored = op_bytes * self.ratio[REMOTE]  # bytes one operation moves (its codec)
+        self.client_cap = remote.shards * client_rate(stored, client, rc.bandwidth, rc.op_overhead)
 
     # ---- physics helpers ---------------------------------------------------------------
 
@@ -171,10 +197,21 @@ class Shared:
             return duration
         return float(self._stall_rng.exponential(duration))
 
-    def count_reads(self, engine: Engine, got: list[float]) -> None:
-        """A restore finished: count the bytes each tier served (indexed by tier)."""
-        reads = engine.local.read_bytes
+    def count_reads(self, engine: Engine, got: list[float], job: Job | None = None) -> None:
+        """A restore finished: count the bytes each tier served (indexed by tier); with
+        ``tiers.nvme.promote``, the blocks it read from NVMe are also stored into host."""
+        local = engine.local
+        reads = local.read_bytes
         reads[HOST] += got[HOST]
         reads[NVME] += got[NVME]
+        if local.promote and got[NVME] > 0 and job is not None:
+            sizes = job.sizes if job.sizes is not None else self.block_sizes(job.req)
+            keys: list[Key] = []
+            raw: list[float] = []
+            for i, t in enumerate(job.src):  # src is a prefix of the blocks
+                if t == NVME:
+                    keys.append(job.keys[i])
+                    raw.append(sizes[i])
+            local.promoted_from_nvme(keys, raw)
         if self.remote is not None:
             self.remote.read_bytes += got[REMOTE]

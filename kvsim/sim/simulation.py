@@ -25,6 +25,7 @@ from kvsim.cache.eviction import POLICIES, Key
 from kvsim.cache.local import HOST, NVME, REMOTE, SELECTIVE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
+from kvsim.config.pools import too_large
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric
@@ -242,6 +243,8 @@ class Simulation:
                 ),
                 count_uses=ctx.put_policy == SELECTIVE,
                 ratio=ctx.ratio[:3],
+                # null: promote whenever both tiers exist (LMCache and HiCache do)
+                promote=tiers.nvme.promote is not False,
             )
             h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
             nvme = (
@@ -359,6 +362,8 @@ class Simulation:
         capped = 0 < self.scenario.engine.long_prefill_token_threshold < self.shared.budget
         # a prompt over this many tokens would take more than MAX_PROMPT_STEPS steps
         most = per * MAX_PROMPT_STEPS if capped else -1
+        # a prompt over this many tokens cannot fit the node's KV pool (kvsim.config.pools)
+        fits = int(self.shared.kv_pool // self.shared.kv_bytes)
         blocks = 0  # prompt blocks since the last memory check
         for req in requests:
             if req.arrival < last:
@@ -375,6 +380,9 @@ class Simulation:
                     f"{-(-req.input_tokens // MAX_PROMPT_STEPS):,} (or 0: no cap)",
                     where="engine.long_prefill_token_threshold",
                 )
+            if req.input_tokens > fits:
+                why = too_large(self.scenario, req.input_tokens)
+                raise InputError(f"request {req.id}: {why}", where="workload")
             blocks += len(req.hash_ids)
             if blocks >= GUARD_BLOCKS or not self.arrived & 1023:
                 blocks = 0
@@ -462,6 +470,10 @@ class Simulation:
                 "demotions_in": sum(e.local.demotions[level] for e in self.engines),
                 "written_through_in": sum(e.local.through[level] for e in self.engines),
                 "prefetched_bytes_in": sum((e.local.fetched[level] for e in self.engines), 0.0),
+                "promoted_in": sum(e.local.promoted[level] for e in self.engines),
+                "promoted_bytes_in": sum(
+                    (e.local.promoted_bytes[level] for e in self.engines), 0.0
+                ),
                 "dropped_on_backlog": sum(
                     e.local.writes.dropped[level] if e.local.writes is not None else 0
                     for e in self.engines
