@@ -10,7 +10,8 @@ from typing import Any
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import apply_overrides, load_scenario, validate
 from kvsim.config.schema import MooncakeWorkload, Scenario, SyntheticWorkload
-from kvsim.physics.costmodel import CostModel, effective_bandwidth
+from kvsim.physics.client import Client, get_rate
+from kvsim.physics.costmodel import CostModel
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.results import Results, collect
 from kvsim.sim.simulation import Progress, Simulation
@@ -114,9 +115,15 @@ def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
     s = sc.model.kv_bytes
     chunk = rc.chunk_tokens * s
     nic = node.nic_per_gpu * node.gpus
-    unsharded = effective_bandwidth(rc.bandwidth, rc.op_overhead, chunk)
     ranks = min(node.pcp, rc.servers) if rc.sharding == "per_rank" else node.pcp
-    sharded = effective_bandwidth(rc.bandwidth, rc.op_overhead, chunk / node.pcp, ranks)
+    # the server (payload rate and per-op cost) and the ranks' store clients (remote.client:
+    # kvsim.physics.client), whichever binds: one client with whole chunks on one server,
+    # or every rank's client with its shard of each chunk on its own server
+    cl = rc.client
+    client = Client(cl.connections, cl.round_trip, cl.pipeline_depth, cl.copy_bandwidth)
+    bw, op = rc.bandwidth, rc.op_overhead
+    unsharded = get_rate(chunk, 1, 1, node.pcp, False, client, bw, op)
+    sharded = get_rate(chunk, 1, ranks, node.pcp, True, client, bw, op) if node.pcp > 1 else 0.0
     out["remote (one server)"] = (min(unsharded, nic, h2d), rc.t0)
     if node.pcp > 1:  # without context parallelism there are no ranks to shard over
         out[f"remote (per rank, {ranks} servers)"] = (min(sharded, nic, h2d), rc.t0)

@@ -108,7 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    v = sub.add_parser("validate", help="load and check a scenario; run nothing")
+    v = sub.add_parser(
+        "validate", help="load and check a scenario (and print its GPU memory pools); run nothing"
+    )
     v.add_argument("scenario", type=_path, help="scenario YAML file")
     _add_overrides(v)
 

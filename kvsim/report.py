@@ -14,6 +14,10 @@ def _pct(x: float) -> str:
     if not isinstance(x, (int, float)) or not math.isfinite(x):
         return "n/a"
     p = 100 * x
+    if abs(p) < 1e-9:  # float noise of sums of spans (6e-15%): nothing
+        p = 0.0
+    if 0 < abs(p) < 0.0001:  # no exponents: too small to read as a number
+        return "<0.0001%" if p > 0 else ">-0.0001%"
     if 0 < abs(p) < 0.05:
         return f"{p:.2g}%"
     if 99.95 <= p < 100:

@@ -1624,6 +1624,12 @@ CASES: list[Case] = [
         "remote.client_bandwidth",
         "remote.client (connections, round_trip, pipeline_depth, copy_bandwidth",
     ),
+    Case(
+        "sweep: the removed remote.client_bandwidth in a grid",
+        "sweep",
+        "base: {QS}\ngrid:\n  remote.client_bandwidth: [4 GiB/s, 8 GiB/s]\n",
+        ("grid.remote.client_bandwidth", "remote.client"),
+    ),
     # ---- issue 25: restores cost the GPU ----
     S("an unknown copy engine", "node:\n  copy_engine: nccl\n", "node.copy_engine"),
     S(

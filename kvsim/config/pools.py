@@ -28,7 +28,9 @@ GB = 1e9
 
 def _gb(x: float) -> str:
     v = x / GB
-    return f"{v:,.1f} GB" if abs(v) >= 10 else f"{v:.3g} GB"
+    if abs(v) >= 10:
+        return f"{v:,.1f} GB"
+    return f"{v:.2f} GB" if abs(v) >= 0.01 or v == 0 else f"{v:.3g} GB"
 
 
 def weight_bytes(sc: Scenario) -> float | None:

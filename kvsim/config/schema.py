@@ -499,7 +499,8 @@ class Remote(Record):
 # Fields that were removed, by (record, field): what replaces each (the loader says so)
 REMOVED_FIELDS: dict[tuple[str, str], str] = {
     ("remote", "client_bandwidth"): "removed: the client is now modelled by remote.client "
-    "(connections, round_trip, pipeline_depth, copy_bandwidth; docs/data-path.md)",
+    "(connections, round_trip, pipeline_depth, copy_bandwidth; docs/data-path.md); the old "
+    "8 GiB/s cap is about remote.client.connections: 8 and copy_bandwidth: 8 GiB/s",
 }
 
 

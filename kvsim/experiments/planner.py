@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.config.schema import Scenario, field_unit
+from kvsim.config.schema import REMOVED_FIELDS, Scenario, field_unit
 from kvsim.errors import InputError
 from kvsim.experiments.capacity import SLO, replication_overrides
 from kvsim.results.uncertainty import Interval, mean_interval
@@ -124,6 +124,9 @@ def numeric_field(sc: Scenario, path: str, where: str | None = None) -> NumericF
             raise InputError(f"{done} is null (not set): it has no field {part!r}", where=where)
         fields = getattr(type(node), "model_fields", None)
         if not fields or part not in fields:
+            gone = REMOVED_FIELDS.get((parts[i - 1], part)) if i else None
+            if gone is not None:  # a field kvsim used to have: say what replaces it
+                raise InputError(f"{path}: {gone}", where=where)
             raise InputError(f"{done} has no field {part!r}", where=where)
         if "enabled" in fields and part != "enabled" and node.enabled is False:
             raise InputError(

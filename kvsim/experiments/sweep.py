@@ -69,7 +69,7 @@ from pydantic import Field
 
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
-from kvsim.config.schema import PosInt, Record, Scenario, SyntheticWorkload
+from kvsim.config.schema import REMOVED_FIELDS, PosInt, Record, Scenario, SyntheticWorkload
 from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import replication_overrides, scaled_windows
 from kvsim.files import check_regular, is_regular, open_regular
@@ -575,6 +575,9 @@ def _check_below(section: str, parts: list[str], shown: str, where: str) -> None
                 where=where,
             )
         fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        gone = REMOVED_FIELDS.get((parts[depth - 1], part)) if depth else None
+        if not fields and gone is not None:  # a field kvsim used to have: say what replaces it
+            raise InputError(f"{section}.{shown}: {gone}", where=where)
         if not fields:
             raise InputError(
                 f"{section}.{shown}: {'.'.join(parts[:depth]) or 'the scenario'} has no "

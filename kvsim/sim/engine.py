@@ -554,8 +554,9 @@ class Engine:
         else:
             copied = d2h.send(end + encode, stage, share)
             stage_end = copied
-        self.copy_spans.append(copied - alone)
-        self.copy_spans.append(copied)
+        if ctx.copy_sm_share == 0.0:  # the copy engines (a kernel's is SM work: below)
+            self.copy_spans.append(copied - alone)
+            self.copy_spans.append(copied)
         if ctx.copy_sm_share > 0.0:  # a kernel gathers the blocks out of HBM: SM work
             work = kernel_copy_seconds(stage * share, d2h.bandwidth, ctx.copy_sm_share)
             self.busy += work

@@ -210,7 +210,9 @@ class Restore:
         now = engine.env.now
         start = self.start
         got = [0.0, 0.0, 0.0, 0.0]
-        copies = engine.copy_spans
+        # the copy engines' time (``gpu_copy_busy_frac``); kernel copies are SM work
+        # instead (counted as the engine's ``busy``), so they are left out here
+        copies = engine.copy_spans if engine.ctx.copy_sm_share == 0.0 else []
         for tier, f in self.local:
             job.tier_s[tier] = f.end + self.decoded[tier] - start
             got[tier] = f.size
