@@ -119,8 +119,7 @@ def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
     # the server (payload rate and per-op cost) and the ranks' store clients (remote.client:
     # kvsim.physics.client), whichever binds: one client with whole chunks on one server,
     # or every rank's client with its shard of each chunk on its own server
-    cl = rc.client
-    client = Client(cl.connections, cl.round_trip, cl.pipeline_depth, cl.copy_bandwidth)
+    client = Client.of(rc.client)
     bw, op = rc.bandwidth, rc.op_overhead
     unsharded = get_rate(chunk, 1, 1, node.pcp, False, client, bw, op)
     sharded = get_rate(chunk, 1, ranks, node.pcp, True, client, bw, op) if node.pcp > 1 else 0.0

@@ -37,6 +37,7 @@ it, and ``kvsim.profiles.derive`` computes the per-rank speed-up it predicts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class Client:
     round_trip: float = 100e-6  # s
     pipeline_depth: int = 4
     copy_bandwidth: float = 5e9  # B/s
+
+    @classmethod
+    def of(cls, cfg: Any) -> Client:
+        """The client a scenario's ``remote.client`` block describes."""
+        return cls(cfg.connections, cfg.round_trip, cfg.pipeline_depth, cfg.copy_bandwidth)
 
     @property
     def window(self) -> int:

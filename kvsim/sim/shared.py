@@ -145,8 +145,7 @@ class Shared:
         # rank's client unsharded (whole chunks), every rank's own per rank (its shard
         # of each chunk), once per run; the server's part stays on the fabric
         rc = self.scenario.remote
-        cl = rc.client
-        client = Client(cl.connections, cl.round_trip, cl.pipeline_depth, cl.copy_bandwidth)
+        client = Client.of(rc.client)
         stored = op_bytes * self.ratio[REMOTE]  # bytes one operation moves (its codec)
         self.client_cap = remote.shards * client_rate(stored, client, rc.bandwidth, rc.op_overhead)
 
