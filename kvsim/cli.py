@@ -83,6 +83,17 @@ def _word(text: str) -> str:
     return text
 
 
+def _positive_int(text: str) -> int:
+    """A count from the command line: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="kvsim",
@@ -319,14 +330,22 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     rp = sub.add_parser("reproduce", help="reproduce a published study's figures")
-    rp.add_argument("study", help="paper: the remote-KV-tier study (arXiv 2610.21500)")
+    rp.add_argument(
+        "study",
+        help="paper: the remote-KV-tier study (arXiv 2610.21500); vllm-offload: vLLM's KV "
+        "offloading connector blog; all: every study and a validation summary",
+    )
     rp.add_argument(
         "--scenarios",
         type=_path,
-        help="folder of the study's scenarios (default: scenarios/paper of the checkout)",
+        help="folder of the study's scenarios (default: scenarios/paper or "
+        "scenarios/validation/vllm-offload of the checkout; not with all)",
     )
     rp.add_argument(
-        "--out", type=_path, help="write reproduction.csv, reproduction.md and TTFT CDF plots"
+        "--out",
+        type=_path,
+        help="write reproduction.csv, reproduction.md (paper: and TTFT CDF plots); "
+        "all: validation.csv and validation.md",
     )
     rp.add_argument("--json", action="store_true", help="print the figures as JSON")
     rp.add_argument(
@@ -336,7 +355,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_no_plugins(rp)
 
-    pr = sub.add_parser("profiles", help="list the shipped hardware/model profiles")
+    pr = sub.add_parser(
+        "profiles",
+        help="list the shipped profiles, model cards and GPU cards; `show MODEL GPU` prints "
+        "a composition's derived constants",
+    )
+    pr.add_argument("action", nargs="?", choices=["show"], help="show: a composition's numbers")
+    pr.add_argument("model", nargs="?", help="show: a model card name or config.json path")
+    pr.add_argument("gpu", nargs="?", help="show: a GPU card name or card YAML path")
+    for flag, what in (
+        ("--gpus", "GPUs of the engine (default tp x pcp)"),
+        ("--tp", "tensor-parallel degree (default 1; gpus / pcp when --gpus is given)"),
+        ("--pcp", "prefill context-parallel degree (default 1)"),
+        ("--ep", "expert-parallel degree (default 1)"),
+    ):
+        pr.add_argument(flag, type=_positive_int, help=f"show: {what}")
     pr.add_argument("--json", action="store_true", help="print JSON")
     for parser in (p, *sub.choices.values(), *tsub.choices.values()):
         parser.add_argument(
@@ -705,7 +738,7 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
-                    "profile": sc.profile,
+                    "profile": str(sc.profile),
                     "kv_bytes_per_token": model.kv_bytes,
                     "rate_tokens_per_s": model.rate,
                     "reference_tokens": S,
@@ -1198,6 +1231,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from kvsim.reproduce import study
     from kvsim.results.writers import REPRODUCTION_FILES, check_out_folder
 
+    if args.study == "all":
+        return _reproduce_all(args)
     mod = study(args.study)
     if args.out is not None:
         check_out_folder(args.out, flag="--out", owned=REPRODUCTION_FILES)
@@ -1217,17 +1252,94 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce_all(args: argparse.Namespace) -> int:
+    """Every study (the paper's without ranges), then the validation summary."""
+    import time
+
+    from kvsim.reproduce import validation
+    from kvsim.results.writers import check_out_folder
+
+    if args.scenarios is not None:
+        raise InputError(
+            "reproduce all runs every study from the checkout's scenarios", where="--scenarios"
+        )
+    if args.out is not None:
+        check_out_folder(args.out, flag="--out", owned=validation.FILES)
+    start = time.monotonic()
+    rows, _reps = validation.run_all(log=lambda msg: print(msg, file=sys.stderr))
+    seconds = time.monotonic() - start
+    if args.out is not None:  # before printing: a refused folder prints no figures
+        paths = validation.write(rows, args.out, seconds)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(validation.text_table(rows))
+    print(f"all studies in {seconds:.0f} s", file=sys.stderr)
+    if args.out is not None:
+        print(f"wrote {len(paths)} files to {args.out}", file=sys.stderr)
+    return 0
+
+
 def _cmd_profiles(args: argparse.Namespace) -> int:
+    from kvsim.catalogue.gpus import list_gpus
+    from kvsim.catalogue.models import list_models
     from kvsim.profiles import DEFAULT_PROFILE, list_profiles
 
-    profiles = list_profiles()
+    if args.action == "show":
+        return _show_composition(args)
+    if args.model is not None:
+        raise InputError(f"unknown action {args.model!r}; did you mean `kvsim profiles show`?")
+    flags = [f"--{k}" for k in ("gpus", "tp", "pcp", "ep") if getattr(args, k) is not None]
+    if flags:
+        raise InputError(f"{flags[0]} goes with `kvsim profiles show MODEL GPU`")
+    profiles, models, gpus = list_profiles(), list_models(), list_gpus()
     if args.json:
-        print(json.dumps(profiles, indent=2))
+        rows = [
+            {"kind": kind, **row}
+            for kind, group in (("profile", profiles), ("model", models), ("gpu", gpus))
+            for row in group
+        ]
+        print(json.dumps(rows, indent=2))
         return 0
-    width = max(len(p["name"]) for p in profiles)
-    for p in profiles:
-        mark = " (default)" if p["name"] == DEFAULT_PROFILE else ""
-        print(f"{p['name']:<{width}}  {p['description']}{mark}")
+    for title, rows in (("profiles", profiles), ("models", models), ("gpus", gpus)):
+        print(f"{title}:")
+        width = max(len(p["name"]) for p in rows)
+        for p in rows:
+            mark = " (default)" if p["name"] == DEFAULT_PROFILE else ""
+            print(f"  {p['name']:<{width}}  {p['description']}{mark}")
+    print(
+        "\ncompose one in a scenario: profile: {model: MODEL, gpu: GPU, gpus: N, tp: N, "
+        "pcp: N, ep: N}; see its numbers: kvsim profiles show MODEL GPU [--tp N ...]"
+    )
+    return 0
+
+
+def _show_composition(args: argparse.Namespace) -> int:
+    from kvsim.catalogue.compose import compose, describe
+
+    if not args.model or not args.gpu:
+        raise InputError("usage: kvsim profiles show MODEL GPU [--gpus N --tp N --pcp N --ep N]")
+    spec: dict[str, Any] = {"model": args.model, "gpu": args.gpu}
+    for key in ("gpus", "tp", "pcp", "ep"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    try:
+        comp = compose(spec, Path.cwd())
+    except InputError as e:  # name the flag or argument the user gave
+        field, _, why = e.reason.partition(": ")
+        key = field.removeprefix("profile.")
+        if not why or (key not in spec and key != "profile"):
+            raise
+        where = {"model": args.model, "gpu": args.gpu, "profile": "profiles show"}
+        raise InputError(why, where=where.get(key, f"--{key}")) from None
+    rows = describe(comp)
+    if args.json:
+        print(json.dumps([{"quantity": q, "value": v, "how": h} for q, v, h in rows], indent=2))
+        return 0
+    width = max(len(q) for q, _, _ in rows)
+    vwidth = max(len(v) for _, v, _ in rows)
+    for q, v, h in rows:
+        print(f"{q:<{width}}  {v:<{vwidth}}  {h}")
     return 0
 
 

@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kvsim.units import fmt_bandwidth, fmt_bytes, fmt_duration
+
+
+def columns(rows: Sequence[Sequence[str]], left: Collection[int]) -> list[str]:
+    """Rows of cells as aligned text lines, two spaces apart: the columns in ``left``
+    left-aligned (names, units, kinds), the others right-aligned (numbers)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _pct(x: float) -> str:

@@ -1723,6 +1723,137 @@ CASES: list[Case] = [
         "tiers:\n  host: {write_queue: -5 GB}\n",
         "tiers.host.write_queue",
     ),
+    # ---- issue 26: composed profiles ----
+    S(
+        "a composed profile with an unknown model",
+        "profile: {model: llama-9b, gpu: H100-SXM}\n",
+        "profile.model",
+        "llama-3.1-8b",
+    ),
+    S(
+        "a composed profile with an unknown GPU name",
+        "profile: {model: llama-3.1-8b, gpu: X100}\n",
+        "profile.gpu",
+    ),
+    S(
+        "tp that does not divide the attention heads",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, tp: 3}\n",
+        "profile.tp",
+        "32 heads",
+    ),
+    S(
+        "gpus not equal to tp x pcp",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, gpus: 8, tp: 2}\n",
+        "profile.gpus",
+        "tp x pcp",
+    ),
+    S(
+        "expert parallelism on a dense model",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, tp: 2, ep: 2}\n",
+        "profile.ep",
+    ),
+    S(
+        "a model whose weights do not fit its GPUs",
+        "profile: {model: llama-3.1-70b, gpu: H100-SXM}\n",
+        "profile:",
+        "raise tp",
+    ),
+    S(
+        "an unknown field in a composed profile",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pp: 2}\n",
+        "profile.pp",
+    ),
+    S(
+        "a compute dtype the GPU lacks",
+        "profile: {model: llama-3.1-8b, gpu: A100-80GB, dtype: fp8}\n",
+        "profile.dtype",
+    ),
+    C(
+        "a config.json missing a field the card needs",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "num_key_value_heads",
+        files={
+            "bad.yaml": "extends: {QS}\nprofile: {model: config.json, gpu: H100-SXM}\n",
+            "config.json": '{"num_hidden_layers": 32, "hidden_size": 4096, '
+            '"num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256}',
+        },
+    ),
+    C(
+        "a config.json that is not JSON",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "config.json",
+        files={
+            "bad.yaml": "extends: {QS}\nprofile: {model: config.json, gpu: H100-SXM}\n",
+            "config.json": "{oops",
+        },
+    ),
+    C(
+        "a config.json with negative layers",
+        ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+        "num_hidden_layers",
+        files={
+            "bad.yaml": "extends: {QS}\nprofile: {model: config.json, gpu: H100-SXM}\n",
+            "config.json": '{"num_hidden_layers": -32, "hidden_size": 4096, '
+            '"num_attention_heads": 32, "num_key_value_heads": 8, '
+            '"intermediate_size": 14336, "vocab_size": 128256}',
+        },
+    ),
+    C(
+        "kvsim profiles show with a tp that does not divide the heads",
+        ["profiles", "show", "llama-3.1-8b", "H100-SXM", "--tp", "3"],
+        "--tp",
+    ),
+    # ---- issue 26: GPU cards ----
+    *(
+        C(
+            label,
+            ["run", "{TMP}/bad.yaml", "--out", "{OUT}", "--quiet"],
+            *fragments,
+            files={
+                "bad.yaml": "extends: {QS}\nprofile: {model: llama-3.1-8b, gpu: my-gpu.yaml}\n",
+                "my-gpu.yaml": card,
+            },
+        )
+        for label, card, fragments in [
+            (
+                "a user's GPU card without hbm",
+                "name: G\ngeneration: hopper\nflops: {bf16: 1 PFLOP/s}\n"
+                "hbm_bandwidth: 4 TB/s\nhost_link: PCIe Gen5 x16\n"
+                "host_link_per_direction: 64 GB/s\nnvlink_per_gpu: 450 GB/s\n"
+                "nic_per_gpu: 400 Gb/s\n",
+                ("my-gpu.yaml:1", "hbm: missing"),
+            ),
+            (
+                "a user's GPU card with a negative bandwidth",
+                "name: G\ngeneration: hopper\nflops: {bf16: 1 PFLOP/s}\nhbm: 96 GB\n"
+                "hbm_bandwidth: -4 TB/s\nhost_link: PCIe Gen5 x16\n"
+                "host_link_per_direction: 64 GB/s\nnvlink_per_gpu: 450 GB/s\n"
+                "nic_per_gpu: 400 Gb/s\n",
+                ("my-gpu.yaml:5", "hbm_bandwidth", "positive"),
+            ),
+            (
+                "a user's GPU card with an unknown dtype",
+                "name: G\ngeneration: hopper\nflops:\n  bf16: 1 PFLOP/s\n  fp16: 1 PFLOP/s\n"
+                "hbm: 96 GB\nhbm_bandwidth: 4 TB/s\nhost_link: PCIe Gen5 x16\n"
+                "host_link_per_direction: 64 GB/s\nnvlink_per_gpu: 450 GB/s\n"
+                "nic_per_gpu: 400 Gb/s\n",
+                ("my-gpu.yaml:5", "flops.fp16", "bf16, fp8, fp4"),
+            ),
+            (
+                "a user's GPU card with FLOP/s without a unit",
+                "name: G\ngeneration: hopper\nflops: {bf16: 1000}\nhbm: 96 GB\n"
+                "hbm_bandwidth: 4 TB/s\nhost_link: PCIe Gen5 x16\n"
+                "host_link_per_direction: 64 GB/s\nnvlink_per_gpu: 450 GB/s\n"
+                "nic_per_gpu: 400 Gb/s\n",
+                ("my-gpu.yaml:3", "flops.bf16", "TFLOP/s"),
+            ),
+            (
+                "a GPU card that is not YAML",
+                "name: [G\ngeneration: hopper\n",
+                ("my-gpu.yaml", "YAML syntax error"),
+            ),
+        ]
+    ),
 ]
 
 

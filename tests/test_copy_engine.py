@@ -104,3 +104,56 @@ def test_an_unsharded_get_is_copied_by_one_rank():
     assert rows[1].remote_get_s >= 1.0 - 1e-9
     assert rows[2].ttft_s == pytest.approx(0.1 + 2 * 0.199)
     assert sim.engines[0].busy == pytest.approx(0.999 + 0.199 + 0.0625, abs=1e-6)
+
+
+def stores(**node):
+    """A (t = 0) computes 1,000 tokens (0.1 + 0.999 s); the GPU tier holds nothing, so at
+    1.099 its 1 MB is stored into host over the GPU-to-host link (0.125 MB/s a GPU x 8:
+    1 s, until 2.099). B, cold, 200 tokens, arrives at 1.2: its step (0.1 s fixed + 0.199 s
+    of SM work) starts while the store still has 0.899 s to run."""
+    sc = toy(
+        node={"d2h_per_gpu": "0.125 MB/s", **node},
+        tiers={"host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"}},
+        cluster={"load_policy": "async"},
+    )
+    reqs = [prompt(0, 0.0, 1000, 0), prompt(1, 1.2, 200, 500)]
+    sim = Simulation(sc, requests=reqs)
+    res = api.collect(sim.run(), sc)
+    return {int(r.id): r for r in res.requests.itertuples()}, sim.engines[0]
+
+
+def test_dma_stores_leave_the_next_step_alone():
+    rows, engine = stores(copy_engine="dma")
+    assert rows[1].ttft_s == pytest.approx(0.299)
+    assert engine.busy == pytest.approx(0.999 + 0.199)
+    assert engine.local.writes.sm_busy == 0.0
+
+
+def test_a_kernel_store_running_into_a_step_takes_its_sms():
+    """The store kernel holds half the SMs until 2.099, 0.799 s past the step's fixed part
+    (1.2 + 0.1): the step's 0.199 s of SM work moves at half speed and takes 0.398 s (the
+    vLLM blog's custom kernel stores every computed block this way). The stores' own SM
+    work counts: 0.5 x (A's 1 MB + B's two blocks, 0.2 MB) / 1 MB/s."""
+    rows, engine = stores(copy_engine="kernel", copy_kernel_sm_share=0.5)
+    assert rows[1].ttft_s == pytest.approx(0.1 + 2 * 0.199)
+    assert engine.local.writes.sm_busy == pytest.approx(0.5 * 1.2)
+
+
+def test_a_store_kernel_holding_every_sm_stops_the_step_until_it_lands():
+    # share 1: the step's SM work waits for the store (to 2.099), then takes 0.199 s
+    rows, engine = stores(copy_engine="kernel", copy_kernel_sm_share=1.0)
+    assert rows[1].ttft_s == pytest.approx(0.1 + 0.799 + 0.199)
+    assert engine.local.writes.sm_busy == pytest.approx(1.2)
+
+
+def test_a_finished_store_takes_nothing():
+    # B arriving at 2.5, after the store landed at 2.099: nothing left to overlap
+    sc = toy(
+        node={"d2h_per_gpu": "0.125 MB/s", "copy_engine": "kernel", "copy_kernel_sm_share": 1.0},
+        tiers={"host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"}},
+        cluster={"load_policy": "async"},
+    )
+    sim = Simulation(sc, requests=[prompt(0, 0.0, 1000, 0), prompt(1, 2.5, 200, 500)])
+    res = api.collect(sim.run(), sc)
+    rows = {int(r.id): r for r in res.requests.itertuples()}
+    assert rows[1].ttft_s == pytest.approx(0.299)

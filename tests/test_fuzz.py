@@ -51,6 +51,21 @@ BASE: dict[str, Any] = {
         "kv_per_gpu": None,
     },
     "model": {"weight_bytes": "744 GB"},
+    # the roofline's parallel terms (issue 26) at their defaults: a node-level roofline
+    "timing": {
+        "roofline": {
+            "window": 128,
+            "window_pair_flops": 0.0,
+            "hbm_efficiency": 1.0,
+            "dense_weight_shards": None,
+            "expert_weight_shards": None,
+            "tp": 1,
+            "ep": 1,
+            "allreduce_bytes_per_token": 0.0,
+            "alltoall_bytes_per_token": 0.0,
+            "pcp_exchange_bytes_per_token": 0.0,
+        }
+    },
     "tiers": {
         "gpu": {"capacity": "40 GB"},
         "host": {"capacity": "120 GB", "t0": "1 ms", "write_queue": "1 GB", "on_backlog": "drop"},

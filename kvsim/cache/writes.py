@@ -44,6 +44,9 @@ class Writes:
         "limit",
         "nvme",
         "ranks",
+        "sm_busy",
+        "sm_share",
+        "sm_spans",
         "staged",
     )
 
@@ -58,6 +61,7 @@ class Writes:
         queues: Sequence[float | None] = (None, None, None),
         block: Sequence[bool] = (False, False, False),
         expand: Sequence[float] = (1.0, 1.0, 1.0),
+        sm_share: float = 0.0,
     ) -> None:
         self.clock = clock
         self.d2h = d2h  # rank 0's GPU-to-host link
@@ -84,6 +88,11 @@ class Writes:
         # per tier: raw bytes per stored byte crossing the GPU-to-host link (1 / ratio for
         # a codec that runs on the CPU, in host memory after the copy; else 1)
         self.expand: list[float] = list(expand)
+        # node.copy_engine: kernel: the copies out of HBM are copy kernels holding this
+        # share of the SMs while they run (0: the copy engines); their SM seconds and spans
+        self.sm_share = sm_share
+        self.sm_busy = 0.0
+        self.sm_spans: list[float] = []
 
     def _bandwidth(self, level: int) -> float:
         """The tier's write bandwidth in node bytes/s."""
@@ -108,14 +117,26 @@ class Writes:
         lands: the blocks are readable from the tier from then on."""
         now = self.clock()
         if level == HOST:
-            return self.d2h.send(now, nbytes * self.expand[HOST], 1.0 / self.ranks)
+            return self._out_of_hbm(now, nbytes * self.expand[HOST])
         nvme = self.nvme
         assert nvme is not None
         if self.host or self.gds:
             return nvme.send(now, nbytes)
         # from HBM through a host bounce buffer
-        staged = self.d2h.send(now, nbytes * self.expand[NVME], 1.0 / self.ranks)
+        staged = self._out_of_hbm(now, nbytes * self.expand[NVME])
         return nvme.send(staged, nbytes)
+
+    def _out_of_hbm(self, now: float, nbytes: float) -> float:
+        """A copy out of HBM on the GPU-to-host link (every rank its shard); a copy kernel
+        holds ``sm_share`` of the SMs while it runs."""
+        d2h = self.d2h
+        lands = d2h.send(now, nbytes, 1.0 / self.ranks)
+        if self.sm_share > 0.0:
+            work = self.sm_share * nbytes / self.ranks / d2h.bandwidth
+            self.sm_busy += work
+            self.sm_spans.append(lands - work)
+            self.sm_spans.append(lands)
+        return lands
 
     def stall(self) -> float:
         """Seconds the engine must wait for its blocking queues to fall back under their

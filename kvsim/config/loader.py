@@ -457,6 +457,12 @@ def _normalize_layer(data: dict[str, Any], origins: Origins, base_dir: Path) -> 
     wl = data.get("workload")
     if isinstance(wl, dict) and isinstance(wl.get("path"), str):
         wl["path"] = str(_resolve(base_dir, wl["path"]))
+    prof = data.get("profile")
+    if isinstance(prof, dict):  # card files relative to the file naming them
+        for key in ("model", "gpu", "base"):
+            v = prof.get(key)
+            if isinstance(v, str) and ("/" in v or v.endswith((".json", ".yaml", ".yml"))):
+                prof[key] = str(_resolve(base_dir, v))
     timing = data.get("timing")
     if isinstance(timing, dict):
         if isinstance(timing.get("table"), str):
@@ -601,8 +607,14 @@ def _load_chain(
 def _load_profile(
     name: Any, where: str, scenario_dir: Path | None, budget: Budget | None = None
 ) -> tuple[dict, Origins]:
+    if isinstance(name, dict):  # composed from the catalogue (kvsim/catalogue/compose.py)
+        return _compose_profile(name, where, scenario_dir, budget)
     if not isinstance(name, str) or not name:
-        raise InputError("profile: expected a profile name (see `kvsim profiles`)", where=where)
+        raise InputError(
+            "profile: expected a profile name (see `kvsim profiles`) or a mapping "
+            "{model, gpu, gpus, tp, pcp, ep}",
+            where=where,
+        )
     try:
         path = profile_path(name, scenario_dir)
     except InputError as e:
@@ -619,6 +631,42 @@ def _load_profile(
     _normalize_layer(data, origins, path.parent)
     layer = {k: v for k, v in data.items() if k not in {"name", "description", "sources"}}
     return layer, {k: v for k, v in origins.items() if k and k[0] in layer}
+
+
+_COMPOSE_KEYS = {"model", "gpu", "gpus", "tp", "pcp", "ep", "dtype", "base"}
+
+
+def _compose_profile(
+    spec: dict, where: str, scenario_dir: Path | None, budget: Budget | None
+) -> tuple[dict, Origins]:
+    """A profile layer composed from a model card and a GPU card; its every value's origin
+    is the scenario's ``profile`` mapping."""
+    from kvsim.catalogue.compose import profile_layer
+
+    unknown = sorted(set(spec) - _COMPOSE_KEYS, key=str)
+    if unknown:
+        raise InputError(
+            f"profile.{unknown[0]}: unknown field (valid: {', '.join(sorted(_COMPOSE_KEYS))})",
+            where=where,
+        )
+    base = None
+    if spec.get("base") is not None:
+        base, _ = _load_profile(spec["base"], where, scenario_dir, budget)
+    try:
+        layer = profile_layer(spec, base, scenario_dir)
+    except InputError as e:
+        raise InputError(e.reason, where=where) from None
+
+    origins: Origins = {}
+
+    def mark(d: dict, path: tuple) -> None:
+        for k, v in d.items():
+            origins[(*path, k)] = where
+            if isinstance(v, dict):
+                mark(v, (*path, k))
+
+    mark(layer, ())
+    return layer, origins
 
 
 # ---- overrides --------------------------------------------------------------------------

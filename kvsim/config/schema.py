@@ -263,6 +263,37 @@ class Roofline(Record):
     expert_weight_bytes: Size = Field(0.0, description="routed experts' weights, all layers")
     experts: PosInt = Field(1, description="routed experts per MoE layer")
     experts_per_token: PosInt = Field(1, description="experts each token is routed to")
+    # sliding-window layers (gpt-oss): each query sees at most `window` earlier keys
+    window: PosInt = Field(128, description="sliding-window layers: keys each query sees")
+    window_pair_flops: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="sliding-window layers' attention FLOPs per query-key pair"
+    )
+    # parallelism (docs/engine-model.md, "Parallelism"); the defaults are a node-level
+    # roofline: weights and KV spread evenly over the node's GPUs, no communication term
+    hbm_efficiency: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+        1.0, description="share of HBM bandwidth a step reaches (the memory roof's factor)"
+    )
+    dense_weight_shards: PosInt | None = Field(
+        None,
+        description="GPUs the dense weights are split over (tp; null: all the node's GPUs, "
+        "a node-level roofline)",
+    )
+    expert_weight_shards: PosInt | None = Field(
+        None, description="GPUs the routed experts are split over (ep; null: all)"
+    )
+    tp: PosInt = Field(1, description="tensor-parallel degree (an all-reduce per layer)")
+    ep: PosInt = Field(1, description="expert-parallel degree (an all-to-all per MoE layer)")
+    allreduce_bytes_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="a token's activations through the TP all-reduces, all layers"
+    )
+    alltoall_bytes_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="a token's routed activations, dispatch + combine, all MoE layers"
+    )
+    pcp_exchange_bytes_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0,
+        description="KV bytes per token (per GPU) that PCP ranks exchange so each sees the "
+        "whole context (0: the exchange is in `fixed`)",
+    )
 
 
 class Timing(Record):
@@ -915,13 +946,44 @@ class Cost(Record):
     remote_server_hour: Price = Field(0.0, description="per remote store server per hour")
 
 
+class ProfileSpec(Record):
+    """A profile composed from the catalogue (kvsim/catalogue/compose.py): a model card and
+    a GPU card on ``gpus`` GPUs split ``tp`` x ``pcp``, experts over ``ep`` of them."""
+
+    model: Label(4096) = Field(description="model card name (`kvsim profiles`) or config.json path")
+    gpu: Label(4096) = Field(description="GPU card name (`kvsim profiles`) or card YAML path")
+    gpus: Bounded(4096) | None = Field(None, description="GPUs of the engine (null: tp x pcp)")
+    tp: Bounded(4096) = Field(1, description="tensor-parallel degree")
+    pcp: Bounded(4096) = Field(1, description="prefill context-parallel degree")
+    ep: Bounded(4096) = Field(1, description="expert-parallel degree (GPUs the experts span)")
+    dtype: Literal["auto", "bf16", "fp8", "fp4"] = Field(
+        "auto",
+        description="compute dtype of the matmuls (auto: the weights' dtype where the GPU "
+        "has it, else bf16)",
+    )
+    base: Label(4096) | None = Field(
+        None,
+        description="named profile or profile YAML whose other sections (tiers, remote, "
+        "host and storage) the composition keeps (null: kvsim/catalogue/stack.yaml)",
+    )
+
+    def __str__(self) -> str:
+        gpus = self.gpus if self.gpus is not None else self.tp * self.pcp
+        par = "".join(
+            f" {k}{v}" for k, v in (("tp", self.tp), ("pcp", self.pcp), ("ep", self.ep)) if v > 1
+        )
+        return f"{self.model} on {gpus}x{self.gpu}{par}"
+
+
 class Scenario(Record):
     """Everything one simulation run needs, validated and immutable."""
 
     name: Label(200) = Field(description="scenario name, stamped on every result")
     description: Label(2000) = Field("", description="one line for humans")
-    profile: Label(4096) = Field(
-        "b300-pcp8-glm5", description="profile name (`kvsim profiles`) or a profile YAML path"
+    profile: Label(4096) | ProfileSpec = Field(
+        "b300-pcp8-glm5",
+        description="profile name (`kvsim profiles`), a profile YAML path, or a composition "
+        "{model, gpu, gpus, tp, pcp, ep} from the catalogue",
     )
     seed: Annotated[int, Field(ge=0, strict=True)] = Field(
         0, description="seed of every random stream (arrivals, lengths, stalls...)"
@@ -1150,6 +1212,19 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     r = sc.timing.roofline
     if r is not None and r.experts_per_token > r.experts:
         out.append((("timing", "roofline", "experts_per_token"), f"exceeds experts ({r.experts})"))
+    if r is not None:
+        g = sc.node.gpus
+        if r.tp * sc.node.pcp > g or g % (r.tp * sc.node.pcp):
+            out.append(
+                (
+                    ("timing", "roofline", "tp"),
+                    f"tp x node.pcp ({r.tp} x {sc.node.pcp}) must divide node.gpus ({g})",
+                )
+            )
+        for name in ("ep", "dense_weight_shards", "expert_weight_shards"):
+            v = getattr(r, name)
+            if v is not None and (v > g or g % v):
+                out.append((("timing", "roofline", name), f"must divide node.gpus ({g}), got {v}"))
     if e.layerwise:
         if sc.model.kv_layout is None:
             out.append((("engine", "layerwise"), "needs model.kv_layout (its layer count)"))

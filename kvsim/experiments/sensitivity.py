@@ -50,6 +50,33 @@ ZERO_STEP: dict[str | None, float] = {
 }
 
 
+def profile_marked_fields(profile: object, folder: Path | None) -> list[tuple[str, str]]:
+    """The L/M fields of a scenario's profile: a named or file profile's marked lines; for
+    a composition from the catalogue, its base's (or the stack file's) scenario fields and
+    the roofline values the efficiency table gives (M or L)."""
+    from kvsim.profiles import profile_path
+
+    if isinstance(profile, str):
+        return marked_fields(profile_path(profile, folder))
+    from kvsim.catalogue.compose import STACK
+
+    base = getattr(profile, "base", None)
+    src = profile_path(base, folder) if base else STACK
+    sections = ("node.", "tiers.", "remote.")
+    derived = ("node.gpu", "node.gpus", "node.pcp", "node.hbm", "node.nvlink", "tiers.gpu.")
+    fields = [
+        (f, m)
+        for f, m in marked_fields(src)
+        if f.startswith(sections) and not f.startswith(derived)
+    ]
+    return [
+        ("timing.roofline.achievable_flops", "M"),
+        ("timing.roofline.hbm_efficiency", "M"),
+        ("timing.roofline.fixed", "L"),
+        *fields,
+    ]
+
+
 def marked_fields(profile_file: Path, marks: tuple[str, ...] = MARKS) -> list[tuple[str, str]]:
     """(field path, mark) of every line of a profile YAML that sets a value and carries a
     trailing comment starting with one of ``marks`` (``L``, ``L/H``, ``M (...)``)."""
@@ -177,7 +204,6 @@ def sensitivity(
     """Run the scenario with each field moved down and up by ``by`` (see the module
     docstring) and rank the fields by the size of the metric's swing."""
     from kvsim import api
-    from kvsim.profiles import profile_path
 
     if metric not in OUTCOMES and f"{metric}_s" in OUTCOMES:
         metric = f"{metric}_s"  # as --slo: the _s of times may be left out
@@ -192,7 +218,7 @@ def sensitivity(
         fields = [(p, "given") for p in vary]
     else:
         folder = Path(sc.source).parent if sc.source else None
-        fields = marked_fields(profile_path(sc.profile, folder))
+        fields = profile_marked_fields(sc.profile, folder)
         if not fields:
             raise InputError(
                 f"profile {sc.profile!r} marks no value L or M; name fields with --vary",

@@ -84,6 +84,79 @@ def expert_coverage(tokens: float, experts: int, per_token: int) -> float:
     return 1.0 - (1.0 - per_token / experts) ** tokens
 
 
+class Parallel:
+    """Per-GPU terms of a roofline over ``gpus`` GPUs split ``tp`` x ``pcp`` (attention)
+    and ``ep`` (experts): the memory roof of one GPU and the communication a step adds
+    (docs/engine-model.md, "Parallelism"). With T the step's tokens and chunks (n, c)::
+
+        memory = (dense / tp + experts x coverage(T) / ep + sum (n + c) x kv / gpus)
+                 / (hbm_per_gpu x hbm_efficiency)
+        comm   = [ 2 (tp - 1) / tp x (T / pcp) x allreduce        (ring all-reduce, TP)
+                 + (pcp - 1) / pcp x sum (n + c) x exchange         (KV each PCP rank lacks)
+                 + (ep - 1) / ep x (T / gpus) x alltoall ]          (routed tokens, EP)
+                 / nvlink_per_gpu
+
+    Communication is not overlapped with compute (an upper bound; full overlap would
+    drop it), and every GPU carries an even share of FLOPs and tokens.
+    """
+
+    def __init__(
+        self,
+        *,
+        gpus: int,
+        tp: int,
+        pcp: int,
+        ep: int,
+        dense_shards: int,
+        expert_shards: int,
+        hbm_per_gpu: float,
+        nvlink_per_gpu: float,
+        allreduce_bytes_per_token: float = 0.0,
+        alltoall_bytes_per_token: float = 0.0,
+        exchange_bytes_per_token: float = 0.0,
+    ) -> None:
+        self.gpus = gpus
+        self.tp = tp
+        self.pcp = pcp
+        self.ep = ep
+        self.dense_shards = dense_shards
+        self.expert_shards = expert_shards
+        self.hbm = hbm_per_gpu
+        self.nvlink = nvlink_per_gpu
+        self.allreduce = allreduce_bytes_per_token
+        self.alltoall = alltoall_bytes_per_token
+        self.exchange = exchange_bytes_per_token
+
+    def memory_seconds(self, roof: Roofline, chunks: Sequence[Chunk]) -> float:
+        tokens = 0
+        kv = 0.0
+        for new, ctx in chunks:
+            tokens += new
+            kv += (new + ctx) * roof.kv
+        cover = expert_coverage(tokens, roof.experts, roof.k)
+        nbytes = (
+            roof.dense_w / self.dense_shards
+            + roof.expert_w * cover / self.expert_shards
+            + kv / self.gpus
+        )
+        return nbytes / self.hbm
+
+    def comm_seconds(self, chunks: Sequence[Chunk]) -> float:
+        tokens = 0
+        context = 0
+        for new, ctx in chunks:
+            tokens += new
+            context += new + ctx
+        moved = 0.0
+        if self.tp > 1:
+            moved += 2.0 * (self.tp - 1) / self.tp * (tokens / self.pcp) * self.allreduce
+        if self.pcp > 1:
+            moved += (self.pcp - 1) / self.pcp * context * self.exchange
+        if self.ep > 1:
+            moved += (self.ep - 1) / self.ep * (tokens / self.gpus) * self.alltoall
+        return moved / self.nvlink
+
+
 class Roofline:
     """The roofline step model of a node (see the module docstring)."""
 
@@ -103,6 +176,9 @@ class Roofline:
         sparse_top_k: int | None = None,
         indexer_pair_flops: float = 0.0,
         scale: float = 1.0,
+        window: int = 128,
+        window_pair_flops: float = 0.0,
+        parallel: Parallel | None = None,
     ) -> None:
         self.fixed = fixed
         self.flops = achievable_flops
@@ -119,6 +195,9 @@ class Roofline:
         self.scale = scale
         self.fixed_s = scale * fixed
         self.extrapolations = 0  # a model does not extrapolate; kept for the counter
+        self.window = window
+        self.window_pair = window_pair_flops
+        self.par = parallel
 
     def flops_of(self, chunks: Sequence[Chunk]) -> float:
         total = 0.0
@@ -130,6 +209,8 @@ class Roofline:
             else:
                 total += sparse_pairs(new, ctx, top_k) * self.pair
                 total += dense_pairs(new, ctx) * self.indexer
+            if self.window_pair:
+                total += sparse_pairs(new, ctx, self.window) * self.window_pair
         return total
 
     def bytes_of(self, chunks: Sequence[Chunk]) -> float:
@@ -142,7 +223,13 @@ class Roofline:
         return self.dense_w + self.expert_w * cover + kv
 
     def compute_share(self, chunks: Sequence[Chunk]) -> float:
-        if self.top_k is not None:
+        par = self.par
+        if par is not None:  # a composed profile: per-GPU memory roof and communication
+            return self.scale * (
+                max(self.flops_of(chunks) / self.flops, par.memory_seconds(self, chunks))
+                + par.comm_seconds(chunks)
+            )
+        if self.top_k is not None or self.window_pair:
             return self.scale * max(
                 self.flops_of(chunks) / self.flops, self.bytes_of(chunks) / self.hbm
             )
@@ -244,6 +331,39 @@ def make_step_model(sc: Scenario) -> StepModel:
         sparse_top_k=r.sparse_top_k if r.attention == "sparse" else None,
         indexer_pair_flops=r.indexer_pair_flops,
         scale=t.scale,
+        window=r.window,
+        window_pair_flops=r.window_pair_flops,
+        parallel=make_parallel(sc),
+    )
+
+
+def make_parallel(sc: Scenario) -> Parallel | None:
+    """The per-GPU terms of the scenario's roofline, or None for a node-level roofline
+    (no shard counts, no communication, full HBM bandwidth: the named profiles)."""
+    r = sc.timing.roofline
+    n = sc.node
+    assert r is not None and n.hbm_bandwidth_per_gpu is not None
+    node_level = (
+        r.dense_weight_shards is None
+        and r.expert_weight_shards is None
+        and r.hbm_efficiency == 1.0
+        and not (r.allreduce_bytes_per_token or r.alltoall_bytes_per_token)
+        and not r.pcp_exchange_bytes_per_token
+    )
+    if node_level:
+        return None
+    return Parallel(
+        gpus=n.gpus,
+        tp=r.tp,
+        pcp=n.pcp,
+        ep=r.ep,
+        dense_shards=r.dense_weight_shards or n.gpus,
+        expert_shards=r.expert_weight_shards or n.gpus,
+        hbm_per_gpu=n.hbm_bandwidth_per_gpu * r.hbm_efficiency,
+        nvlink_per_gpu=n.nvlink_per_gpu,
+        allreduce_bytes_per_token=r.allreduce_bytes_per_token,
+        alltoall_bytes_per_token=r.alltoall_bytes_per_token,
+        exchange_bytes_per_token=r.pcp_exchange_bytes_per_token,
     )
 
 

@@ -9,10 +9,16 @@ from kvsim.errors import InputError
 
 
 def study(name: str) -> ModuleType:
-    """The module reproducing a study (``paper`` is the remote-KV-tier study)."""
-    from kvsim.reproduce import remote_kv_tiers
+    """The module reproducing a study (``paper`` is the remote-KV-tier study,
+    ``vllm-offload`` vLLM's KV offloading connector blog; ``all``, every study with a
+    validation summary, is :mod:`kvsim.reproduce.validation`)."""
+    from kvsim.reproduce import remote_kv_tiers, vllm_offload
 
-    studies = {"paper": remote_kv_tiers, "remote-kv-tiers": remote_kv_tiers}
+    studies = {
+        "paper": remote_kv_tiers,
+        "remote-kv-tiers": remote_kv_tiers,
+        "vllm-offload": vllm_offload,
+    }
     if name not in studies:
-        raise InputError(f"unknown study {name!r}; choose one of {sorted(studies)}")
+        raise InputError(f"unknown study {name!r}; choose one of {sorted([*studies, 'all'])}")
     return studies[name]

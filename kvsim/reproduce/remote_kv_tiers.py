@@ -20,6 +20,7 @@ import numpy as np
 from kvsim import api
 from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB
+from kvsim.report import columns
 from kvsim.reproduce.ranges import (
     THRESHOLD,
     VERDICTS,
@@ -436,18 +437,11 @@ def text_table(rep: Reproduction) -> str:
         )
         for r in rep.rows
     ]
-    widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
     lines = [
         f"reproducing {STUDY} (mean of {len(rep.seeds)} seeds, 95% interval over them; "
-        f"{_ranges_note(rep)})"
+        f"{_ranges_note(rep)})",
+        *columns([head, *body], left=(0, 5, 7, 8)),
     ]
-    for row in (head, *body):
-        lines.append(
-            "  ".join(
-                c.ljust(w) if i in (0, 5, 7, 8) else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-        )
     sensitive = [
         f"  {name}: {', '.join(rg.sensitive_to)}"
         for name, rg in (rep.ranges or {}).items()

@@ -80,7 +80,7 @@ def summarize(
         "scenario": sc.name,
         "seed": sc.seed,
         "kvsim_version": __version__,
-        "profile": sc.profile,
+        "profile": str(sc.profile),
         "load_policy": sc.cluster.load_policy,
         "engines": engines,
         "requests": len(m),

@@ -498,6 +498,15 @@ class Engine:
         steps = ctx.steps
         sm = steps.compute_share(chunks)
         c = steps.fixed_s + sm
+        share = ctx.copy_sm_share
+        if share > 0.0:
+            # stores out of HBM (demotions and write-through into host, copies for
+            # write-back puts) run as copy kernels too: while those queued before the step
+            # run (r seconds of them past its fixed part), its SM work moves at 1 - share
+            r = self.d2h.backlog(now) - steps.fixed_s
+            if r > 0.0 and sm > 0.0:
+                slow = (1.0 - share) * r  # SM work done while the stores run
+                c += (sm / (1.0 - share) if sm <= slow else r + sm - slow) - sm
         L = ctx.layers
         # T0 of the slowest tier a synchronous restore streamed from; -1 when none did (a
         # restore that timed out fell back to compute: nothing arrives layer by layer)

@@ -240,6 +240,7 @@ class Simulation:
                     (None, tiers.host.write_queue, tiers.nvme.write_queue),
                     (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
                     [1.0 if ctx.codec_on_gpu[t] else 1.0 / ctx.ratio[t] for t in (0, HOST, NVME)],
+                    ctx.copy_sm_share,
                 ),
                 count_uses=ctx.put_policy == SELECTIVE,
                 ratio=ctx.ratio[:3],
@@ -447,7 +448,7 @@ class Simulation:
             {
                 "engine": e.index,
                 "served": e.served,
-                "busy_s": e.busy,
+                "busy_s": e.busy + (e.local.writes.sm_busy if e.local.writes is not None else 0.0),
                 "blocked_s": e.blocked,
                 "steps": e.steps,
                 "queue_area": e.queue_area + e.queued * (end - e._queue_t),
@@ -508,7 +509,8 @@ class Simulation:
         activity = [
             {
                 "steps": e.step_spans,
-                "gpu": e.gpu_spans,
+                "gpu": e.gpu_spans
+                + (e.local.writes.sm_spans if e.local.writes is not None else []),
                 "blocked": e.blocked_spans,
                 "copy": e.copy_spans,
             }

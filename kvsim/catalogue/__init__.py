@@ -1,0 +1,1 @@
+"""Model and GPU catalogue: model cards (Hugging Face config.json), GPU cards, composition."""

@@ -1,0 +1,301 @@
+"""``kvsim reproduce all``: every study kvsim reproduces, and a validation summary.
+
+Studies, each a table of figures (published value, kvsim's value and its 95% interval,
+kind):
+
+- ``paper``: the remote-KV-tier study (arXiv 2610.21500) on the calibrated default profile
+  (``b300-pcp8-glm5``), as ``kvsim reproduce paper --no-ranges``;
+- ``paper-catalogue``: the same study on the profile composed from the catalogue
+  (:data:`CATALOGUE_PROFILE`: the GLM-5-class card on 8 B300 cards, PCP8, EP8) with no
+  per-figure calibration: its 16k recompute time becomes a prediction. The remote store's
+  constants (Valkey bandwidth, per-op cost, T0) are the seed study's calibration in both
+  and stay labelled calibrated, as do the figures they were solved from;
+- ``vllm-offload``: vLLM's KV offloading connector blog (:mod:`kvsim.reproduce.vllm_offload`).
+
+The summary counts, per study and overall, the figures with a published value whose kind
+is **predicted** (calibrated, derived and input figures leave it: matching them shows a
+fit or an input, not the model): how many lie inside kvsim's 95% interval, how many within
+25% of it, and the median absolute error ``|kvsim / published - 1|``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kvsim.errors import InputError
+from kvsim.report import columns
+
+# the GLM-5-class model on an 8xB300 node with the study's PCP8 (and EP8 for its experts);
+# the calibrated profile's host, links, storage and KV stack kept (base), so that only what
+# the cards determine differs between the two runs
+CATALOGUE_PROFILE: dict[str, Any] = {
+    "model": "glm-5",
+    "gpu": "B300",
+    "gpus": 8,
+    "pcp": 8,
+    "ep": 8,
+    "base": "b300-pcp8-glm5",
+}
+DEFAULT_PROFILE_LINE = "profile: b300-pcp8-glm5"
+
+# figures of the paper study fitted to it in the calibrated profile that the composed
+# profile predicts instead
+UNCALIBRATED_IN_CATALOGUE = ("recompute_16k_s",)
+
+STUDIES = ("paper", "paper-catalogue", "vllm-offload")
+WITHIN = 0.25  # "within 25%": |kvsim / published - 1| <= this
+
+COLUMNS = [
+    "study",
+    "figure",
+    "published",
+    "kvsim",
+    "kvsim_lo",
+    "kvsim_hi",
+    "unit",
+    "kind",
+    "inside",
+    "within_25pct",
+    "abs_error",
+]
+FILES = ("validation.csv", "validation.md")
+
+
+def _num(x: object) -> float | None:
+    if x is None:
+        return None
+    v = float(x)  # type: ignore[arg-type]
+    return None if math.isnan(v) else v
+
+
+def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """A validation.csv row from a study's record (``paper``: the published value):
+    inside (the published value lies in [kvsim_lo, kvsim_hi]), within_25pct and
+    abs_error = |kvsim / published - 1|, empty without a published value."""
+    pub = _num(record.get("paper"))
+    kv = float(record["kvsim"])
+    lo, hi = _num(record.get("kvsim_lo")), _num(record.get("kvsim_hi"))
+    if lo is None or hi is None:  # one value: the interval is the point
+        lo = hi = kv
+    inside = within = err = None
+    if pub is not None and pub != 0:
+        err = abs(kv / pub - 1.0)
+        inside = bool(lo <= pub <= hi)
+        within = bool(err <= WITHIN)
+    return {
+        "study": study,
+        "figure": record["figure"],
+        "published": pub,
+        "kvsim": kv,
+        "kvsim_lo": lo,
+        "kvsim_hi": hi,
+        "unit": record["unit"],
+        "kind": record["kind"],
+        "inside": inside,
+        "within_25pct": within,
+        "abs_error": err,
+    }
+
+
+def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """figures (all rows), scored (predicted with a published value), inside, within_25pct
+    and median_abs_error over the scored ones (NaN when none)."""
+    rows = list(rows)
+    scored = [r for r in rows if r["kind"] == "predicted" and r["abs_error"] is not None]
+    errors = [float(r["abs_error"]) for r in scored]
+    return {
+        "figures": len(rows),
+        "scored": len(scored),
+        "inside": sum(1 for r in scored if r["inside"]),
+        "within_25pct": sum(1 for r in scored if r["within_25pct"]),
+        "median_abs_error": statistics.median(errors) if errors else math.nan,
+    }
+
+
+def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The validation summary per study and overall, for a terminal."""
+    out = [
+        "validation summary (scored: predicted figures with a published value; calibrated, "
+        "derived and input figures leave the error summary):"
+    ]
+    groups = [
+        (s, [r for r in rows if r["study"] == s]) for s in dict.fromkeys(r["study"] for r in rows)
+    ]
+    groups.append(("overall", rows))
+    width = max(len(g) for g, _ in groups)
+    for name, rs in groups:
+        s = summarize(rs)
+        med = "-" if math.isnan(s["median_abs_error"]) else f"{s['median_abs_error']:.0%}"
+        out.append(
+            f"  {name:<{width}}  figures {s['figures']:>2}  scored {s['scored']:>2}  "
+            f"inside interval {s['inside']:>2}  within 25% {s['within_25pct']:>2}  "
+            f"median |kvsim/published - 1| {med}"
+        )
+    return out
+
+
+def catalogue_folder(paper: Path, into: Path) -> Path:
+    """A copy of the paper scenarios whose base names the composed catalogue profile
+    instead of the calibrated one (every other file extends base.yaml)."""
+    dst = into / "paper-catalogue"
+    shutil.copytree(paper, dst)
+    base = dst / "base.yaml"
+    text = base.read_text(encoding="utf-8")
+    if text.count(DEFAULT_PROFILE_LINE + "\n") != 1:
+        raise InputError(
+            f"expected one line {DEFAULT_PROFILE_LINE!r}", where=str(paper / "base.yaml")
+        )
+    flow = ", ".join(f"{k}: {v}" for k, v in CATALOGUE_PROFILE.items())
+    base.write_text(
+        text.replace(DEFAULT_PROFILE_LINE + "\n", f"profile: {{{flow}}}\n"), encoding="utf-8"
+    )
+    return dst
+
+
+def run_all(
+    log: Callable[[str], None] = lambda _msg: None,
+    paper_folder: str | Path | None = None,
+    vllm_folder: str | Path | None = None,
+    paper_seeds: int | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run every study; return the validation rows and each study's reproduction."""
+    import time
+
+    from kvsim.reproduce import remote_kv_tiers, vllm_offload
+
+    seeds = paper_seeds or remote_kv_tiers.SEEDS
+    reps: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    paper = remote_kv_tiers.find_scenarios(paper_folder)
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        t = time.monotonic()
+        log(f"[{name}] starting")
+        out = fn()
+        log(f"[{name}] done in {time.monotonic() - t:.0f} s")
+        return out
+
+    def sub(name: str) -> Callable[[str], None]:
+        return lambda msg: log(f"[{name}] {msg}")
+
+    reps["paper"] = timed(
+        "paper",
+        lambda: remote_kv_tiers.reproduce(paper, log=sub("paper"), seeds=seeds, range_seeds=0),
+    )
+    with tempfile.TemporaryDirectory(prefix="kvsim-validation-") as tmp:
+        folder = catalogue_folder(paper, Path(tmp))
+        rep = timed(
+            "paper-catalogue",
+            lambda: remote_kv_tiers.reproduce(
+                folder, log=sub("paper-catalogue"), seeds=seeds, range_seeds=0
+            ),
+        )
+    for r in rep.rows:
+        if r.figure.name in UNCALIBRATED_IN_CATALOGUE:
+            r.figure = dataclasses.replace(r.figure, kind="predicted")
+    reps["paper-catalogue"] = rep
+    reps["vllm-offload"] = timed(
+        "vllm-offload", lambda: vllm_offload.reproduce(vllm_folder, log=sub("vllm-offload"))
+    )
+    for name in STUDIES:
+        rows += [row(name, rec) for rec in reps[name].records()]
+    return rows, reps
+
+
+def _fmt(x: object) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "-"
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+    return str(x)
+
+
+def text_table(rows: list[dict[str, Any]]) -> str:
+    """Every study's figures in one table, then the summary."""
+    head = (
+        "study",
+        "figure",
+        "published",
+        "kvsim",
+        "95% interval",
+        "unit",
+        "kind",
+        "inside",
+        "error",
+    )
+    body = []
+    for r in rows:
+        iv = (
+            "-"
+            if r["kvsim_lo"] == r["kvsim_hi"]
+            else f"{_fmt(r['kvsim_lo'])} .. {_fmt(r['kvsim_hi'])}"
+        )
+        err = "-" if r["abs_error"] is None else f"{r['abs_error']:.0%}"
+        body.append(
+            (
+                r["study"],
+                r["figure"],
+                _fmt(r["published"]),
+                _fmt(r["kvsim"]),
+                iv,
+                r["unit"],
+                r["kind"],
+                _fmt(r["inside"]),
+                err,
+            )
+        )
+    lines = columns([head, *body], left=(0, 1, 5, 6, 7))
+    return "\n".join([*lines, "", *summary_lines(rows)])
+
+
+def markdown(rows: list[dict[str, Any]], seconds: float | None = None) -> str:
+    lines = [
+        "# kvsim validation",
+        "",
+        "`kvsim reproduce all`: every study, each figure's published value next to kvsim's "
+        "(95% interval over seeds; the point where the seed moves nothing). error = "
+        "|kvsim / published - 1|.",
+        "",
+        "| study | figure | kind | published | kvsim | 95% interval | unit | inside | error |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        iv = (
+            "-"
+            if r["kvsim_lo"] == r["kvsim_hi"]
+            else f"{_fmt(r['kvsim_lo'])} .. {_fmt(r['kvsim_hi'])}"
+        )
+        err = "-" if r["abs_error"] is None else f"{r['abs_error']:.0%}"
+        lines.append(
+            f"| {r['study']} | `{r['figure']}` | {r['kind']} | {_fmt(r['published'])} "
+            f"| {_fmt(r['kvsim'])} | {iv} | {r['unit']} | {_fmt(r['inside'])} | {err} |"
+        )
+    lines += ["", "```", *summary_lines(rows), "```"]
+    if seconds is not None:
+        lines += ["", f"Wall time: {seconds:.0f} s."]
+    return "\n".join(lines) + "\n"
+
+
+def write(rows: list[dict[str, Any]], out: str | Path, seconds: float | None = None) -> list[Path]:
+    """validation.csv and validation.md, written as the folder ``out`` all or nothing."""
+    import pandas as pd
+
+    from kvsim.results.writers import Writer, write_folder
+
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    files: dict[str, Writer] = {
+        "validation.csv": lambda p: table.to_csv(p, index=False),
+        "validation.md": lambda p: p.write_text(markdown(rows, seconds), encoding="utf-8"),
+    }
+    return write_folder(out, files, flag="--out", owned=FILES)

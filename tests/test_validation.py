@@ -1,0 +1,231 @@
+"""Validation against published measurements: the vLLM offloading blog's figure table,
+``kvsim reproduce all``'s summary arithmetic and validation.csv (kvsim/reproduce/)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvsim import api
+from kvsim.cli import main
+from kvsim.reproduce import remote_kv_tiers, study, validation, vllm_offload
+
+ROOT = Path(__file__).resolve().parent.parent
+VO = ROOT / "scenarios" / "validation" / "vllm-offload"
+
+
+# ---- the figure table ------------------------------------------------------------------
+
+
+def test_every_figure_has_a_known_kind_and_the_published_ones_are_the_posts():
+    kinds = {f.name: f.kind for f in vllm_offload.FIGURES}
+    assert set(kinds.values()) <= set(vllm_offload.KINDS)
+    # the setup's copy rates are inputs (matching them shows the input, not the model)
+    assert kinds["h2d_one_way"] == kinds["copy_both_ways"] == "input"
+    published = {f.name: f.paper for f in vllm_offload.FIGURES if f.paper is not None}
+    assert published == {
+        "h2d_one_way": 50.0,
+        "copy_both_ways": 83.4,
+        "ttft_speedup_512": 2.0,
+        "ttft_speedup_90k": 22.0,
+        "throughput_gain_100pct": 9.0,
+        "dma_over_kernel_max_8b": 1.32,
+        "dma_over_kernel_0pct_1b": 1.055,
+        "dma_over_kernel_80pct_1b": 1.15,
+        "kernel_over_no_offload_0pct_1b": 0.94,
+    }
+    # nothing in this study is fitted to it: every figure but the inputs is predicted
+    assert {k for k, v in kinds.items() if v != "predicted"} == {"h2d_one_way", "copy_both_ways"}
+    assert len(kinds) == len(vllm_offload.FIGURES)  # names are unique
+
+
+def test_the_study_is_known_to_reproduce_and_its_scenarios_load():
+    assert study("vllm-offload") is vllm_offload
+    for name in vllm_offload.CONFIGS:
+        sc = api.load(VO / f"{name}.yaml")
+        assert sc.workload.block_tokens == 16  # the post's 16-token blocks
+        assert sc.tiers.gpu.capacity == 0  # GPU prefix caching off
+        assert sc.node.h2d_per_gpu == 50e9 and sc.node.d2h_per_gpu == 33.4e9
+        assert not sc.remote.enabled and not sc.tiers.nvme.enabled
+        assert sc.cluster.load_policy == "async"
+    assert api.load(VO / "llama-3.2-1b-no-offload.yaml").tiers.host.enabled is False
+    assert api.load(VO / "kernel.yaml").node.copy_engine == "kernel"
+
+
+def test_the_catalogue_study_predicts_the_16k_recompute_and_keeps_the_store_calibrated(
+    tmp_path,
+):
+    folder = validation.catalogue_folder(remote_kv_tiers.find_scenarios(), tmp_path)
+    text = (folder / "base.yaml").read_text()
+    line = "profile: {model: glm-5, gpu: B300, gpus: 8, pcp: 8, ep: 8, base: b300-pcp8-glm5}\n"
+    assert line in text
+    assert validation.DEFAULT_PROFILE_LINE not in text
+    calibrated = {f.name for f in remote_kv_tiers.FIGURES if f.kind == "calibrated"}
+    assert set(validation.UNCALIBRATED_IN_CATALOGUE) == {"recompute_16k_s"} < calibrated
+    # the remote store's calibrated constants are the same in both profiles (C)
+    a = api.load(remote_kv_tiers.find_scenarios() / "base.yaml").remote
+    b = api.load(folder / "base.yaml").remote
+    assert (a.bandwidth, a.op_overhead, a.t0) == (b.bandwidth, b.op_overhead, b.t0)
+    # base keeps the calibrated profile's stack: only what the cards decide differs
+    sa, sb = (
+        api.load(remote_kv_tiers.find_scenarios() / "base.yaml"),
+        api.load(folder / "base.yaml"),
+    )
+    assert sa.remote == sb.remote and sa.tiers == sb.tiers and sa.cluster == sb.cluster
+    assert sa.node.d2h_per_gpu == sb.node.d2h_per_gpu and sa.node.copy_engine == "kernel"
+    assert sa.timing != sb.timing
+
+
+# ---- the summary arithmetic ------------------------------------------------------------
+
+
+def _rec(name, paper, kvsim, lo, hi, kind="predicted"):
+    return {
+        "figure": name,
+        "paper": paper,
+        "kvsim": kvsim,
+        "kvsim_lo": lo,
+        "kvsim_hi": hi,
+        "unit": "x",
+        "kind": kind,
+    }
+
+
+def test_summary_counts_inside_within_25pct_and_the_median_error_by_hand():
+    rows = [
+        # published 2, kvsim 1.5 in [1.4, 1.6]: outside; |1.5/2 - 1| = 0.25: within 25%
+        validation.row("s", _rec("a", 2.0, 1.5, 1.4, 1.6)),
+        # published 10, kvsim 11 in [9, 12]: inside; error 0.1
+        validation.row("s", _rec("b", 10.0, 11.0, 9.0, 12.0)),
+        # published 1, kvsim 3 (one value: the interval is the point): error 2
+        validation.row("s", _rec("c", 1.0, 3.0, None, None)),
+        # no published value: not scored
+        validation.row("s", _rec("d", None, 5.0, 4.0, 6.0)),
+        # calibrated: an exact fit, left out of the summary
+        validation.row("t", _rec("e", 0.31, 0.31, 0.31, 0.31, "calibrated")),
+        # input: left out too
+        validation.row("t", _rec("f", 50.0, 50.0, 50.0, 50.0, "input")),
+        # predicted, published 4, kvsim 3 in [2, 5]: inside, error 0.25: within
+        validation.row("t", _rec("g", 4.0, 3.0, 2.0, 5.0)),
+    ]
+    a, b, c, d, e, f, _g = rows
+    assert (a["inside"], a["within_25pct"], a["abs_error"]) == (False, True, 0.25)
+    assert (b["inside"], b["within_25pct"]) == (True, True)
+    assert b["abs_error"] == pytest.approx(0.1)
+    assert (c["kvsim_lo"], c["kvsim_hi"], c["inside"], c["within_25pct"]) == (
+        3.0,
+        3.0,
+        False,
+        False,
+    )
+    assert c["abs_error"] == pytest.approx(2.0)
+    assert d["inside"] is d["within_25pct"] is d["abs_error"] is None
+    assert e["inside"] is True and e["abs_error"] == 0.0  # shown, but not scored
+    s = validation.summarize(rows[:4])  # study s: a, b, c scored
+    assert s == {
+        "figures": 4,
+        "scored": 3,
+        "inside": 1,
+        "within_25pct": 2,
+        "median_abs_error": pytest.approx(0.25),  # median of 0.25, 0.1, 2
+    }
+    overall = validation.summarize(rows)  # a, b, c, g: errors 0.25, 0.1, 2, 0.25
+    assert overall["figures"] == 7 and overall["scored"] == 4
+    assert overall["inside"] == 2 and overall["within_25pct"] == 3
+    assert overall["median_abs_error"] == pytest.approx(statistics.median([0.25, 0.1, 2, 0.25]))
+    assert math.isnan(validation.summarize([e, f])["median_abs_error"])  # nothing scored
+    lines = validation.summary_lines(rows)
+    assert "calibrated, derived and input figures leave the error summary" in lines[0]
+    assert lines[1].split()[0] == "s" and lines[-1].split()[0] == "overall"
+    assert "inside interval  1" in lines[1] and "within 25%  2" in lines[1]
+
+
+def test_validation_csv_has_the_issues_columns(tmp_path):
+    rows = [
+        validation.row("s", _rec("a", 2.0, 1.5, 1.4, 1.6)),
+        validation.row("s", _rec("d", None, 5.0, 4.0, 6.0)),
+    ]
+    validation.write(rows, tmp_path / "v")
+    df = pd.read_csv(tmp_path / "v" / "validation.csv")
+    assert list(df.columns) == [
+        "study",
+        "figure",
+        "published",
+        "kvsim",
+        "kvsim_lo",
+        "kvsim_hi",
+        "unit",
+        "kind",
+        "inside",
+        "within_25pct",
+        "abs_error",
+    ]
+    assert df["abs_error"].iloc[0] == 0.25 and pd.isna(df["abs_error"].iloc[1])
+    assert "| s | `a` | predicted | 2 | 1.5 |" in (tmp_path / "v" / "validation.md").read_text()
+
+
+# ---- kvsim against a by-hand roofline --------------------------------------------------
+
+
+def test_single_request_ttfts_equal_the_roofline_by_hand():
+    """One 512-token prompt on the composed Llama-3.1-8B / H100 profile (one GPU, no
+    parallelism), cold then from CPU. With the catalogue's constants (F = achievable
+    FLOP/s, f = fixed, W = weights, s = 131,072 B/token, H = HBM x efficiency):
+
+        recompute = f + max((512 x linear + 512^2 / 2 x pair) / F, (W + 512 s) / H)
+                  = f + 512 x (1.396e10 + 256 x 524,288) / 5.44e14  ~ 3.3 + 13.3 ms
+        CPU hit   = t0 + h2d_latency + 511 s / 50 GB/s + f + max(flops of 1 token, (W + 512 s) / H)
+                  ~ 1 ms + 10 us + 1.34 ms + 3.3 ms + 16.13 GB / 3.015 TB/s (5.35 ms)
+
+    (the step that computes the last token reads every weight: memory-bound)."""
+    sc = api.load(VO / "base.yaml")
+    r, n, s = sc.timing.roofline, sc.node, sc.model.kv_bytes
+    assert s == 32 * 2 * 8 * 128 * 2  # Llama-3.1-8B: 32 layers x K,V x 8 heads x 128 x BF16
+    hbm = n.hbm_bandwidth_per_gpu * r.hbm_efficiency
+    cold, hit = vllm_offload.ttft_pair(VO / "base.yaml", 512)
+    flops = 512 * r.linear_flops_per_token + 512 * 512 / 2 * r.pair_flops
+    want_cold = r.fixed + max(flops / r.achievable_flops, (r.dense_weight_bytes + 512 * s) / hbm)
+    assert cold == pytest.approx(want_cold, rel=1e-9)
+    one = r.linear_flops_per_token + 511 * r.pair_flops
+    step = r.fixed + max(one / r.achievable_flops, (r.dense_weight_bytes + 512 * s) / hbm)
+    want_hit = sc.tiers.host.t0 + n.h2d_latency + 511 * s / n.h2d_per_gpu + step
+    assert hit == pytest.approx(want_hit, rel=1e-9)
+
+
+def test_the_throughput_batch_has_an_exact_cpu_hit_rate_and_leaves_out_the_warmup():
+    """200 prompts of 512 tokens after a warm-up request holding a 26-block (416-token)
+    prefix: every measured prompt restores 416 of its 512 tokens from CPU, exactly
+    (81.25%), and the warm-up is not counted."""
+    res = vllm_offload.throughput(VO / "llama-3.2-1b.yaml", 26, n=200)
+    s = res.summary
+    assert s["requests"] == 200 and s["requests_warmup"] == 1
+    assert s["token_source_frac"]["host"] == pytest.approx(416 / 512)
+    cold = vllm_offload.throughput(VO / "llama-3.2-1b.yaml", 0, n=200).summary
+    assert cold["requests_warmup"] == 0 and cold["hit_ratio"] == 0.0
+    # no random stream is drawn: another seed gives the same run
+    again = api.run(
+        api.load(VO / "llama-3.2-1b.yaml", seed=7),
+        requests=vllm_offload.batch_requests(api.load(VO / "llama-3.2-1b.yaml"), 0, 200)[0],
+    )
+    assert again.summary["prompt_tokens_per_s"] == cold["prompt_tokens_per_s"]
+
+
+# ---- the commands ----------------------------------------------------------------------
+
+
+def test_reproduce_all_refuses_scenarios(capsys):
+    assert main(["reproduce", "all", "--scenarios", "x"]) == 2
+    assert "--scenarios" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reproduce_vllm_offload_writes_its_table(tmp_path, capsys):
+    assert main(["reproduce", "vllm-offload", "--out", str(tmp_path / "o")]) == 0
+    df = pd.read_csv(tmp_path / "o" / "reproduction.csv")
+    assert list(df.columns) == vllm_offload.COLUMNS
+    assert set(df["figure"]) == {f.name for f in vllm_offload.FIGURES}
+    assert "ttft_speedup_512" in capsys.readouterr().out
