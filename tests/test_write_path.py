@@ -397,3 +397,25 @@ def test_a_bare_yaml_on_key_names_where_a_codec_runs(tmp_path):
         encoding="utf-8",
     )
     assert load_scenario(path).tiers.host.codec.on == "cpu"
+
+
+def test_a_write_back_copy_out_of_hbm_by_a_kernel_is_sm_work():
+    """B (t = 10) evicts A's 1 MB from HBM, the only local tier: under write-back it is
+    copied out over the GPU-to-host link before its put, by the rank that stores (an
+    unsharded store: all of it on one GPU's 0.125 MB/s link, 8 s). A copy kernel holding
+    half the SMs does 0.5 x 8 s of SM work; DMA none."""
+    from kvsim.sim.simulation import Simulation
+
+    def busy(**node):
+        sc = toy(
+            node={"d2h_per_gpu": "0.125 MB/s", **node},
+            tiers={"gpu": {"capacity": "1 MB"}},
+            remote={"enabled": True, "write_policy": "write_back"},
+        )
+        reqs = [req(i, 10.0 * i, 1000, ids) for i, ids in enumerate([range(10), range(10, 20)])]
+        sim = Simulation(sc, requests=reqs)
+        sim.run()
+        return sim.engines[0].busy
+
+    dma = busy(copy_engine="dma")
+    assert busy(copy_engine="kernel", copy_kernel_sm_share=0.5) == pytest.approx(dma + 0.5 * 8)

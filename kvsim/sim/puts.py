@@ -16,6 +16,7 @@ from kvsim.cache.eviction import Key
 from kvsim.cache.local import GPU, REMOTE, SELECTIVE
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Flow
+from kvsim.physics.step import kernel_copy_seconds
 
 if TYPE_CHECKING:
     from kvsim.sim.engine import Engine
@@ -72,8 +73,17 @@ class Puts:
         batch = self._claim(keys, sizes)
         if not batch:
             return
-        if self.engine.local.below[GPU] < 0:
-            self.engine.d2h.send(self.engine.env.now, batch.total_bytes(), ctx.stage_share)
+        engine = self.engine
+        if engine.local.below[GPU] < 0:
+            nbytes = batch.total_bytes()
+            lands = engine.d2h.send(engine.env.now, nbytes, ctx.stage_share)
+            if ctx.copy_sm_share > 0.0:  # a copy kernel: SM work while it runs
+                work = kernel_copy_seconds(
+                    nbytes * ctx.stage_share, engine.d2h.bandwidth, ctx.copy_sm_share
+                )
+                engine.busy += work
+                engine.gpu_spans.append(lands - work)
+                engine.gpu_spans.append(lands)
         self.put(batch)
 
     def put(self, batch: Batch) -> None:
