@@ -1315,7 +1315,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _show_composition(args: argparse.Namespace) -> int:
-    from kvsim.catalogue.compose import compose, describe
+    from kvsim.catalogue.compose import compose, describe, numbers
 
     if not args.model or not args.gpu:
         raise InputError("usage: kvsim profiles show MODEL GPU [--gpus N --tp N --pcp N --ep N]")
@@ -1334,7 +1334,8 @@ def _show_composition(args: argparse.Namespace) -> int:
         raise InputError(why, where=where.get(key, f"--{key}")) from None
     rows = describe(comp)
     if args.json:
-        print(json.dumps([{"quantity": q, "value": v, "how": h} for q, v, h in rows], indent=2))
+        shown = [{"quantity": q, "value": v, "how": h} for q, v, h in rows]
+        print(json.dumps({"numbers": numbers(comp), "rows": shown}, indent=2))
         return 0
     width = max(len(q) for q, _, _ in rows)
     vwidth = max(len(v) for _, v, _ in rows)

@@ -160,7 +160,12 @@ def test_profiles_lists_models_and_gpus(capsys):
 
 def test_profiles_show_prints_the_derived_constants(capsys):
     assert main(["profiles", "show", "llama-3.1-8b", "H100", "--json"]) == 0
-    rows = {r["quantity"]: r["value"] for r in json.loads(capsys.readouterr().out)}
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["quantity"]: r["value"] for r in out["rows"]}
+    n = out["numbers"]
+    assert n["kv_bytes_per_token"] == 131_072 and n["kv_pool_per_gpu_bytes"] > 0
+    # B* = KV bytes per token x the lone 16k prefill's rate
+    assert n["b_star_bytes_per_s"] == pytest.approx(131_072 * 16384 / n["lone_16k_s"])
     assert rows["KV bytes per 16-token block"] == "2.000 MiB"
     for q in ("linear FLOPs per token", "weights per GPU", "KV pool per GPU", "lone 16k prefill"):
         assert q in rows

@@ -183,6 +183,14 @@ class Composition:
         )
 
 
+def _card_error(e: InputError, key: str) -> str:
+    """A card reader's message without the prefixes the field name already gives."""
+    text = e.reason
+    if text.startswith(f"{key}: "):
+        text = text[len(key) + 2 :]
+    return f"{e.where}: {text}" if e.where and e.where not in text else text
+
+
 def _int(spec: Mapping[str, Any], key: str, default: int) -> int:
     v = spec.get(key, default)
     if v is None:
@@ -209,11 +217,11 @@ def compose(
     try:
         model = read_model(spec["model"], base_dir)
     except InputError as e:
-        raise InputError(f"profile.model: {e}") from None
+        raise InputError(f"profile.model: {_card_error(e, 'model')}") from None
     try:
         gpu = read_gpu(spec["gpu"], base_dir)
     except InputError as e:
-        raise InputError(f"profile.gpu: {e}") from None
+        raise InputError(f"profile.gpu: {_card_error(e, 'gpu')}") from None
     tp = _int(spec, "tp", 1)
     pcp = _int(spec, "pcp", 1)
     ep = _int(spec, "ep", 1)
@@ -224,6 +232,11 @@ def compose(
         gpus = _int(spec, "gpus", 1)
         if "tp" not in spec and gpus % pcp == 0:
             tp = gpus // pcp  # gpus given alone: tensor-parallel over them
+            if model.heads % tp:
+                raise InputError(
+                    f"profile.gpus: {gpus} GPUs mean tp {tp} (tensor-parallel over them), "
+                    f"which does not divide {model.name}'s {model.heads} heads"
+                )
     if gpus != tp * pcp:
         raise InputError(
             f"profile.gpus: {gpus} is not tp x pcp ({tp} x {pcp} = {tp * pcp}); the "
@@ -345,6 +358,32 @@ def profile_layer(
     return layer
 
 
+def numbers(comp: Composition, per_step: int = 8192) -> dict[str, float]:
+    """What :func:`describe` prints, as numbers in base units (``profiles show --json``)."""
+    from kvsim.physics.step import lone_seconds
+
+    m = comp.model
+    total, active = m.params()
+    kv1 = m.kv_bytes_per_token(1)
+    t16 = lone_seconds(comp.step_model(), 16384, 0, per_step)
+    return {
+        "params_total": total,
+        "params_active": active,
+        "linear_flops_per_token": comp.roofline_numbers()["linear_flops_per_token"],
+        "pair_flops": m.pair_flops(),
+        "kv_bytes_per_token": kv1,
+        "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token(comp.tp),
+        "weights_per_gpu_bytes": comp.weights_per_gpu,
+        "kv_pool_per_gpu_bytes": comp.kv_pool_per_gpu * comp.kv_replication,
+        "kv_pool_node_distinct_bytes": comp.kv_pool_per_gpu * comp.gpus,
+        "achievable_flops": comp.achievable_flops,
+        "fixed_s": comp.fixed_s,
+        "host_link_bytes_per_s": comp.host_link,
+        "lone_16k_s": t16,
+        "b_star_bytes_per_s": kv1 * 16384 / t16,
+    }
+
+
 def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, str]]:
     """The derived constants ``kvsim profiles show`` prints: (quantity, value, how)."""
     from kvsim.physics.step import lone_seconds
@@ -384,12 +423,17 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
         ),
         (
             "KV pool per GPU",
-            _gb(comp.kv_pool_per_gpu),
+            _gb(comp.kv_pool_per_gpu * comp.kv_replication),
             f"{_gb(g.hbm)} x {comp.utilization:g} - weights - {_gb(comp.reserve)} reserve"
-            + (f", / {comp.kv_replication:g} copies" if comp.kv_replication > 1 else ""),
+            + (
+                f"; TP keeps {comp.kv_replication:g} copies of each token's KV, so it holds "
+                f"{_gb(comp.kv_pool_per_gpu)} of distinct KV (node.kv_per_gpu)"
+                if comp.kv_replication > 1
+                else ""
+            ),
         ),
         (
-            "KV pool (node)",
+            "KV pool (node, distinct KV)",
             _gb(comp.kv_pool_per_gpu * comp.gpus),
             f"{comp.kv_pool_per_gpu * comp.gpus / kv1:,.0f} tokens",
         ),

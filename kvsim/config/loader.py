@@ -651,7 +651,12 @@ def _compose_profile(
         )
     base = None
     if spec.get("base") is not None:
-        base, _ = _load_profile(spec["base"], where, scenario_dir, budget)
+        try:
+            base, _ = _load_profile(spec["base"], where, scenario_dir, budget)
+        except InputError as e:
+            raise InputError(
+                "profile.base: " + e.reason.removeprefix("profile: "), where=where
+            ) from None
     try:
         layer = profile_layer(spec, base, scenario_dir)
     except InputError as e:
