@@ -84,6 +84,16 @@ def expert_coverage(tokens: float, experts: int, per_token: int) -> float:
     return 1.0 - (1.0 - per_token / experts) ** tokens
 
 
+def step_tokens(chunks: Sequence[Chunk]) -> tuple[int, int]:
+    """A step's new tokens and the tokens its attention reads (new + context, summed)."""
+    tokens = 0
+    context = 0
+    for new, ctx in chunks:
+        tokens += new
+        context += new + ctx
+    return tokens, context
+
+
 class Parallel:
     """Per-GPU terms of a roofline over ``gpus`` GPUs split ``tp`` x ``pcp`` (attention)
     and ``ep`` (experts): the memory roof of one GPU and the communication a step adds
@@ -128,25 +138,17 @@ class Parallel:
         self.exchange = exchange_bytes_per_token
 
     def memory_seconds(self, roof: Roofline, chunks: Sequence[Chunk]) -> float:
-        tokens = 0
-        kv = 0.0
-        for new, ctx in chunks:
-            tokens += new
-            kv += (new + ctx) * roof.kv
+        tokens, context = step_tokens(chunks)
         cover = expert_coverage(tokens, roof.experts, roof.k)
         nbytes = (
             roof.dense_w / self.dense_shards
             + roof.expert_w * cover / self.expert_shards
-            + kv / self.gpus
+            + context * roof.kv / self.gpus
         )
         return nbytes / self.hbm
 
     def comm_seconds(self, chunks: Sequence[Chunk]) -> float:
-        tokens = 0
-        context = 0
-        for new, ctx in chunks:
-            tokens += new
-            context += new + ctx
+        tokens, context = step_tokens(chunks)
         moved = 0.0
         if self.tp > 1:
             moved += 2.0 * (self.tp - 1) / self.tp * (tokens / self.pcp) * self.allreduce

@@ -209,6 +209,14 @@ def run_all(
     return rows, reps
 
 
+def _interval_and_error(r: Mapping[str, Any]) -> tuple[str, str]:
+    """A row's 95% interval ("-" for a point) and its error, as printed."""
+    lo, hi = r["kvsim_lo"], r["kvsim_hi"]
+    iv = "-" if lo == hi else f"{_fmt(lo)} .. {_fmt(hi)}"
+    err = "-" if r["abs_error"] is None else f"{r['abs_error']:.0%}"
+    return iv, err
+
+
 def _fmt(x: object) -> str:
     if x is None:
         return "-"
@@ -236,12 +244,7 @@ def text_table(rows: list[dict[str, Any]]) -> str:
     )
     body = []
     for r in rows:
-        iv = (
-            "-"
-            if r["kvsim_lo"] == r["kvsim_hi"]
-            else f"{_fmt(r['kvsim_lo'])} .. {_fmt(r['kvsim_hi'])}"
-        )
-        err = "-" if r["abs_error"] is None else f"{r['abs_error']:.0%}"
+        iv, err = _interval_and_error(r)
         body.append(
             (
                 r["study"],
@@ -271,12 +274,7 @@ def markdown(rows: list[dict[str, Any]], seconds: float | None = None) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        iv = (
-            "-"
-            if r["kvsim_lo"] == r["kvsim_hi"]
-            else f"{_fmt(r['kvsim_lo'])} .. {_fmt(r['kvsim_hi'])}"
-        )
-        err = "-" if r["abs_error"] is None else f"{r['abs_error']:.0%}"
+        iv, err = _interval_and_error(r)
         lines.append(
             f"| {r['study']} | `{r['figure']}` | {r['kind']} | {_fmt(r['published'])} "
             f"| {_fmt(r['kvsim'])} | {iv} | {r['unit']} | {_fmt(r['inside'])} | {err} |"

@@ -25,7 +25,6 @@ Interpretations adopted (L; docs/validation.md says why):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from kvsim.errors import InputError
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
-from kvsim.reproduce.remote_kv_tiers import Figure, Row
+from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
 from kvsim.results import Results
 from kvsim.workload.request import Request
 
@@ -326,14 +325,6 @@ def reproduce(
 
 
 # ---- output ------------------------------------------------------------------------------
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if math.isinf(x):
-        return "inf"
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def text_table(rep: Validation) -> str:
