@@ -108,13 +108,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_overrides(r)
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument(
-        "--out", type=_path, help="write summary.json, requests.<fmt> and scenario.yaml here"
+        "--out",
+        type=_path,
+        help="write summary.json, requests.<fmt>, timeseries.<fmt> and scenario.yaml here",
     )
     r.add_argument(
         "--format",
         choices=("parquet", "csv"),
         default="parquet",
-        help="per-request table format (default: parquet)",
+        help="format of the per-request and time-series tables (default: parquet)",
     )
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -320,7 +322,8 @@ def _parser() -> argparse.ArgumentParser:
         "their curves overlaid (written into the first)",
     )
     pl.add_argument(
-        "--slo", help="sweeps: draw an SLO's threshold, e.g. 'ttft_p99<=1s' (p50 or p99 TTFT)"
+        "--slo",
+        help="sweeps: draw an SLO's threshold, e.g. 'ttft_p99<=1s' (p50, p95 or p99 TTFT)",
     )
     pl.add_argument("--format", choices=("png", "svg"), default="png", help="image format")
     pl.add_argument(
@@ -333,7 +336,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "study",
         help="paper: the remote-KV-tier study (arXiv 2610.21500); vllm-offload: vLLM's KV "
-        "offloading connector blog; all: every study and a validation summary",
+        "offloading connector blog; central-nvme: a shared NVMe KV store's vendor claims "
+        "(a scenario study); all: every study and a validation summary",
     )
     rp.add_argument(
         "--scenarios",
@@ -351,7 +355,13 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--no-ranges",
         action="store_true",
-        help="skip the range runs (sensitive_to, range_lo, range_hi left empty; ~3x faster)",
+        help="skip the range runs (sensitive_to, range_lo, range_hi left empty; ~3x faster; "
+        "central-nvme: no sensitivity runs)",
+    )
+    rp.add_argument(
+        "--quick",
+        action="store_true",
+        help="central-nvme: shorter runs and a wider capacity bracket (a first look)",
     )
     _add_no_plugins(rp)
 
@@ -500,6 +510,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{sc.cluster.engines} engine(s), {sc.cluster.load_policy} loading, {w.kind} workload "
         f"of {n} requests"
     )
+    from kvsim.config.schema import lookup_order
+
+    print(f"lookup order: {' -> '.join(lookup_order(sc))}")
     for line in pool_lines(sc):
         print(line)
     from kvsim.plugins import disabled
@@ -886,7 +899,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-SWEEP_METRICS = ("ttft_p50_s", "ttft_p99_s", "hit_ratio", "requests_per_s")
+SWEEP_METRICS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "hit_ratio", "requests_per_s")
 
 
 def _sweep_points(table: Any, columns: list[str]) -> str:
@@ -976,6 +989,12 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             f"  {row['configuration']}: {row['capacity_rps']:.4g} requests/s offered {spread} "
             f"({row['factor']:.3g}x the scenario's offered rate)"
         )
+        if cap.sessions:  # a session workload: Little's law at that load
+            iv = cap.sessions_per_gpu
+            print(
+                f"    {iv.mean:.4g} concurrent sessions per GPU {iv.text()} (sessions/s x "
+                f"mean session lifetime {row['session_lifetime_s']:.4g} s / GPUs)"
+            )
     return 0
 
 
@@ -1192,9 +1211,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         from kvsim.experiments.capacity import parse_slo
 
         slo = parse_slo(args.slo)
-        if slo.metric not in ("ttft_p50_s", "ttft_p99_s"):
+        if slo.metric not in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s"):
             raise InputError(
-                "plots draw TTFT p50 and p99: give an SLO on one of them", where="--slo"
+                "plots draw TTFT p50, p95 and p99: give an SLO on one of them", where="--slo"
             )
     if (d / "summary.json").exists() or (d / "summary.json").is_symlink():
         if len(folders) > 1:
@@ -1231,15 +1250,19 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from kvsim.reproduce import study
     from kvsim.results.writers import REPRODUCTION_FILES, check_out_folder
 
+    if args.quick and args.study != "central-nvme":
+        raise InputError("only central-nvme has a quick version", where="--quick")
     if args.study == "all":
         return _reproduce_all(args)
     mod = study(args.study)
     if args.out is not None:
         check_out_folder(args.out, flag="--out", owned=REPRODUCTION_FILES)
+    quick = {"quick": True} if args.quick else {}
     rep = mod.reproduce(
         args.scenarios,
         log=lambda msg: print(msg, file=sys.stderr),
         range_seeds=0 if args.no_ranges else mod.RANGE_SEEDS,
+        **quick,
     )
     if args.out is not None:  # before printing: a refused folder prints no figures
         paths = mod.write(rep, args.out)

@@ -113,16 +113,22 @@ def ttft_cdf_plot(
     title: str,
     in_folder: bool = False,
 ) -> Path:
-    """Empirical CDFs of TTFT (log time axis), p50 and p99 marked and given in the legend."""
+    """Empirical CDFs of TTFT (log time axis), p50, p95 and p99 marked and given in the
+    legend."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, values in series.items():
         v = np.sort(np.asarray(values, dtype=float))
         if v.size == 0:
             continue
-        p50, p99 = (float(np.quantile(v, q)) for q in (0.5, 0.99))
+        p50, p95, p99 = (float(np.quantile(v, q)) for q in (0.5, 0.95, 0.99))
         y = np.arange(1, v.size + 1) / v.size
-        (line,) = ax.step(v, y, where="post", label=f"{label}: p50 {p50:.3g} s, p99 {p99:.3g} s")
-        ax.plot([p50, p99], [0.5, 0.99], "o", color=line.get_color(), ms=4)
+        (line,) = ax.step(
+            v,
+            y,
+            where="post",
+            label=f"{label}: p50 {p50:.3g} s, p95 {p95:.3g} s, p99 {p99:.3g} s",
+        )
+        ax.plot([p50, p95, p99], [0.5, 0.95, 0.99], "o", color=line.get_color(), ms=4)
     ax.set_xscale("log")
     ax.set_xlabel("TTFT (s, log scale)")
     ax.set_ylabel("fraction of requests")
@@ -246,6 +252,79 @@ def engine_timeline_plot(
     ax2.set_xlabel("simulated time (s)")
     ax2.grid(alpha=0.3)
     ax1.set_title(title)
+    return _save(fig, path, in_folder)
+
+
+def _time_unit(span: float) -> tuple[float, str]:
+    """Seconds per unit and the unit's name for a simulated-time axis ``span`` long."""
+    if span > 2 * 3600:
+        return 3600.0, "h"
+    if span > 10 * 60:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def timeseries_plot(
+    ts: Any, path: str | os.PathLike[str], title: str, in_folder: bool = False
+) -> Path:
+    """A run's time series (:func:`kvsim.results.timeseries.timeseries`) over simulated
+    time, a panel each: TTFT p50 and p95, hit ratio, GPU busy, and the share of GPU
+    compute time spent recomputing evicted tokens; one point per window, at its middle
+    (empty windows leave gaps). A panel whose column the run did not record says so."""
+    from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+    start = ts["window_start_s"].to_numpy(float)
+    end = ts["window_end_s"].to_numpy(float)
+    span = float(end.max() - start.min()) if len(ts) else 0.0
+    per, unit = _time_unit(span)
+    mid = (start + end) / 2 / per
+    fig, axes = plt.subplots(4, 1, figsize=(8, 8.4), sharex=True)
+    ax_t, ax_hit, ax_gpu, ax_re = axes
+
+    def values(column: str) -> np.ndarray:
+        v = ts[column].to_numpy(float) if column in ts else np.full(len(ts), np.nan)
+        return np.where(np.isfinite(v), v, np.nan)
+
+    def draw(ax: Any, column: str, label: str, scale: float = 1.0, **kw: Any) -> bool:
+        v = values(column)
+        if not np.isfinite(v).any():
+            return False
+        ax.plot(mid, v * scale, "o-", ms=2.5, lw=1, label=label, **kw)
+        return True
+
+    def none(ax: Any, what: str) -> None:
+        ax.text(0.5, 0.5, f"{what}: not recorded", transform=ax.transAxes, ha="center", va="center")
+
+    drawn = [draw(ax_t, f"ttft_{q}_s", f"TTFT {q}") for q in ("p50", "p95")]
+    if any(drawn):
+        ax_t.legend(fontsize=8, loc="upper left")
+        ax_t.set_ylim(0, None)
+    else:
+        none(ax_t, "TTFT")
+    ax_t.set_ylabel("TTFT")
+    _seconds_axis(ax_t)
+    for ax, column, label, what in (
+        (ax_hit, "hit_ratio", "hit ratio\n(% of prompt tokens)", "hit ratio"),
+        (ax_gpu, "gpu_busy_frac", "GPU busy\n(% of engine time)", "GPU busy"),
+        (
+            ax_re,
+            "gpu_recompute_frac",
+            "recompute share\n(% of GPU compute)",
+            "recomputed tokens",
+        ),
+    ):
+        if not draw(ax, column, label, 100.0):
+            none(ax, what)
+        ax.set_ylabel(label)
+        top = float(np.nanmax(values(column), initial=0.0))
+        ax.set_ylim(0, max(105.0, min(105.0 * top, 1e6)))  # GPU work summed over overlapping spans
+        ax.yaxis.set_major_formatter(PercentFormatter(100, decimals=0))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    ax_re.set_xlabel(f"simulated time ({unit}; arrivals per window)")
+    ax_re.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_t.set_title(title)
+    fig.tight_layout()
     return _save(fig, path, in_folder)
 
 
@@ -400,7 +479,43 @@ def read_summary(path: Path) -> dict[str, Any]:
     return doc
 
 
-RUN_FIGURES = ("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline")
+RUN_FIGURES = ("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline", "timeseries")
+TIMESERIES_PLOT_COLUMNS = (
+    "window_start_s", "window_end_s", "requests",
+    "ttft_p50_s", "ttft_p95_s", "hit_ratio", "gpu_busy_frac", "gpu_recompute_frac",
+)  # fmt: skip
+
+
+def read_timeseries(path: Path) -> Any:
+    """A run's timeseries.parquet (or .csv), checked as kvsim writes it: the columns the
+    figure draws, numeric; at least one row; windows of finite times >= 0 with an end past
+    their start; request counts >= 0; TTFTs NaN or times; fractions NaN or >= 0 (hit
+    ratio and recompute share at most 1)."""
+    df = read_table(path, "time-series table")
+    require_columns(df, TIMESERIES_PLOT_COLUMNS, path)
+    if df.empty:
+        raise InputError("no rows", where=str(path))
+    v = {c: df[c].to_numpy(float) for c in TIMESERIES_PLOT_COLUMNS}
+    finite_time = {c: (v[c] >= 0) & (v[c] <= MAX_TIME_S) for c in v}
+    checks = [
+        ("window_start_s", ~finite_time["window_start_s"], "not a time kvsim writes"),
+        ("window_end_s", ~finite_time["window_end_s"], "not a time kvsim writes"),
+        ("window_end_s", ~(v["window_end_s"] > v["window_start_s"]), "not after window_start_s"),
+        ("requests", ~((v["requests"] >= 0) & (v["requests"] <= 2.0**53)), "not a count"),
+    ]
+    for c in ("ttft_p50_s", "ttft_p95_s"):
+        checks.append((c, ~np.isnan(v[c]) & ~finite_time[c], "not a TTFT kvsim writes"))
+    for c, high in (("hit_ratio", 1.0), ("gpu_recompute_frac", 1.0), ("gpu_busy_frac", 1e6)):
+        bad = ~np.isnan(v[c]) & ~((v[c] >= 0) & (v[c] <= high * (1 + 1e-9)))
+        checks.append((c, bad, "not a fraction kvsim writes"))
+    for c, bad, why in checks:
+        hit = np.flatnonzero(bad)
+        if len(hit):
+            row = int(hit[0])
+            raise InputError(
+                f"column {c}: {float(v[c][row])!r} is {why}", where=_row_where(path, row)
+            )
+    return df
 
 
 def _check_figure_paths(paths: Sequence[Path]) -> None:
@@ -433,8 +548,9 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
         raise InputError("no finished requests after warm-up to plot", where=str(table))
     name = summary["scenario"]
     engines = int(summary.get("engines", 1))
-    cdf, breakdown, sources, timeline = (d / f"{n}.{fmt}" for n in RUN_FIGURES)
-    _check_figure_paths([cdf, breakdown, sources, timeline])
+    series = _run_timeseries(d, df)
+    cdf, breakdown, sources, timeline, over_time = (d / f"{n}.{fmt}" for n in RUN_FIGURES)
+    _check_figure_paths([cdf, breakdown, sources, timeline, over_time])
     return [
         ttft_cdf_plot({name: m["ttft_s"]}, cdf, f"{name}: TTFT CDF", in_folder=True),
         ttft_breakdown_plot(m, breakdown, f"{name}: where the time goes", in_folder=True),
@@ -451,7 +567,33 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
             f"{name}: requests in prefill and waiting over time ({engines} engines)",
             in_folder=True,
         ),
+        timeseries_plot(series, over_time, _timeseries_title(name, series), in_folder=True),
     ]
+
+
+def _timeseries_title(name: str, series: Any) -> str:
+    from kvsim.units import fmt_duration
+
+    w = series["window_end_s"] - series["window_start_s"]
+    width = f"{fmt_duration(float(w.iloc[0]))} windows" if len(w) else "windows"
+    return f"{name}: TTFT, hits and GPU time over the run ({width} of arrivals)"
+
+
+def _run_timeseries(d: Path, df: Any) -> Any:
+    """The folder's timeseries table, checked; for a folder without one (an older
+    kvsim's), the same computed from its requests table in default windows, without the
+    GPU's busy time (which needs the run's activity spans)."""
+    for table in (d / "timeseries.parquet", d / "timeseries.csv"):
+        if table.exists() or table.is_symlink():
+            return read_timeseries(table)
+    import pandas as pd
+
+    from kvsim.config.schema import Run
+    from kvsim.results.timeseries import timeseries
+
+    # only the numeric columns it reads (a damaged optional one is left out, not read)
+    keep = [c for c in df.columns if c == "decision" or pd.api.types.is_numeric_dtype(df[c])]
+    return timeseries(df[keep], [], Run().timeseries_window, 1)
 
 
 SWEEP_COLUMNS = ("run_id", "seed", "status", "ttft_p50_s", "ttft_p99_s")
@@ -507,7 +649,35 @@ def read_sweep_results(path: Path) -> tuple[Any, list[str]]:
             "ttft_p50_s is above ttft_p99_s: not a results table kvsim wrote",
             where=_row_where(path, int(bad[0])),
         )
+    if "ttft_p95_s" in df.columns:  # (an older kvsim's table has none)
+        require_columns(df, ("ttft_p95_s",), path)
+        p95 = df["ttft_p95_s"].to_numpy(float)
+        bad = np.flatnonzero(ok & ~np.isnan(p95) & ~((p95 >= 0) & (p95 <= MAX_TIME_S)))
+        if len(bad):
+            row = int(bad[0])
+            raise InputError(
+                f"column ttft_p95_s: {float(p95[row])!r} is not a TTFT kvsim writes "
+                "(>= 0 s, finite)",
+                where=_row_where(path, row),
+            )
+        bad = np.flatnonzero(ok & ((p50 > p95 * (1 + 1e-9)) | (p95 > p99 * (1 + 1e-9))))
+        if len(bad):
+            raise InputError(
+                "ttft_p95_s is not between ttft_p50_s and ttft_p99_s: not a results table "
+                "kvsim wrote",
+                where=_row_where(path, int(bad[0])),
+            )
     return df, columns
+
+
+def percentiles(tables: Sequence[Any]) -> tuple[str, ...]:
+    """The TTFT percentiles the sweep figures draw, a panel each: p50, p95 and p99, or
+    p50 and p99 when a table has no p95 (an older kvsim's)."""
+    has95 = all(
+        "ttft_p95_s" in t.columns and np.isfinite(t["ttft_p95_s"].to_numpy(float)).any()
+        for t in tables
+    )
+    return ("p50", "p95", "p99") if has95 else ("p50", "p99")
 
 
 def read_capacity(path: Path) -> Any:
@@ -583,16 +753,17 @@ def _spread(values: Any) -> tuple[float, float, float]:
     return iv.mean, iv.lo, iv.hi
 
 
-def _slo_line(axes: Sequence[Any], slo: Any) -> None:
-    """The SLO's threshold as a dashed line on the axis of its metric (p50 or p99)."""
+def _slo_line(axes: Sequence[Any], slo: Any, qs: Sequence[str]) -> None:
+    """The SLO's threshold as a dashed line on the axis of its metric (p50, p95 or p99)."""
     if slo is None:
         return
-    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+    for ax, q in zip(axes, qs, strict=True):
         if slo.metric == f"ttft_{q}_s":
             from kvsim.units import fmt_duration
 
             shown = f"SLO {slo.metric} {slo.op} {fmt_duration(slo.threshold)}"
             ax.axhline(slo.threshold, color="red", ls="--", lw=1, label=shown)
+            ax.legend(fontsize=7)  # (the curves' legend on the last axis holds it too)
 
 
 def _plain(value: Any) -> Any:
@@ -630,9 +801,11 @@ def _sweep_table(d: Path, x: str | None) -> tuple[Any, list[str], str | None]:
     return df, columns, axis
 
 
-def _draw_curves(axes: Sequence[Any], df: Any, columns: list[str], x: str, prefix: str) -> None:
-    """TTFT p50/p99 against the load axis, one curve per configuration: the mean over
-    seeds, and a band for its 95% interval when there are several seeds."""
+def _draw_curves(
+    axes: Sequence[Any], df: Any, columns: list[str], x: str, prefix: str, qs: Sequence[str]
+) -> None:
+    """TTFT percentiles ``qs`` against the load axis, one curve per configuration: the
+    mean over seeds, and a band for its 95% interval when there are several seeds."""
     others = [c for c in columns if c != x]
     xs = df[x].map(_number)
     inverse = x.endswith("time_scale")  # a smaller time scale is more load
@@ -643,7 +816,7 @@ def _draw_curves(axes: Sequence[Any], df: Any, columns: list[str], x: str, prefi
         label = prefix + (
             ", ".join(f"{c.split('.')[-1]}={v}" for c, v in zip(others, key, strict=True)) or "all"
         )
-        for ax, q in zip(axes, ("p50", "p99"), strict=True):
+        for ax, q in zip(axes, qs, strict=True):
             pts = sorted((xv, *_spread(h[f"ttft_{q}_s"])) for xv, h in g.groupby("_x", sort=False))
             xv = [p[0] for p in pts]
             (line,) = ax.plot(xv, [p[1] for p in pts], "o-", label=label, ms=3)
@@ -661,10 +834,11 @@ def sweep_plots(
     slo: Any = None,
     overlay: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Path]:
-    """TTFT p50/p99 against load, one curve per configuration (mean over seeds, with a
-    95% band over them), or, when nothing swept is a load, p50/p99 bars per
-    configuration; the SLO's threshold as a line; and, when the folder has a
-    capacity.csv, the capacity of each configuration. ``overlay``: more sweep folders
+    """TTFT p50/p95/p99 against load, one curve per configuration (mean over seeds, with
+    a 95% band over them), or, when nothing swept is a load, p50/p95/p99 bars per
+    configuration (p50 and p99 only for an older kvsim's table without p95); the SLO's
+    threshold as a line; and, when the folder has a capacity.csv, the capacity of each
+    configuration. ``overlay``: more sweep folders
     whose curves join this folder's on one figure (``overlay_ttft_vs_load``).
 
     Every table is read and checked, and every option matched to a figure that uses it,
@@ -687,19 +861,31 @@ def sweep_plots(
     draws: list[tuple[Path, Callable[[Path], Path]]] = []
     if tables and not tables[0][1].empty:
         df, columns, axis = tables[0][1], tables[0][2], tables[0][3]
+        qs = percentiles([t[1] for t in tables] if axis is not None else [df])
+        if slo is not None and slo.metric not in {f"ttft_{q}_s" for q in qs}:
+            raise InputError(
+                f"the sweep table has no {slo.metric} to draw the SLO on (an older kvsim's?)",
+                where="--slo",
+            )
         if axis is not None:
             for folder, t_df, _, t_axis in tables:
                 if t_axis is None or t_df.empty:
                     raise InputError("no load axis to overlay (use --x)", where=str(folder))
             name = "overlay_ttft_vs_load" if overlay else "ttft_vs_load"
             draws.append(
-                (d / f"{name}.{fmt}", lambda p: _load_curves(tables, p, title, slo, bool(overlay)))
+                (
+                    d / f"{name}.{fmt}",
+                    lambda p: _load_curves(tables, p, title, slo, bool(overlay), qs),
+                )
             )
         elif columns:  # a categorical sweep (policies, layouts): bars per configuration
             if overlay:
                 raise InputError("overlays need a load axis (use --x)", where=str(d))
             draws.append(
-                (d / f"ttft_by_config.{fmt}", lambda p: _config_bars(df, columns, p, title, slo))
+                (
+                    d / f"ttft_by_config.{fmt}",
+                    lambda p: _config_bars(df, columns, p, title, slo, qs),
+                )
             )
     if not draws:  # no TTFT figure: the options that act on it would be ignored
         why = (
@@ -723,16 +909,19 @@ def sweep_plots(
     return [draw(p) for p, draw in draws]
 
 
-def _load_curves(tables: list[Any], path: Path, title: str, slo: Any, overlay: bool) -> Path:
-    """The TTFT p50/p99-against-load figure of one sweep table (or several, overlaid)."""
+def _load_curves(
+    tables: list[Any], path: Path, title: str, slo: Any, overlay: bool, qs: Sequence[str]
+) -> Path:
+    """The TTFT-percentiles-against-load figure of one sweep table (or several, overlaid):
+    a panel per percentile of ``qs``."""
     df, axis = tables[0][1], tables[0][3]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    fig, axes = plt.subplots(1, len(qs), figsize=(5 * len(qs), 4), sharex=True)
     for folder, t_df, t_cols, t_axis in tables:
-        _draw_curves(axes, t_df, t_cols, t_axis, f"{folder.name}: " if overlay else "")
+        _draw_curves(axes, t_df, t_cols, t_axis, f"{folder.name}: " if overlay else "", qs)
     inverse = axis.endswith("time_scale")
     xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else axis
-    _slo_line(axes, slo)
-    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+    _slo_line(axes, slo, qs)
+    for ax, q in zip(axes, qs, strict=True):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"TTFT {q}")
         values = pd_values(df, f"ttft_{q}_s")
@@ -740,8 +929,8 @@ def _load_curves(tables: list[Any], path: Path, title: str, slo: Any, overlay: b
             ax.set_yscale("log")  # tails that explode read better on a log axis
         _seconds_axis(ax)
         ax.grid(alpha=0.3, which="both")
-    if axes[1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
-        axes[1].legend(fontsize=7)
+    if axes[-1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
+        axes[-1].legend(fontsize=7)
     seeds = "mean over seeds, 95% band" if df["seed"].nunique() > 1 else "one seed"
     fig.suptitle(title or f"TTFT against load ({seeds})")
     fig.tight_layout()
@@ -754,13 +943,16 @@ def pd_values(df: Any, column: str) -> Any:
     return v[np.isfinite(v.to_numpy(float))]
 
 
-def _config_bars(df: Any, columns: list[str], path: Path, title: str, slo: Any) -> Path:
-    """TTFT p50 and p99 per configuration of a sweep with no load axis: the mean over
-    seeds with its 95% interval as an error bar."""
+def _config_bars(
+    df: Any, columns: list[str], path: Path, title: str, slo: Any, qs: Sequence[str]
+) -> Path:
+    """TTFT percentiles ``qs`` per configuration of a sweep with no load axis: the mean
+    over seeds with its 95% interval as an error bar."""
     groups = list(df.groupby(columns, sort=False))
     labels = [", ".join(str(v) for v in (k if isinstance(k, tuple) else (k,))) for k, _ in groups]
-    fig, axes = plt.subplots(1, 2, figsize=(min(40, max(8, 1.0 * len(groups) + 4)), 4))
-    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+    width = min(40, max(4 * len(qs), (0.5 * len(groups) + 2) * len(qs)))
+    fig, axes = plt.subplots(1, len(qs), figsize=(width, 4))
+    for ax, q in zip(axes, qs, strict=True):
         stats = [_spread(g[f"ttft_{q}_s"]) for _, g in groups]
         means = [s[0] for s in stats]
         err = [[m - lo for m, (_, lo, _) in zip(means, stats, strict=True)]]
@@ -770,7 +962,7 @@ def _config_bars(df: Any, columns: list[str], path: Path, title: str, slo: Any) 
         ax.set_ylabel(f"TTFT {q}")
         _seconds_axis(ax)
         ax.grid(alpha=0.3, axis="y")
-    _slo_line(axes, slo)
+    _slo_line(axes, slo, qs)
     if slo is not None:
         for ax in axes:
             if ax.get_legend_handles_labels()[0]:

@@ -61,6 +61,51 @@ def _cost_row(s: dict[str, Any]) -> list[tuple[str, str]]:
     return [("cost", f"${usd:,.2f}/h   ${per_m:,.4g} per million prompt tokens at this load")]
 
 
+def _cold_warm_row(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """TTFT of cold requests (the first of a session or shared prefix) and warm ones,
+    when the summary has them."""
+    if "requests_cold" not in s:
+        return []
+    return [
+        (
+            "cold / warm",
+            f"cold {s['requests_cold']}: p50 {_t(s.get('ttft_cold_p50_s'))} "
+            f"p95 {_t(s.get('ttft_cold_p95_s'))}   warm {s.get('requests_warm', 0)}: "
+            f"p50 {_t(s.get('ttft_warm_p50_s'))} p95 {_t(s.get('ttft_warm_p95_s'))}",
+        )
+    ]
+
+
+def _count(x: Any) -> str:
+    return f"{x:,.0f}" if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
+
+
+def _restore_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The restore time's parts (means over requests that restored; their p95 are in the
+    summary) and the recomputed tokens, when the summary has them (and, for the parts,
+    some request restored)."""
+    rows = []
+    parts = ("lookup", "queue", "read", "h2d")
+    means = [s.get(f"restore_{p}_mean_s") for p in parts]
+    if all(isinstance(m, (int, float)) and math.isfinite(m) for m in means):
+        rows.append(
+            (
+                "restore parts",
+                "   ".join(f"{p} {_t(m)}" for p, m in zip(parts, means, strict=True))
+                + "   (means)",
+            )
+        )
+    if "recomputed_tokens" in s:
+        rows.append(
+            (
+                "recomputed",
+                f"{_count(s['recomputed_tokens'])} tokens   "
+                f"{_pct(s.get('gpu_recompute_frac', float('nan')))} of GPU compute time",
+            )
+        )
+    return rows
+
+
 def summary_table(s: dict[str, Any]) -> str:
     """The run summary as an aligned table."""
     src = s["token_source_frac"]
@@ -75,9 +120,10 @@ def summary_table(s: dict[str, Any]) -> str:
         (
             "TTFT",
             f"mean {_t(s['ttft_mean_s'])}   p50 {_t(s['ttft_p50_s'])}   "
-            f"p90 {_t(s['ttft_p90_s'])}   p99 {_t(s['ttft_p99_s'])}   "
-            f"max {_t(s['ttft_max_s'])}",
+            f"p90 {_t(s['ttft_p90_s'])}   p95 {_t(s.get('ttft_p95_s'))}   "
+            f"p99 {_t(s['ttft_p99_s'])}   max {_t(s['ttft_max_s'])}",
         ),
+        *_cold_warm_row(s),
         (
             "95% intervals",
             f"p50 {_interval(s['ttft_p50_ci_s'])}   p99 {_interval(s['ttft_p99_ci_s'])}   "
@@ -96,6 +142,7 @@ def summary_table(s: dict[str, Any]) -> str:
             f"{s['requests_per_s']:.3g} requests/s",
         ),
         ("hit ratio", _pct(s["hit_ratio"])),
+        *_restore_rows(s),
         *_cost_row(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),
         ("bytes read", "   ".join(f"{k} {fmt_bytes(v)}" for k, v in rb.items() if k != "gpu")),

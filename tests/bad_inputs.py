@@ -1854,6 +1854,94 @@ CASES: list[Case] = [
             ),
         ]
     ),
+    # ---- issue 27: time series ----
+    S("a time-series window of 0 s", "run:\n  timeseries_window: 0 s\n", "run.timeseries_window"),
+    S(
+        "a negative time-series window",
+        "run:\n  timeseries_window: -10 s\n",
+        "run.timeseries_window",
+    ),
+    C(
+        "run: a time-series window too narrow for the run",
+        [
+            "run",
+            "{QS}",
+            "--set",
+            "workload.requests=50",
+            "--set",
+            "run.warmup=0 s",
+            "--set",
+            "run.timeseries_window=1 ns",
+            "--out",
+            "{OUT}",
+            "--quiet",
+        ],
+        "run.timeseries_window",
+        "windows",
+    ),
+    # ---- issue 27: remote kinds ----
+    S(
+        "an object store with zero connections",
+        "remote:\n  kind: object_store\n  client: {connections: 0}\n",
+        "remote.client.connections",
+        "greater than 0",
+    ),
+    S(
+        "a shared NVMe store without a NIC path into HBM",
+        "node:\n  gpudirect_rdma: false\nremote:\n  kind: shared_nvme\n",
+        "remote.path",
+        "gpudirect_rdma",
+    ),
+    S(
+        "an object store read by GPUDirect",
+        "remote:\n  kind: object_store\n  path: gpudirect\n",
+        "remote.path",
+        "HTTP",
+    ),
+    S(
+        "a CPU codec on a GPUDirect GET",
+        "remote:\n  kind: shared_nvme\n  codec:\n    ratio: 0.5\n"
+        "    encode_bandwidth: 10 GB/s\n    decode_bandwidth: 10 GB/s\n    on: cpu\n",
+        "remote.codec.on",
+        "HBM",
+    ),
+    S("an unknown remote kind", "remote:\n  kind: s3\n", "remote.kind", "object_store"),
+    S(
+        "a per-connection rate of 0",
+        "remote:\n  client: {connection_bandwidth: 0 MB/s}\n",
+        "remote.client.connection_bandwidth",
+    ),
+    C(
+        "--set remote.kind: a kind that does not exist",
+        ["validate", "{QS}", "--set", "remote.kind=nvme"],
+        "remote.kind",
+        "shared_nvme",
+    ),
+    # ---- issue 27: peer tier ----
+    S(
+        "a peer tier with one engine",
+        "cluster:\n  engines: 1\ntiers:\n  peer: {enabled: true}\n",
+        "tiers.peer.enabled",
+        "at least two engines",
+    ),
+    S(
+        "a peer tier without a host tier",
+        "tiers:\n  host: {enabled: false}\n  peer: {enabled: true}\nprefetch: {policy: none}\n",
+        "tiers.peer.enabled",
+        "host tier is disabled",
+    ),
+    S(
+        "a peer tier whose engine part of T0 exceeds T0",
+        "tiers:\n  peer: {enabled: true, t0: 1 ms, t0_engine: 2 ms}\n",
+        "tiers.peer.t0_engine",
+        "larger than t0",
+    ),
+    C(
+        "--set tiers.peer.enabled on one engine",
+        ["run", "{QS}", "--set", "cluster.engines=1", "--set", "tiers.peer.enabled=true"],
+        "tiers.peer.enabled",
+        "two engines",
+    ),
 ]
 
 

@@ -65,7 +65,9 @@ def test_warm_up_and_time_limit_shrink_with_the_load():
     from kvsim.api import load
     from kvsim.experiments.capacity import load_overrides
 
-    sc = load(SCENARIOS / "quickstart.yaml", {"run.max_time": "800 s"})
+    # (single-turn requests: multi-turn sessions keep the span and scale the requests,
+    # tests/test_central_nvme.py)
+    sc = load(SCENARIOS / "quickstart.yaml", {"run.max_time": "800 s", "workload.sessions": None})
     o = load_overrides(sc, 8.0)
     assert o["workload.arrivals.rate"] == "16.0/s"
     assert load(sc, o).run.warmup == pytest.approx(15.0)

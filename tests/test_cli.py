@@ -51,7 +51,7 @@ def test_run_prints_a_table_and_writes_outputs(tmp_path, capsys):
         assert label in text
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) >= KEYS
-    assert set(summary["token_source_frac"]) == {"gpu", "host", "nvme", "remote", "compute"}
+    assert set(summary["token_source_frac"]) == {"gpu", "host", "nvme", "remote", "peer", "compute"}
     df = pd.read_parquet(out / "requests.parquet")
     assert list(df.columns) == list(COLUMN_NAMES) and len(df) == 300
     assert (out / "scenario.yaml").exists()

@@ -39,7 +39,7 @@ BASE: dict[str, Any] = {
     "name": "fuzz",
     "profile": "b300-pcp8-glm5",
     "seed": 1,
-    "run": {"warmup": "auto", "max_time": "600 s"},
+    "run": {"warmup": "auto", "max_time": "600 s", "timeseries_window": "10 s"},
     "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
     "node": {
         "nvme_write_per_drive": "7 GB/s",
@@ -49,6 +49,7 @@ BASE: dict[str, Any] = {
         "gpu_memory_utilization": 0.9,  # HBM pools (issue 25)
         "activation_reserve": "15 GB",
         "kv_per_gpu": None,
+        "gpudirect_rdma": True,  # issue 27
     },
     "model": {"weight_bytes": "744 GB"},
     # the roofline's parallel terms (issue 26) at their defaults: a node-level roofline
@@ -76,8 +77,12 @@ BASE: dict[str, Any] = {
             "promote": True,  # NVMe -> host on a hit (issue 25)
             "codec": {"ratio": 0.5, "encode_bandwidth": "20 GB/s", "decode_bandwidth": "40 GB/s"},
         },
+        # other engines' host tiers (issue 27)
+        "peer": {"enabled": True, "t0": "1 ms", "t0_engine": "0 s", "streams": False},
     },
     "remote": {
+        "kind": "kv_server",  # issue 27: kv_server | object_store | shared_nvme
+        "path": None,
         "servers": 8,
         "sharding": "per_rank",
         "timeout": "2 s",
@@ -88,10 +93,17 @@ BASE: dict[str, Any] = {
             "round_trip": "100 us",
             "pipeline_depth": 4,
             "copy_bandwidth": "5 GB/s",
+            "connection_bandwidth": None,
         },
     },
     "prefetch": {"policy": "timeout", "timeout": "50 ms", "on_session": True},
-    "cost": {"gpu_node_hour": 98.0, "dram_gb_month": 3.0, "remote_server_hour": 0.5},
+    "cost": {
+        "gpu_node_hour": 98.0,
+        "dram_gb_month": 3.0,
+        "remote_server_hour": 0.5,
+        "object_store_get_per_1k": 0.0004,
+        "object_store_put_per_1k": 0.005,
+    },
     "faults": [{"kind": "server_down", "server": 1, "at": "5 s", "until": "8 s"}],
     "tenancy": {"isolation": "tenant", "ttl": "60 s"},
     "workload": {
@@ -326,6 +338,7 @@ def check_contract(argv: list[str], out: Path) -> None:
             "requests.parquet",
             "scenario.yaml",
             "summary.json",
+            "timeseries.parquet",
         ]
 
 

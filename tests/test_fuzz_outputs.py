@@ -86,7 +86,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 FILES = {
-    "run": ["summary.json", "requests.parquet", "requests.csv"],
+    "run": ["summary.json", "requests.parquet", "requests.csv", "timeseries.parquet"],
     "sweep": ["results.parquet"],
     "capacity": ["capacity.csv"],
 }
@@ -189,7 +189,13 @@ def _plot(folder: Path, *extra: str) -> tuple[int, str]:
 
 
 FIGURES = {
-    "run": {"ttft_cdf.png", "ttft_breakdown.png", "token_sources.png", "engine_timeline.png"},
+    "run": {
+        "ttft_cdf.png",
+        "ttft_breakdown.png",
+        "token_sources.png",
+        "engine_timeline.png",
+        "timeseries.png",
+    },
     "sweep": {"ttft_vs_load.png"},
     "capacity": {"capacity.png"},
 }

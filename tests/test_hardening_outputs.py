@@ -252,7 +252,12 @@ def test_run_results_crash_between_renames(tmp_path, monkeypatch, results):
     assert calls and _snapshot(out) == before
     _no_leftovers(tmp_path, out)
     write_results(results, out, "parquet")  # and the next run replaces it
-    assert sorted(os.listdir(out)) == ["requests.parquet", "scenario.yaml", "summary.json"]
+    assert sorted(os.listdir(out)) == [
+        "requests.parquet",
+        "scenario.yaml",
+        "summary.json",
+        "timeseries.parquet",
+    ]
 
 
 def test_baseline_folder_is_all_or_nothing(tmp_path, monkeypatch):
@@ -318,7 +323,7 @@ def test_cli_run_out_never_deletes_the_figures_kvsim_plot_drew(tmp_path, capsys)
     assert main(["plot", str(out), "--format", "svg"]) == 0
     before = {f.name: f.read_bytes() for f in out.iterdir()}
     figures = sorted(n for n in before if n.endswith(".svg"))
-    assert len(figures) == 4
+    assert len(figures) == 5
     capsys.readouterr()
     assert main([*argv, "--format", "csv"]) == 2
     err = capsys.readouterr().err.strip()
@@ -327,7 +332,12 @@ def test_cli_run_out_never_deletes_the_figures_kvsim_plot_drew(tmp_path, capsys)
     for f in figures:
         (out / f).unlink()
     assert main([*argv, "--format", "csv"]) == 0  # its own files (requests.parquet) replaced
-    assert sorted(os.listdir(out)) == ["requests.csv", "scenario.yaml", "summary.json"]
+    assert sorted(os.listdir(out)) == [
+        "requests.csv",
+        "scenario.yaml",
+        "summary.json",
+        "timeseries.csv",
+    ]
 
 
 @pytest.mark.parametrize("name", ["summary.json", "requests.parquet", "ttft_cdf.png"])

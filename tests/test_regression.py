@@ -53,7 +53,7 @@ def check(gate, tmp_path, *extra):
 def test_unchanged_rerun_passes(gate, tmp_path, capsys):
     assert check(gate, tmp_path) == 0
     out = capsys.readouterr().out
-    assert "passed: 0 of 15" in out and "REGRESSION" not in out and "note:" not in out
+    assert "passed: 0 of 18" in out and "REGRESSION" not in out and "note:" not in out
 
 
 def test_halving_remote_bandwidth_fails_with_readable_lines(gate, tmp_path, capsys):
@@ -80,7 +80,7 @@ def test_reports_are_valid_junit_and_markdown(gate, tmp_path, capsys):
     suites = root.findall("testsuite")
     assert {s.get("name") for s in suites} == {"remote-heavy", "compute-bound"}
     cases = root.findall(".//testcase")
-    assert len(cases) == int(root.get("tests")) == 15
+    assert len(cases) == int(root.get("tests")) == 18
     failures = root.findall(".//failure")
     assert len(failures) == int(root.get("failures")) > 0
     assert all(s.get("tests") == str(len(s.findall("testcase"))) for s in suites)

@@ -33,6 +33,8 @@ GPU: Final = 0
 HOST: Final = 1
 NVME: Final = 2
 REMOTE: Final = 3
+PEER: Final = 4  # another engine's host DRAM, over both NICs (tiers.peer)
+COMPUTED: Final = 5  # index of the computed tokens in a job's per-source token counts
 
 # write policies (how blocks reach a tier from the one above)
 WRITE_POLICIES: Final = ("write_back", "write_through", "write_through_selective")

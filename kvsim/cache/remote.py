@@ -102,6 +102,8 @@ class RemoteStore:
         self.down: set[int] = set()  # servers that are lost now
         self.read_bytes = 0.0  # bytes GETs moved
         self.puts = 0  # put transfers started
+        self.get_ops = 0  # operations (chunk requests, shards of chunks) GETs made
+        self.put_ops = 0  # operations puts made (one per chunk on each server it writes)
         self.put_bytes = 0.0
         self.landed_bytes = 0.0  # bytes puts stored (each server's shards, all servers)
         self.puts_dropped = 0  # block shards not stored because a put queue was full

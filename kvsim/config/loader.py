@@ -29,12 +29,12 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvsim.config.schema import REMOVED_FIELDS, Scenario, cross_checks
+from kvsim.config.schema import REMOTE_KINDS, REMOVED_FIELDS, Scenario, cross_checks
 from kvsim.errors import InputError, shown
 from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, read_text
 from kvsim.plugins import canonical, is_file_spec, load_plugins
 from kvsim.plugins import scope as plugin_scope
-from kvsim.profiles import DEFAULT_PROFILE, profile_path
+from kvsim.profiles import DEFAULT_PROFILE, profile_path, remote_kind_path
 
 Path_ = tuple[Any, ...]
 RecordT = TypeVar("RecordT", bound=BaseModel)
@@ -633,6 +633,40 @@ def _load_profile(
     return layer, {k: v for k, v in origins.items() if k and k[0] in layer}
 
 
+def remote_kind_layer(
+    profile: dict[str, Any], origins: Origins, scenario: Mapping[str, Any]
+) -> tuple[dict[str, Any], Origins]:
+    """The profile layer, its remote section replaced by the shipped profile of the remote
+    kind the scenario (its extends chain and ``--set``) asks for, when that differs from the
+    profile's own (kvsim/profiles/remote/KIND.yaml); the scenario's remote fields then
+    merge over it as over any profile. An unknown kind is left for validation to name."""
+    remote = scenario.get("remote")
+    kind = remote.get("kind") if isinstance(remote, dict) else None
+    if not isinstance(kind, str) or kind not in REMOTE_KINDS:
+        return profile, origins
+    own = profile.get("remote")
+    current = own.get("kind", "kv_server") if isinstance(own, dict) else "kv_server"
+    if kind == current:
+        return profile, origins
+    path = remote_kind_path(kind)
+    data, kind_origins = load_yaml(path)
+    section = _require_mapping(data, str(path)).get("remote")
+    if not isinstance(section, dict):  # pragma: no cover - shipped files have one
+        raise InputError("expected a remote: section", where=str(path))
+    layer = {**profile, "remote": section}
+    kept = {p: w for p, w in origins.items() if not p or p[0] != "remote"}
+    # named as the package file (kvsim/profiles/remote/KIND.yaml:LINE), wherever installed
+    shown = f"kvsim/profiles/remote/{kind}.yaml"
+    kept.update(
+        {
+            p: w.replace(str(path), shown, 1)
+            for p, w in kind_origins.items()
+            if p and p[0] == "remote"
+        }
+    )
+    return layer, kept
+
+
 _COMPOSE_KEYS = {"model", "gpu", "gpus", "tp", "pcp", "ep", "dtype", "base"}
 
 
@@ -961,6 +995,7 @@ def load_scenario(
     profile_layer, profile_origins = _load_profile(
         data["profile"], _where(origins, ("profile",), str(p)), p.parent, budget
     )
+    profile_layer, profile_origins = remote_kind_layer(profile_layer, profile_origins, data)
     merged, merged_origins = merge_layers(profile_layer, profile_origins, data, origins)
     merged.setdefault("source", str(p))
     return validate(merged, merged_origins, str(p))
@@ -981,5 +1016,6 @@ def scenario_from_dict(
         apply_overrides(d, origins, overrides)
     d.setdefault("profile", DEFAULT_PROFILE)
     layer, porigins = _load_profile(d["profile"], label, Path(base_dir))
+    layer, porigins = remote_kind_layer(layer, porigins, d)
     merged, merged_origins = merge_layers(layer, porigins, d, origins)
     return validate(merged, merged_origins, label)

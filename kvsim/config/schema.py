@@ -159,6 +159,11 @@ class Node(Record):
     )
     nic_per_gpu: Bandwidth = Field(description="network bandwidth per GPU")
     network_latency: Duration = Field("50 us", description="one-way network latency to a server")
+    gpudirect_rdma: bool = Field(
+        True,
+        description="the NICs can write into HBM (GPUDirect RDMA: NICs and GPUs under common "
+        "PCIe switches); false: no NIC path into HBM, so remote.path: gpudirect is refused",
+    )
     copy_engine: Literal["dma", "kernel"] = Field(
         "dma",
         description="what moves restored KV into HBM: the GPU's copy engines (dma, vLLM's "
@@ -438,10 +443,42 @@ class NvmeTier(LocalTier):
     )
 
 
+class PeerTier(Record):
+    """KV held in other engines' host DRAM, fetched over the holder's and the reader's NICs
+    (LMCache P2P, Mooncake's transfer engine, vLLM's remote peer). Its capacity is the
+    other engines' host tiers: nothing is copied for it."""
+
+    enabled: bool = Field(
+        False, description="true: a lookup also finds blocks in other engines' host tiers"
+    )
+    # L (order of magnitude, not measured): LMCache's P2P backend asks its controller
+    # which instance holds the chunks (batched_p2p_lookup over ZMQ/TCP), then the peer,
+    # then reads by NIXL (docs.lmcache.ai/kv_cache/p2p_sharing.html; its example polls the
+    # lookup every 1 ms, lookup_backoff_time: 0.001); two RPCs in one data centre are
+    # 0.1-0.5 ms each. The read's own round trip is the two NICs' network_latency.
+    t0: Duration = Field(
+        "1 ms",
+        description="fixed cost per request that reads from a peer: the cluster index lookup "
+        "and the read's setup (default 1 ms: LMCache P2P's controller lookup and its 1 ms "
+        "lookup_backoff_time; L, 0.2-5 ms). The read also crosses both NICs' latency",
+    )
+    t0_engine: Duration = Field(
+        "0 s",
+        description="the part of t0 the engine pays (lookup work; at most t0); the "
+        "rest only the request waits. sync: the engine waits all of t0",
+    )
+    streams: bool = Field(
+        False,
+        description="restores can be read layer by layer (layerwise); false: LMCache's P2P "
+        "backend retrieves whole chunks",
+    )
+
+
 class Tiers(Record):
     gpu: GpuTier = Field(description="HBM prefix cache")
     host: LocalTier = Field(description="host DRAM tier")
     nvme: NvmeTier = Field(description="local NVMe tier")
+    peer: PeerTier = Field(PeerTier(), description="other engines' host DRAM, over the network")
 
 
 class StallModel(Record):
@@ -467,13 +504,40 @@ class RemoteClient(Record):
     )
     copy_bandwidth: Bandwidth = Field(
         "5 GB/s",
-        description="receive and copy into pinned host memory, serial on the rank (> 0)",
+        description="receive and copy into pinned host memory, serial on the rank (> 0); "
+        "no copy (and no bound) for a shared_nvme store read by GPUDirect (remote.path)",
+    )
+    connection_bandwidth: Bandwidth | None = Field(
+        None,
+        description="most one connection moves (an object store's per-connection rate, e.g. "
+        "85-90 MB/s to S3): each operation also takes chunk bytes / this on its connection, "
+        "so N connections pull at most N x this (null: unlimited)",
     )
 
 
-class Remote(Record):
-    """Remote KV store shared by all engines (e.g. LMCache over Valkey)."""
+REMOTE_KINDS = ("kv_server", "object_store", "shared_nvme")
 
+
+class Remote(Record):
+    """Remote KV store shared by all engines: a KV server (LMCache over Valkey), an object
+    store (S3-like) or a shared NVMe store (WEKA's Augmented Memory Grid-like); each kind
+    has a shipped profile (kvsim/profiles/remote/KIND.yaml; docs/data-path.md, "Remote
+    store kinds")."""
+
+    kind: Literal["kv_server", "object_store", "shared_nvme"] = Field(
+        "kv_server",
+        description="kv_server: memory servers (Valkey); object_store: S3-like (first-byte "
+        "latency, per-connection rate, per-request price); shared_nvme: NVMe servers over RDMA "
+        "(GPUDirect into HBM). A kind other than the profile's starts the remote section from "
+        "kvsim/profiles/remote/KIND.yaml",
+    )
+    path: Literal["gpudirect", "bounce"] | None = Field(
+        None,
+        description="how a GET reaches HBM: bounce (through pinned host memory: the NIC, the "
+        "client's copy, then the host-to-GPU link) or gpudirect (RDMA from the NIC straight "
+        "into HBM: no host-to-GPU link, no client copy; needs node.gpudirect_rdma, and not an "
+        "object_store). null: gpudirect for shared_nvme, bounce otherwise",
+    )
     enabled: bool = Field(True, description="false: no remote tier")
     servers: Bounded(4096) = Field(1, description="server instances")
     sharding: Literal["none", "per_rank"] = Field(
@@ -525,6 +589,11 @@ class Remote(Record):
         description="puts queued or in flight per engine; further puts are dropped (0 = no puts)",
     )
     stall: StallModel = Field(StallModel(), description="GETs that hang (client bugs)")
+
+    @property
+    def gpudirect(self) -> bool:
+        """True when a GET lands in HBM by GPUDirect RDMA (``path``; null: shared_nvme)."""
+        return self.path == "gpudirect" or (self.path is None and self.kind == "shared_nvme")
 
 
 # Fields that were removed, by (record, field): what replaces each (the loader says so)
@@ -898,6 +967,11 @@ class Run(Record):
     max_time: PositiveDuration | None = Field(
         None, description="stop the clock here; unfinished requests are reported"
     )
+    timeseries_window: PositiveDuration = Field(
+        "10 s",
+        description="width of the windows of timeseries.parquet (kvsim run --out): one row "
+        "per window of measured requests' arrival times",
+    )
 
 
 MAX_PRICE = 1e9  # US dollars per unit: past any real price (a typo, or an overflow)
@@ -941,7 +1015,20 @@ class Cost(Record):
         0.0, description="per GB-month of NVMe for the NVMe tier (its capacity per engine)"
     )
     remote_memory_gb_month: Price = Field(
-        0.0, description="per GB-month of remote store memory (remote.capacity per server)"
+        0.0,
+        description="per GB-month of remote store capacity (remote.capacity per server): "
+        "memory of a kv_server, drives of a shared_nvme store, the bytes kept in an "
+        "object_store (S3 Standard: $0.023)",
+    )
+    object_store_get_per_1k: Price = Field(
+        0.0,
+        description="object_store: per 1,000 GET requests (one per chunk operation; S3 "
+        "Standard: $0.0004), at the run's measured rate",
+    )
+    object_store_put_per_1k: Price = Field(
+        0.0,
+        description="object_store: per 1,000 PUT requests (one per chunk operation; S3 "
+        "Standard: $0.005), at the run's measured rate",
     )
     remote_server_hour: Price = Field(0.0, description="per remote store server per hour")
 
@@ -1024,6 +1111,7 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("model",), "give kv_bytes_per_token or kv_layout"))
     out += _timing_checks(sc)
     out += _engine_checks(sc)
+    out += _peer_checks(sc)
     out += _cost_checks(sc)
     ten = sc.tenancy
     if ten.quota or ten.ttl is not None:  # kept by the built-in stores' bookkeeping
@@ -1089,6 +1177,7 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                 and (len(d.weights) != len(d.values) or sum(d.weights) <= 0)
             ):
                 out.append(((*where, "weights"), "need one weight per value, sum > 0"))
+    out += _remote_kind_checks(sc)
     if sc.remote.enabled and sc.remote.sharding == "per_rank" and n.pcp == 1:
         out.append((("remote", "sharding"), "per_rank needs ranks: node.pcp is 1"))
     if isinstance(w, SyntheticWorkload) and w.prestored and not sc.remote.enabled:
@@ -1132,6 +1221,55 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     return out
 
 
+def _remote_kind_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """What a remote store kind cannot do (docs/data-path.md, "Remote store kinds")."""
+    rc = sc.remote
+    if not rc.enabled:
+        return []
+    out: list[tuple[tuple[Any, ...], str]] = []
+    if rc.path == "gpudirect" and rc.kind == "object_store":
+        out.append(
+            (
+                ("remote", "path"),
+                "gpudirect: an object store answers over HTTP into host memory; use bounce "
+                "(or null)",
+            )
+        )
+    elif rc.gpudirect and not sc.node.gpudirect_rdma:
+        out.append(
+            (
+                ("remote", "path"),
+                f"gpudirect: a {rc.kind} store has no NIC path into HBM on this node "
+                "(node.gpudirect_rdma: false); set remote.path: bounce",
+            )
+        )
+    if rc.gpudirect and rc.codec is not None and rc.codec.on == "cpu":
+        out.append(
+            (
+                ("remote", "codec", "on"),
+                "cpu: a GPUDirect GET lands in HBM, out of the CPU's reach; decode on the gpu "
+                "or set remote.path: bounce",
+            )
+        )
+    return out
+
+
+def lookup_order(sc: Scenario) -> list[str]:
+    """The tiers a lookup walks, first to last (only those enabled): gpu, host, nvme,
+    peer, remote (with its kind). Each block comes from the first tier holding it."""
+    t = sc.tiers
+    order = ["gpu"]
+    if t.host.enabled:
+        order.append("host")
+    if t.nvme.enabled:
+        order.append("nvme")
+    if t.peer.enabled:
+        order.append("peer")
+    if sc.remote.enabled:
+        order.append(f"remote ({sc.remote.kind})")
+    return order
+
+
 def _cost_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     """The layout's price per hour (as kvsim.results.records.usd_per_hour adds it up)
     must stay below MAX_USD_PER_HOUR: past it the prices are a typo, and the hourly or
@@ -1168,6 +1306,36 @@ def _cost_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             f"(at most ${MAX_USD_PER_HOUR:g} an hour in all): a typo?",
         )
     ]
+
+
+def _peer_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """The peer tier reads other engines' host tiers: it needs two engines and a host
+    tier; its engine part of T0 is at most T0; layer-wise loading needs it to stream."""
+    peer = sc.tiers.peer
+    if not peer.enabled:
+        return []
+    out: list[tuple[tuple[Any, ...], str]] = []
+    where = ("tiers", "peer", "enabled")
+    if sc.cluster.engines < 2:
+        out.append((where, "a peer tier needs at least two engines (cluster.engines is 1)"))
+    if not sc.tiers.host.enabled:
+        out.append(
+            (where, "a peer tier reads other engines' host tiers, and the host tier is disabled")
+        )
+    if peer.t0_engine > peer.t0:
+        out.append(
+            (("tiers", "peer", "t0_engine"), f"is larger than t0 ({peer.t0:g} s): lower it too")
+        )
+    if sc.engine.layerwise and sc.cluster.load_policy != "recompute" and not peer.streams:
+        out.append(
+            (
+                ("engine", "layerwise"),
+                "the peer tier cannot stream layer by layer (tiers.peer.streams: false): set "
+                "engine.layerwise: false, tiers.peer.enabled: false, or tiers.peer.streams: "
+                "true if its connector loads layer by layer",
+            )
+        )
+    return out
 
 
 def _timing_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:

@@ -9,19 +9,36 @@ A GET reads ``n`` chunks ("operations") of ``c`` bytes each. Per operation:
                                           connectors copy under the GIL)
     r   = round_trip                      request out, first byte back, per operation
 
-A client with ``connections`` connections, each with ``pipeline_depth`` operations in
-flight, keeps at most W = connections x pipeline_depth operations outstanding; by Little's
-law it completes at most W / (r + t_s + t_c) of them per second. A lone GET of n
+A connection may also have a rate of its own (``connection_bandwidth`` b, an object
+store's per-connection rate: S3 serves one request at 85-90 MB/s); then each operation
+also spends
+
+    t_n = c / b                           on its connection (0 when b is null: unlimited)
+
+and the operations on one connection share its rate, so N connections move at most N x b.
+
+A client with ``connections`` (N) connections, each with ``pipeline_depth`` operations in
+flight, keeps at most W = N x pipeline_depth operations outstanding; by Little's law it
+completes at most W / (r + t_s + t_c + t_n) of them per second. A lone GET of n
 operations on one server therefore takes
 
-    T(n) = n * max(t_s, t_c, (r + t_s + t_c) / W)                          (1)
+    T(n) = n * max(t_s, t_c, t_n / N, (r + t_s + t_c + t_n) / W)           (1)
 
-(the server, the copy, or the window binds). The first operation's own latency beyond
-one interval (at most r + t_c) is not charged: the model is a rate, as the fabric is.
+(the server, the copy, the connections' rate, or the window binds). The first
+operation's own latency beyond one interval is not charged: the model is a rate, as the
+fabric is; the request's fixed first-byte cost is the store's T0 (``remote.t0``). For an
+object store (r = first-byte latency, b = per-connection rate, pipeline_depth 1, server
+and copy negligible) this is T(n) = n * (r + c/b) / N: N connections each fetching one
+ranged GET after another.
 
 The client's part alone is a rate (bytes/s),
 
-    client_rate(c) = c / max(t_c, (r + t_s + t_c) / W)                     (2)
+    client_rate(c) = c / max(t_c, t_n / N, (r + t_s + t_c + t_n) / W)      (2)
+
+A GET read by GPUDirect RDMA straight into HBM (``remote.path: gpudirect``) has no
+client copy: the simulation passes copy_bandwidth = inf, so t_c = 0. Puts are capped by
+``put_rate`` (the same window and connections, no copy) only when the connections have a
+rate of their own; otherwise they are uncapped (the server and the NIC bind), as before.
 
 which the fabric applies as a per-flow cap: unsharded, one rank's client moves the whole
 GET (c = a whole chunk); per rank, every rank's own client moves its shard (c = chunk /
@@ -36,6 +53,7 @@ it, and ``kvsim.profiles.derive`` computes the per-rank speed-up it predicts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +65,19 @@ class Client:
     connections: int = 1
     round_trip: float = 100e-6  # s
     pipeline_depth: int = 4
-    copy_bandwidth: float = 5e9  # B/s
+    copy_bandwidth: float = 5e9  # B/s (inf: no copy, GPUDirect)
+    connection_bandwidth: float | None = None  # B/s per connection (None: unlimited)
 
     @classmethod
     def of(cls, cfg: Any) -> Client:
         """The client a scenario's ``remote.client`` block describes."""
-        return cls(cfg.connections, cfg.round_trip, cfg.pipeline_depth, cfg.copy_bandwidth)
+        return cls(
+            cfg.connections,
+            cfg.round_trip,
+            cfg.pipeline_depth,
+            cfg.copy_bandwidth,
+            cfg.connection_bandwidth,
+        )
 
     @property
     def window(self) -> int:
@@ -64,7 +89,12 @@ def op_interval(c: float, client: Client, bandwidth: float, op_overhead: float) 
     """Seconds per operation of ``c`` bytes of a lone GET on one server, equation (1)."""
     t_s = op_overhead + c / bandwidth
     t_c = c / client.copy_bandwidth
-    return max(t_s, t_c, (client.round_trip + t_s + t_c) / client.window)
+    if client.connection_bandwidth is None:
+        return max(t_s, t_c, (client.round_trip + t_s + t_c) / client.window)
+    t_n = c / client.connection_bandwidth
+    return max(
+        t_s, t_c, t_n / client.connections, (client.round_trip + t_s + t_c + t_n) / client.window
+    )
 
 
 def get_seconds(n: int, c: float, client: Client, bandwidth: float, op_overhead: float) -> float:
@@ -77,7 +107,23 @@ def client_rate(c: float, client: Client, bandwidth: float, op_overhead: float) 
     unloaded; its t_s enters only through the round trip of each operation)."""
     t_s = op_overhead + c / bandwidth
     t_c = c / client.copy_bandwidth
-    return c / max(t_c, (client.round_trip + t_s + t_c) / client.window)
+    if client.connection_bandwidth is None:
+        return c / max(t_c, (client.round_trip + t_s + t_c) / client.window)
+    t_n = c / client.connection_bandwidth
+    return c / max(
+        t_c, t_n / client.connections, (client.round_trip + t_s + t_c + t_n) / client.window
+    )
+
+
+def put_rate(c: float, client: Client, bandwidth: float, op_overhead: float) -> float:
+    """Bytes/s one client can push in operations of ``c`` bytes when its connections have a
+    rate of their own: equation (2) without the receive copy; inf when they have none (the
+    server's link and the NIC bind puts, as they always did)."""
+    if client.connection_bandwidth is None:
+        return math.inf
+    t_s = op_overhead + c / bandwidth
+    t_n = c / client.connection_bandwidth
+    return c / max(t_n / client.connections, (client.round_trip + t_s + t_n) / client.window)
 
 
 def get_rate(
@@ -158,6 +204,14 @@ RANGES: dict[str, Range] = {
         2.0e9,
         "M",
         "published single-instance Valkey GET rates for multi-MB values (HARDWARE.md)",
+    ),
+    "connection_bandwidth": Range(
+        85e6,
+        90e6,
+        "H",
+        "an object store's rate per connection: AWS's S3 performance guidelines advise one "
+        "concurrent request for each 85-90 MB/s of desired throughput (null, unlimited, for "
+        "a KV server: its one thread binds first)",
     ),
     "op_overhead": Range(
         2e-6,

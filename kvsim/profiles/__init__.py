@@ -1,7 +1,9 @@
 """Hardware/model profiles shipped with kvsim, selectable by name.
 
 A profile is a scenario fragment (``node``, ``model``, ``timing``, ``tiers``, ``remote``)
-in a YAML file next to this module, with its sources written beside each number. A
+in a YAML file next to this module, with its sources written beside each number. The
+``remote/`` folder holds one ``remote:`` section per remote store kind (``remote.kind``),
+which a scenario asking for another kind than its profile's starts from. A
 scenario names one with ``profile: NAME`` and may override any field. A scenario may
 also name a profile file of its own (``profile: my-node.yaml``, relative to the scenario).
 """
@@ -17,6 +19,12 @@ from kvsim.files import check_regular, is_regular
 
 PROFILE_DIR = Path(__file__).parent
 DEFAULT_PROFILE = "b300-pcp8-glm5"
+REMOTE_KIND_DIR = PROFILE_DIR / "remote"  # one remote: section per remote.kind
+
+
+def remote_kind_path(kind: str) -> Path:
+    """The shipped profile of a remote store kind (kvsim/profiles/remote/KIND.yaml)."""
+    return REMOTE_KIND_DIR / f"{kind}.yaml"
 
 
 def list_profiles() -> list[dict[str, str]]:

@@ -10,14 +10,16 @@ from kvsim.errors import InputError
 
 def study(name: str) -> ModuleType:
     """The module reproducing a study (``paper`` is the remote-KV-tier study,
-    ``vllm-offload`` vLLM's KV offloading connector blog; ``all``, every study with a
-    validation summary, is :mod:`kvsim.reproduce.validation`)."""
-    from kvsim.reproduce import remote_kv_tiers, vllm_offload
+    ``vllm-offload`` vLLM's KV offloading connector blog, ``central-nvme`` the central
+    NVMe KV store's vendor claims; ``all``, every study with a validation summary, is
+    :mod:`kvsim.reproduce.validation`)."""
+    from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
 
     studies = {
         "paper": remote_kv_tiers,
         "remote-kv-tiers": remote_kv_tiers,
         "vllm-offload": vllm_offload,
+        "central-nvme": central_nvme,
     }
     if name not in studies:
         raise InputError(f"unknown study {name!r}; choose one of {sorted([*studies, 'all'])}")

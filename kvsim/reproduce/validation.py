@@ -10,7 +10,10 @@ kind):
   per-figure calibration: its 16k recompute time becomes a prediction. The remote store's
   constants (Valkey bandwidth, per-op cost, T0) are the seed study's calibration in both
   and stay labelled calibrated, as do the figures they were solved from;
-- ``vllm-offload``: vLLM's KV offloading connector blog (:mod:`kvsim.reproduce.vllm_offload`).
+- ``vllm-offload``: vLLM's KV offloading connector blog (:mod:`kvsim.reproduce.vllm_offload`);
+- ``central-nvme``: a shared NVMe KV store's vendor claims beside kvsim's figures
+  (:mod:`kvsim.reproduce.central_nvme`, without its sensitivity runs): every published
+  value there is a ``vendor claim``, so none is scored.
 
 The summary counts, per study and overall, the figures with a published value whose kind
 is **predicted** (calibrated, derived and input figures leave it: matching them shows a
@@ -49,7 +52,7 @@ DEFAULT_PROFILE_LINE = "profile: b300-pcp8-glm5"
 # profile predicts instead
 UNCALIBRATED_IN_CATALOGUE = ("recompute_16k_s",)
 
-STUDIES = ("paper", "paper-catalogue", "vllm-offload")
+STUDIES = ("paper", "paper-catalogue", "vllm-offload", "central-nvme")
 WITHIN = 0.25  # "within 25%": |kvsim / published - 1| <= this
 
 COLUMNS = [
@@ -168,7 +171,7 @@ def run_all(
     """Run every study; return the validation rows and each study's reproduction."""
     import time
 
-    from kvsim.reproduce import remote_kv_tiers, vllm_offload
+    from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
@@ -203,6 +206,10 @@ def run_all(
     reps["paper-catalogue"] = rep
     reps["vllm-offload"] = timed(
         "vllm-offload", lambda: vllm_offload.reproduce(vllm_folder, log=sub("vllm-offload"))
+    )
+    reps["central-nvme"] = timed(
+        "central-nvme",
+        lambda: central_nvme.reproduce(log=sub("central-nvme"), range_seeds=0),
     )
     for name in STUDIES:
         rows += [row(name, rec) for rec in reps[name].records()]

@@ -379,14 +379,10 @@ def write(rep: Validation, out: str | Path) -> list[Path]:
     nothing."""
     import pandas as pd
 
-    from kvsim.results.writers import REPRODUCTION_FILES, Writer, write_folder
+    from kvsim.results.writers import write_reproduction
 
     table = pd.DataFrame(rep.records(), columns=COLUMNS)
-    files: dict[str, Writer] = {
-        "reproduction.csv": lambda p: table.to_csv(p, index=False),
-        "reproduction.md": lambda p: p.write_text(markdown(rep), encoding="utf-8"),
-    }
-    return write_folder(out, files, flag="--out", owned=REPRODUCTION_FILES)
+    return write_reproduction(table, markdown(rep), out)
 
 
 def summary(rep: Validation) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SOURCES = ("gpu", "host", "nvme", "remote", "compute")
-QUANTILES = (50, 90, 99)
+SOURCES = ("gpu", "host", "nvme", "remote", "peer", "compute")
+QUANTILES = (50, 90, 95, 99)
 
 # every key of Results.summary; the numeric scalars among them can be SLO metrics
 METRICS: dict[str, str] = {
@@ -38,12 +38,32 @@ METRICS: dict[str, str] = {
         for q in (50, 99)
     },
     "ttft_max_s": "largest TTFT",
+    "requests_cold": "measured requests that were cold: the first of their session (the "
+    "first arrival with that session id) or, without a session, the first whose first "
+    "block had not been seen before in arrival order",
+    "requests_warm": "measured requests that were warm (not cold): requests_cold + "
+    "requests_warm = requests",
+    "ttft_cold_p50_s": "median TTFT of the cold requests",
+    "ttft_cold_p95_s": "95th percentile of TTFT of the cold requests",
+    "ttft_warm_p50_s": "median TTFT of the warm requests",
+    "ttft_warm_p95_s": "95th percentile of TTFT of the warm requests",
     "queue_wait_mean_s": "mean time in engine queues",
     "queue_wait_p99_s": "99th percentile of the time in engine queues",
     "load_mean_s": "mean time waiting for KV: the wait for a prefetch into host (policies "
     "that wait) plus the restore phase (T0s and transfers)",
     "compute_mean_s": "mean prefill compute time",
     "store_mean_s": "mean GPU-to-host staging time before puts",
+    **{
+        f"restore_{part}_{stat}_s": f"{word} of restore_{part}_s (the restore's {what}) "
+        "over the measured requests that restored (decision restore or fallback)"
+        for part, what in (
+            ("lookup", "critical tier's T0 and path latency"),
+            ("queue", "waiting: bandwidth shared, stalls, other tiers"),
+            ("read", "unloaded transfer time, bottleneck not the host-to-GPU link"),
+            ("h2d", "unloaded host-to-GPU time, decode and hand-off"),
+        )
+        for stat, word in (("mean", "mean"), ("p95", "95th percentile"))
+    },
     "mean_queue_length": "time-average requests waiting in engine queues (summed over engines, "
     "from time 0, warm-up included), integrated by the engines",
     "engine_busy_frac": "time engines spend in steps (waits for synchronous restores, "
@@ -57,11 +77,23 @@ METRICS: dict[str, str] = {
     "prompt_tokens_per_s": "measured prompt tokens / window",
     "requests_per_s": "measured requests / window",
     "usd_per_hour": "what the layout costs per hour at the scenario's cost: prices (engines, "
-    "host and NVMe capacity, remote servers and memory; NaN without a cost: section)",
+    "host and NVMe capacity, remote servers and memory, an object store's requests at the "
+    "run's operation rate; NaN without a cost: section)",
     "usd_per_million_prompt_tokens": "usd_per_hour / million prompt tokens an hour served at "
     "the measured throughput (at this load, not at capacity)",
+    "remote_get_ops": "remote GET operations over the whole run, warm-up included (one per "
+    "chunk, per shard: an object store's billed GET requests)",
+    "remote_put_ops": "remote put operations over the whole run, warm-up included (one per "
+    "chunk on each server written: an object store's billed PUT requests)",
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
-    "token_source_frac": "per source (gpu, host, nvme, remote, compute): its prompt tokens / all",
+    "token_source_frac": "per source (gpu, host, nvme, remote, peer, compute): its prompt tokens "
+    "/ all",
+    "recomputed_tokens": "measured prompt tokens computed again: in blocks computed (or "
+    "prestored) before anywhere in the cluster, since evicted, out of the lookup's reach "
+    "or skipped by the load policy",
+    "gpu_recompute_frac": "share of the measured requests' GPU compute time (gpu_compute_s) "
+    "spent on recomputed tokens: sum of gpu_compute_s x recomputed / computed tokens over "
+    "sum of gpu_compute_s",
     "tier_read_bytes": "bytes read per tier by the measured requests' restores (GPU hits "
     "move none; as stored, after a codec)",
     "tier_write_bytes": "bytes stored into each tier over the whole run, warm-up included "
@@ -80,7 +112,10 @@ METRICS: dict[str, str] = {
     "decisions": "requests per decision (cold, gpu, restore, skipped, fallback; dropped "
     "requests are counted in requests_dropped)",
     "timing_extrapolations": "prefill times read beyond the timing table",
-    "tiers": "per-tier counters: capacity, use, evictions, demotions, puts",
+    "tiers": "per-tier counters: capacity, use, evictions, demotions, puts; hits and "
+    "misses (blocks the lookup asked the tier for that it held in the usable prefix, or "
+    "not); and per engine (engines: engine, hits, misses, evictions, read_bytes, "
+    "write_bytes; peer: served_bytes), which sum to the tier's totals",
 }
 NUMERIC = tuple(
     k

@@ -34,6 +34,9 @@ class Results:
     summary: dict[str, Any]
     scenario: Scenario
     engines: list[dict[str, Any]] = field(default_factory=list)
+    # per engine: flat [start, end, ...] spans of GPU work, blocked steps and copies
+    # (SimOutput.activity), for timeseries.parquet's gpu_busy_frac
+    activity: list[dict[str, list[float]]] = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -94,11 +97,13 @@ def summarize(
         **{f"ttft_p{q}_s": percentile(ttft, q) for q in QUANTILES},
         **ttft_intervals(m, sc.seed),
         "ttft_max_s": float(ttft.max()) if ttft.size else float("nan"),
+        **cold_warm(m),
         "queue_wait_mean_s": float(m["queue_wait_s"].mean()) if len(m) else float("nan"),
         "queue_wait_p99_s": percentile(m["queue_wait_s"].to_numpy(), 99),
         "load_mean_s": float(m["load_s"].mean()) if len(m) else float("nan"),
         "compute_mean_s": float(m["compute_s"].mean()) if len(m) else float("nan"),
         "store_mean_s": float(m["store_s"].mean()) if len(m) else float("nan"),
+        **restore_parts(m),
         "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
         "engine_busy_frac": ratio(stepping, engines * span),
         "gpu_busy_frac": ratio(busy, engines * span),
@@ -106,14 +111,17 @@ def summarize(
         "engine_blocked_frac": ratio(blocked, engines * span),
         "prompt_tokens_per_s": ratio(prompt, span),
         "requests_per_s": ratio(len(m), span),
-        **prices(sc, ratio(prompt, span)),
+        **prices(sc, ratio(prompt, span), *remote_op_rates(out)),
         "hit_ratio": ratio(prompt - src["compute"], prompt),
         "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
+        "recomputed_tokens": int(m["recomputed_tokens"].sum()),
+        "gpu_recompute_frac": gpu_recompute_frac(m),
         "tier_read_bytes": {
             "gpu": 0.0,
             "host": float(m["bytes_host"].sum()),
             "nvme": float(m["bytes_nvme"].sum()),
             "remote": float(m["bytes_remote"].sum()),
+            "peer": float(m["bytes_peer"].sum()),
         },
         "tier_write_bytes": {name: t["write_bytes"] for name, t in out.tiers.items()},
         "tier_dropped_on_backlog": {
@@ -123,6 +131,8 @@ def summarize(
         },
         "link_utilisation": link_utilisation(out.links, out.end_time),
         "remote_get_bw": ratio(float(got["bytes_remote"].sum()), float(got["remote_get_s"].sum())),
+        "remote_get_ops": int(out.tiers.get("remote", {}).get("get_ops", 0)),
+        "remote_put_ops": int(out.tiers.get("remote", {}).get("put_ops", 0)),
         "remote_stalled_requests": int(m["stalled"].sum()),
         "remote_timeouts": int(m["timed_out"].sum()),
         "decisions": {str(k): int(v) for k, v in m["decision"].value_counts().sort_index().items()},
@@ -135,6 +145,47 @@ def summarize(
     if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
         summary["tenants"] = tenant_summary(m, out, tenants)
     return summary
+
+
+def cold_warm(m: pd.DataFrame) -> dict[str, Any]:
+    """Cold (the first request of a session or of a shared prefix) and warm (later ones)
+    measured requests: how many, and their TTFT p50 and p95."""
+    warm = m["warm"].to_numpy(dtype=bool)
+    ttft = m["ttft_s"].to_numpy()
+    out: dict[str, Any] = {
+        "requests_cold": int((~warm).sum()),
+        "requests_warm": int(warm.sum()),
+    }
+    for name, values in (("cold", ttft[~warm]), ("warm", ttft[warm])):
+        for q in (50, 95):
+            out[f"ttft_{name}_p{q}_s"] = percentile(values, q)
+    return out
+
+
+RESTORE_PARTS = ("lookup", "queue", "read", "h2d")
+
+
+def restore_parts(m: pd.DataFrame) -> dict[str, float]:
+    """Mean and p95 of each part of the restore time (``restore_<part>_s``) over the
+    measured requests that restored (decision restore or fallback); NaN when none did."""
+    r = m[m["decision"].isin(("restore", "fallback"))]
+    out: dict[str, float] = {}
+    for part in RESTORE_PARTS:
+        values = r[f"restore_{part}_s"].to_numpy()
+        out[f"restore_{part}_mean_s"] = float(values.mean()) if values.size else float("nan")
+        out[f"restore_{part}_p95_s"] = percentile(values, 95)
+    return out
+
+
+def gpu_recompute_frac(m: pd.DataFrame) -> float:
+    """The share of the measured requests' GPU compute time spent on recomputed tokens:
+    sum of gpu_compute_s x recomputed / computed tokens over sum of gpu_compute_s (each
+    request's time split by its tokens); 0 when there was none."""
+    gpu = m["gpu_compute_s"].to_numpy(dtype=float)
+    computed = m["tokens_compute"].to_numpy(dtype=float)
+    again = m["recomputed_tokens"].to_numpy(dtype=float)
+    share = np.divide(again, computed, out=np.zeros_like(again), where=computed > 0)
+    return ratio(float((gpu * share).sum()), float(gpu.sum()))
 
 
 def link_utilisation(links: dict[str, dict[str, float]], end: float) -> dict[str, Any]:
@@ -158,10 +209,19 @@ def link_utilisation(links: dict[str, dict[str, float]], end: float) -> dict[str
 HOURS_PER_MONTH = 730.0
 
 
-def usd_per_hour(sc: Scenario) -> float:
+def remote_op_rates(out: SimOutput) -> tuple[float, float]:
+    """Remote GET and put operations per second over the run (warm-up included: the
+    store bills every request), for the per-request prices."""
+    r = out.tiers.get("remote", {})
+    end = out.end_time
+    return ratio(r.get("get_ops", 0), end), ratio(r.get("put_ops", 0), end)
+
+
+def usd_per_hour(sc: Scenario, get_ops_per_s: float = 0.0, put_ops_per_s: float = 0.0) -> float:
     """What the scenario's layout costs per hour at its ``cost:`` prices (NaN without
     them): engines, the host and NVMe tiers' capacities on every engine, and the remote
-    store's servers and memory."""
+    store's servers and memory; for an object store also its requests, at the given
+    operation rates (one request per chunk operation; 0 before a run)."""
     c = sc.cost
     if c is None:
         return float("nan")
@@ -176,12 +236,23 @@ def usd_per_hour(sc: Scenario) -> float:
         usd += rc.servers * (
             c.remote_server_hour + rc.capacity * gb_hour * c.remote_memory_gb_month
         )
+        if rc.kind == "object_store":  # per 1,000 requests, at the rates measured
+            usd += 3.6 * (
+                get_ops_per_s * c.object_store_get_per_1k
+                + put_ops_per_s * c.object_store_put_per_1k
+            )
     return usd
 
 
-def prices(sc: Scenario, prompt_tokens_per_s: float) -> dict[str, float]:
-    """usd_per_hour, and usd_per_million_prompt_tokens at the throughput measured."""
-    usd = usd_per_hour(sc)
+def prices(
+    sc: Scenario,
+    prompt_tokens_per_s: float,
+    get_ops_per_s: float = 0.0,
+    put_ops_per_s: float = 0.0,
+) -> dict[str, float]:
+    """usd_per_hour (an object store's requests at the operation rates measured), and
+    usd_per_million_prompt_tokens at the throughput measured."""
+    usd = usd_per_hour(sc, get_ops_per_s, put_ops_per_s)
     served = prompt_tokens_per_s * 3600.0 / 1e6  # million prompt tokens an hour
     per_m = usd / served if served > 0 and math.isfinite(usd) else float("nan")
     if math.isinf(per_m):  # never an infinite (or null) cost: refused, naming the prices
@@ -246,7 +317,7 @@ def collect(out: SimOutput, scenario: Scenario) -> Results:
             f"run.warmup: all {out.arrived} requests arrived during the "
             f"{warmup:g} s warm-up; nothing is left to measure"
         )
-    return Results(df, summarize(df, out, scenario, warmup), scenario, out.engines)
+    return Results(df, summarize(df, out, scenario, warmup), scenario, out.engines, out.activity)
 
 
 def auto_warmup(df: pd.DataFrame) -> float:

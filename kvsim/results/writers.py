@@ -44,6 +44,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Literal
 
+import pandas as pd
 import yaml
 
 from kvsim.config.dump import scenario_to_dict
@@ -55,7 +56,14 @@ Writer = Callable[[Path], object]
 
 #: The files each command writes as a folder (globs): all it may replace there. Figures
 #: `kvsim plot` draws into a run folder are not among them: they are refused, not deleted.
-RUN_FILES = ("summary.json", "requests.parquet", "requests.csv", "scenario.yaml")
+RUN_FILES = (
+    "summary.json",
+    "requests.parquet",
+    "requests.csv",
+    "timeseries.parquet",
+    "timeseries.csv",
+    "scenario.yaml",
+)
 CAPACITY_FILES = ("capacity.csv", "capacity.png")
 REPRODUCTION_FILES = ("reproduction.csv", "reproduction.md", "ttft_cdf_*.png")
 BASELINE_FILES = ("baseline.json",)
@@ -330,6 +338,18 @@ def write_folder(
     return [target / name for name in writers]
 
 
+def write_reproduction(
+    table: pd.DataFrame, markdown: str, out: str | os.PathLike[str]
+) -> list[Path]:
+    """A study's ``reproduction.csv`` (``table``) and ``reproduction.md`` (``markdown``),
+    written as the folder ``out`` all or nothing."""
+    files: dict[str, Writer] = {
+        "reproduction.csv": lambda p: table.to_csv(p, index=False),
+        "reproduction.md": lambda p: p.write_text(markdown, encoding="utf-8"),
+    }
+    return write_folder(out, files, flag="--out", owned=REPRODUCTION_FILES)
+
+
 def _undo(stage: Path, created: list[Path]) -> None:
     shutil.rmtree(stage, ignore_errors=True)
     for p in reversed(created):
@@ -372,16 +392,23 @@ def write_file(
 def write_results(
     results: Results, out_dir: str | os.PathLike[str], fmt: Format = "parquet"
 ) -> list[Path]:
-    """Write summary.json, requests.<fmt> and scenario.yaml as the folder ``out_dir``
-    (all or nothing; a folder holding anything else, figures of an earlier run included,
-    is refused); return the paths."""
+    """Write summary.json, requests.<fmt>, timeseries.<fmt> (one row per
+    ``run.timeseries_window`` of arrivals: :func:`kvsim.results.timeseries.timeseries`) and
+    scenario.yaml as the folder ``out_dir`` (all or nothing; a folder holding anything
+    else, figures of an earlier run included, is refused); return the paths. The time
+    series is computed before anything is written, so a window it refuses (too many rows)
+    leaves no folder."""
+    from kvsim.results.timeseries import of_results
+
+    series = of_results(results)
     return write_folder(
         out_dir,
         {
             "summary.json": lambda p: p.write_text(
                 json.dumps(json_ready(results.summary), indent=2) + "\n", encoding="utf-8"
             ),
-            f"requests.{fmt}": lambda p: _write_table(results, p, fmt),
+            f"requests.{fmt}": lambda p: _write_table(results.requests, p, fmt),
+            f"timeseries.{fmt}": lambda p: _write_table(series, p, fmt),
             "scenario.yaml": lambda p: p.write_text(
                 yaml.safe_dump(scenario_to_dict(results.scenario), sort_keys=False),
                 encoding="utf-8",
@@ -392,8 +419,7 @@ def write_results(
     )
 
 
-def _write_table(results: Results, path: Path, fmt: Format) -> None:
-    df = results.requests
+def _write_table(df: pd.DataFrame, path: Path, fmt: Format) -> None:
     if fmt == "parquet":
         df.to_parquet(path, index=False)
     elif fmt == "csv":

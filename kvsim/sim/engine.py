@@ -48,10 +48,10 @@ from typing import Any
 
 import simpy
 
-from kvsim.cache.eviction import Key
-from kvsim.cache.local import BACK, GPU, HOST, NVME, REMOTE, LocalCache
+from kvsim.cache.eviction import Entry, Key
+from kvsim.cache.local import BACK, COMPUTED, GPU, HOST, NVME, PEER, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
-from kvsim.kernel.fabric import Flow, Link
+from kvsim.kernel.fabric import Flow, FlowAborted, Link
 from kvsim.kernel.pipe import Pipe
 from kvsim.physics.step import kernel_copy_seconds, lone_seconds
 from kvsim.sim.job import LOADING, NEW, READY, Job
@@ -103,6 +103,19 @@ class Engine:
         self.blocked = 0.0  # seconds steps waited for synchronous restores or lookups
         self.served = 0
         self.steps = 0
+        # lookups per tier code (gpu, host, nvme, remote, peer), over the whole run: blocks
+        # a tier asked held in the usable prefix (hits) or not (misses); bytes its restores
+        # read per tier; bytes its host served to other engines (peer); bytes its puts
+        # stored in the remote store (Engine._count_lookup, Restore._record, Puts)
+        self.hits = [0, 0, 0, 0, 0]
+        self.misses = [0, 0, 0, 0, 0]
+        self.read_bytes = [0.0, 0.0, 0.0, 0.0, 0.0]
+        self.served_bytes = 0.0
+        self.landed_bytes = 0.0
+        self._peer_asked = ctx.scenario.tiers.peer.enabled
+        self._sm_per_token = 0.0  # the step being run: its SM seconds per chunk token
+        # tiers.peer: the holder of each block the last lookup found (-1: not a peer block)
+        self._holders: list[int] = []
         # activity as flat [start, end, start, end, ...] lists (the summary windows them)
         self.step_spans: list[float] = []  # steps, from forming to the end of staging
         self.gpu_spans: list[float] = []  # SM work
@@ -226,6 +239,12 @@ class Engine:
         for store in self.local.tiers:
             if store is not None:
                 store.clear()
+        if self.ctx.peer:  # other engines' reads from its host memory are lost with it
+            fabric = self.ctx.fabric
+            error = FlowAborted(f"engine {self.index} went down")
+            for flow in fabric.flows_on(self.nic_out):
+                if flow.tag == PEER:
+                    fabric.abort(flow, error)  # the reader falls back (Engine._fall_back)
         held = list(self.running)
         for job in self._syncing:  # synchronous restores of the step: abandon them
             if job.state == LOADING:
@@ -368,7 +387,7 @@ class Engine:
                     full = True  # the working pool is full: the queue waits (as vLLM's)
                     aside.append(job)
                     continue
-                if tok[HOST] or tok[NVME] or tok[REMOTE]:
+                if tok[HOST] or tok[NVME] or tok[REMOTE] or tok[PEER]:
                     # once one restore waits for a slot, later ones wait behind it
                     if aside or not self._can_restore(need):
                         aside.append(job)
@@ -405,6 +424,7 @@ class Engine:
             t0e[HOST] if tok[HOST] else 0.0,
             t0e[NVME] if tok[NVME] else 0.0,
             t0e[REMOTE] if tok[REMOTE] else 0.0,
+            t0e[PEER] if tok[PEER] else 0.0,
         )
 
     def _can_restore(self, need: float) -> bool:
@@ -497,6 +517,11 @@ class Engine:
         chunks = [(n, job.cached + job.done) for job, n in batch]
         steps = ctx.steps
         sm = steps.compute_share(chunks)
+        step_tokens = 0
+        for n, _ in chunks:
+            step_tokens += n
+        # each request's share of the step's SM time, by its chunk's tokens (_complete)
+        self._sm_per_token = sm / step_tokens if step_tokens > 0 else 0.0
         c = steps.fixed_s + sm
         share = ctx.copy_sm_share
         if share > 0.0:
@@ -619,9 +644,11 @@ class Engine:
         """The step is over: advance every chunk; finish the requests that are done."""
         self.steps += 1
         finished = []
+        per = self._sm_per_token
         for job, n in batch:
             job.done += n
             job.steps += 1
+            job.gpu_s += per * n
             if job.done >= job.req.input_tokens - job.cached:
                 finished.append(job)
         if not finished:
@@ -649,11 +676,16 @@ class Engine:
             host = nvme = remote = None
         elif ctx.prefetching:  # NVMe and remote are read through prefetches into host
             nvme = remote = None
-        src = self._locate(blocks, host is not None, nvme is not None, remote is not None)
+        # other engines' host tiers: looked at with this engine's own (tiers.peer)
+        peer = ctx.peer and host is not None
+        src = self._locate(blocks, host is not None, nvme is not None, remote is not None, peer)
+        self._count_lookup(src, len(blocks), host is not None, nvme is not None, remote is not None)
         lower = src.count(GPU) != len(src)
         if lower:
             src = src[: ctx.policy.restore_blocks(src, lambda k: self._estimate(job, src, k), job)]
         self._account(job, src)
+        if peer:  # which engine serves each peer block (after the policy's cut)
+            self._assign_peers(job)
         if lower and job.decision in ("gpu", "cold"):
             job.decision = "skipped"  # the policy chose to recompute what a lower tier held
         if local.uses is not None:
@@ -667,15 +699,66 @@ class Engine:
             j = i + 1
             while j < n and src[j] == t:
                 j += 1
-            stores[t].touch(blocks[i:j])  # type: ignore[union-attr]
+            if t == PEER:  # in the holders' host tiers
+                self._touch_peers(blocks, job.holders, i, j)
+            else:
+                stores[t].touch(blocks[i:j])  # type: ignore[union-attr]
             i = j
 
+    def _assign_peers(self, job: Job) -> None:
+        """The holders of the job's peer blocks (``job.holders``, one per block of
+        ``job.src``) and the tokens each serves (``job.peers``), from the last lookup."""
+        src = job.src
+        if PEER not in src:
+            job.holders = []
+            job.peers = {}
+            return
+        holders = self._holders[: len(src)]
+        job.holders = holders
+        job.peers = self._peer_tokens(job, src, holders)
+
+    def _peer_tokens(self, job: Job, src: list[int], holders: list[int]) -> dict[int, int]:
+        """Holder engine index -> tokens its host tier serves for blocks ``src`` (as
+        ``_account`` counts them: the prompt's last token is always computed)."""
+        B = self.ctx.block_tokens
+        last = job.req.input_tokens - 1
+        out: dict[int, int] = {}
+        for i, t in enumerate(src):
+            if t == PEER:
+                tok = min(B, last - i * B)
+                if tok > 0:
+                    h = holders[i]
+                    out[h] = out.get(h, 0) + tok
+        return out
+
+    def _touch_peers(self, blocks: Sequence[Key], holders: list[int], i: int, j: int) -> None:
+        """A hit on blocks ``i:j`` (all peer blocks) refreshes them in their holders' host
+        tiers, a run of blocks of one holder at once."""
+        engines = self.ctx.engines
+        while i < j:
+            h = holders[i]
+            k = i + 1
+            while k < j and holders[k] == h:
+                k += 1
+            store = engines[h].local.host
+            if store is not None:
+                store.touch(blocks[i:k])
+            i = k
+
     def _locate(
-        self, blocks: Sequence[Key], host: bool = True, nvme: bool = True, remote: bool = True
+        self,
+        blocks: Sequence[Key],
+        host: bool = True,
+        nvme: bool = True,
+        remote: bool = True,
+        peer: bool = True,
     ) -> list[int]:
         """The tier of each block of the longest prefix held anywhere (the fastest tier
         holding it), looking only in the tiers asked for. A block whose write into host or
-        NVMe has not landed is not read from there (docs/data-path.md)."""
+        NVMe has not landed is not read from there (docs/data-path.md). With
+        ``tiers.peer`` (and ``peer``), the lookup order is gpu, host, nvme, peer, remote."""
+        if peer and self.ctx.peer:
+            return self._locate_peers(blocks, host, nvme, remote)
         local = self.local
         store = self.ctx.remote if remote else None
         in_gpu = local.gpu.blocks
@@ -699,12 +782,88 @@ class Engine:
                 break
         return src
 
+    def _locate_peers(
+        self, blocks: Sequence[Key], host: bool, nvme: bool, remote: bool
+    ) -> list[int]:
+        """``_locate`` with the peer tier: a block in none of this engine's tiers asked is
+        looked up in the host tiers of the other engines that are up (landed writes only:
+        the cluster-wide index sees a block once it is readable), before the remote store.
+        Its holder is the first such engine in the order index + 1, index + 2, ... (mod
+        engines); the holders go to ``self._holders`` (-1 for a block of another tier)."""
+        local = self.local
+        store = self.ctx.remote if remote else None
+        in_gpu = local.gpu.blocks
+        in_host = local.host.blocks if host and local.host is not None else ()
+        in_nvme = local.nvme.blocks if nvme and local.nvme is not None else ()
+        now = self.env.now
+        wait_h = local.in_flight(HOST, now) if in_host else None
+        wait_n = local.in_flight(NVME, now) if in_nvme else None
+        engines = self.ctx.engines
+        n = len(engines)
+        # the other engines' host tiers, in the order they are asked
+        peers: list[tuple[int, dict[Key, Entry], dict[Key, float] | None]] = []
+        for step in range(1, n):
+            e = engines[(self.index + step) % n]
+            peer_host = e.local.host
+            if e.up and peer_host is not None and peer_host.blocks:
+                peers.append((e.index, peer_host.blocks, e.local.in_flight(HOST, now)))
+        src: list[int] = []
+        holders: list[int] = []
+        for b in blocks:
+            if b in in_gpu:
+                src.append(GPU)
+            elif b in in_host and (wait_h is None or wait_h.get(b, now) <= now):
+                src.append(HOST)
+            elif b in in_nvme and (wait_n is None or wait_n.get(b, now) <= now):
+                src.append(NVME)
+            else:
+                holder = -1
+                for index, held, wait in peers:
+                    if b in held and (wait is None or wait.get(b, now) <= now):
+                        holder = index
+                        break
+                if holder >= 0:
+                    src.append(PEER)
+                    holders.append(holder)
+                    continue
+                if store is not None and store.has(b):
+                    src.append(REMOTE)
+                else:
+                    break
+            holders.append(-1)
+        self._holders = holders
+        return src
+
+    def _count_lookup(self, src: list[int], n: int, host: bool, nvme: bool, remote: bool) -> None:
+        """Count one lookup's hits and misses per tier, in blocks. The tiers asked are
+        walked in the lookup order (gpu, host, nvme, peer, remote); a block reaches a tier
+        when no earlier one served it, and is a hit there when that tier serves it in the
+        located prefix ``src`` (before the load policy's cut), else a miss: a block past
+        the prefix misses in every tier asked. O(tiers) counts, no per-block Python loop."""
+        hits, misses = self.hits, self.misses
+        left = n  # blocks that reach the next tier asked
+        peer = host and self._peer_asked
+        for tier, asked in (
+            (GPU, True),
+            (HOST, host),
+            (NVME, nvme),
+            (PEER, peer),
+            (REMOTE, remote),
+        ):
+            if asked:
+                h = src.count(tier)
+                hits[tier] += h
+                left -= h
+                misses[tier] += left
+
     def _account(self, job: Job, src: list[int]) -> None:
-        """Tokens per source for restoring the blocks ``src`` (at least one token computed)."""
+        """Tokens per source for restoring the blocks ``src`` (at least one token computed),
+        and how many of the computed ones are recomputed: in blocks past ``src`` that were
+        computed (or prestored) before (``Shared.seen``)."""
         req = job.req
         B = self.ctx.block_tokens
         n_in = req.input_tokens
-        tokens = [0, 0, 0, 0, 0]
+        tokens = [0, 0, 0, 0, 0, 0]
         for t in src:
             tokens[t] += B
         k = len(src)
@@ -713,12 +872,25 @@ class Engine:
             overshoot = k * B - n_in  # the last block of a prompt is usually partial
             if overshoot >= 0:
                 tokens[last] -= overshoot + 1  # and one token is always computed
-        cached = tokens[0] + tokens[1] + tokens[2] + tokens[3]
-        tokens[4] = n_in - cached
+        cached = tokens[GPU] + tokens[HOST] + tokens[NVME] + tokens[REMOTE] + tokens[PEER]
+        tokens[COMPUTED] = n_in - cached
+        keys = job.keys
+        nb = len(keys)
+        seen = self.ctx.seen
+        again = 0
+        if k < nb and seen:
+            hit = len(seen.intersection(keys[k:]))  # blocks computed here, seen before
+            if hit:
+                again = hit * B
+                if keys[nb - 1] in seen:  # the last block is usually partial
+                    again -= nb * B - n_in
+                if again > tokens[COMPUTED]:  # (a key repeated in a prompt)
+                    again = tokens[COMPUTED]
+        job.recomputed = again
         job.src = src
         job.tokens = tokens
         job.cached = cached
-        if tokens[HOST] or tokens[NVME] or tokens[REMOTE]:
+        if tokens[HOST] or tokens[NVME] or tokens[REMOTE] or tokens[PEER]:
             job.decision = "restore"
         elif tokens[GPU]:
             job.decision = "gpu"
@@ -752,22 +924,52 @@ class Engine:
                     + tok[REMOTE] * s * ratio[REMOTE] * ctx.handoff_share / self.nvlink.bandwidth
                 )
             worst = max(worst, ctx.t0[REMOTE] + size / rate + after)
+        if tok[PEER]:  # one read per holder, out of its NIC and into this engine's
+            engines = ctx.engines
+            for h, n in self._peer_tokens(probe, probe.src, self._holders).items():
+                rate = ctx.fabric.estimate_rate((engines[h].nic_out, self.nic_in, self.h2d))
+                worst = max(worst, ctx.t0[PEER] + n * s * (ratio[PEER] / rate + decode[PEER]))
         new = job.req.input_tokens - probe.cached
         return worst + lone_seconds(ctx.steps, new, probe.cached, ctx.per_step)
 
     # ---- restore -------------------------------------------------------------------------
 
-    def _fall_back(self, job: Job, remote: list[Flow]) -> None:
-        """Client timeout (or a lost server): give up the GET, recompute from the first
-        remote block on."""
+    def _fall_back(
+        self, job: Job, remote: list[Flow], peers: Sequence[tuple[int, Flow]] = ()
+    ) -> None:
+        """Client timeout (or a lost server, or a lost peer): give up what the network
+        has not brought yet (the GET, and peer reads still on their way), recompute from
+        the first block it was to bring on: the first remote block, or the first block of
+        a holder whose read did not finish, whichever comes first."""
         fabric = self.ctx.fabric
         for f in remote:
             if f.state != "finished":
                 fabric.cancel(f)
         src = job.src
-        cut = src.index(REMOTE)
+        cut = src.index(REMOTE) if REMOTE in src else len(src)
+        if peers:
+            lost: list[int] = []
+            for h, f in peers:
+                if f.state != "finished":
+                    fabric.cancel(f)
+                    lost.append(h)
+            if lost:
+                holders = job.holders
+                for i in range(cut):
+                    if src[i] == PEER and holders[i] in lost:
+                        cut = i
+                        break
         self._account(job, src[:cut])
+        if self.ctx.peer:
+            self._assign_peers_cut(job)
         job.decision = "fallback"
+
+    def _assign_peers_cut(self, job: Job) -> None:
+        """After a fall back cut ``job.src``: its holders and peer tokens, cut alike."""
+        src = job.src
+        holders = job.holders[: len(src)]
+        job.holders = holders
+        job.peers = self._peer_tokens(job, src, holders) if PEER in src else {}
 
     # ---- finish ----------------------------------------------------------------------------
 
@@ -779,6 +981,9 @@ class Engine:
         if ctx.keeps(job):
             sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
             self.local.admit(job.keys, sizes)
+            # computed and kept: a later compute is a recompute (the blocks it found were
+            # seen before: only the computed ones are new)
+            ctx.seen.update(job.keys[len(job.src) :])
             if puts:
                 self.puts.put(puts)
             if ctx.prefetch_on_session and job.req.session >= 0 and not job.req.last_turn:

@@ -59,7 +59,7 @@ from kvsim.sim.router import Delegated as DelegatedRouter
 if TYPE_CHECKING:
     from kvsim.sim.shared import Shared
 
-TIER_NAMES = ("gpu", "host", "nvme", "remote")
+TIER_NAMES = ("gpu", "host", "nvme", "remote", "peer")  # by tier code (kvsim.cache.local)
 MAX_DEPTH = 1 << 24  # the deepest block SimView.recompute_s answers for
 
 

@@ -3,7 +3,8 @@
 A :class:`Job` carries one request through an engine (states ``NEW`` -> ``LOADING`` ->
 ``READY``), collects its times and its tokens and bytes per tier, and turns into one row of
 the per-request table (:data:`kvsim.sim.rows.COLUMNS`). Per-tier fields are indexed by the
-tier constants of :mod:`kvsim.cache.local` (GPU, HOST, NVME, REMOTE; computed tokens last):
+tier constants of :mod:`kvsim.cache.local` (GPU, HOST, NVME, REMOTE, PEER; computed tokens
+last, at COMPUTED):
 a new tier kind adds its index there and its columns here and in ``rows.py``.
 """
 
@@ -13,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Final
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import GPU, HOST, NVME, REMOTE
+from kvsim.cache.local import COMPUTED, GPU, HOST, NVME, PEER, REMOTE
 from kvsim.cache.remote import Batch
 from kvsim.workload.request import Request
 
@@ -39,16 +40,24 @@ class Job:
         "done",
         "enqueued",
         "fetch",
+        "gpu_s",
+        "holders",
         "keys",
         "load_s",
         "lost_s",
+        "peers",
         "prefetch_s",
         "puts",
         "queue_wait",
+        "recomputed",
         "remote_get_s",
         "req",
         "reserved",
         "restore",
+        "restore_h2d",
+        "restore_lookup",
+        "restore_queue",
+        "restore_read",
         "retries",
         "sizes",
         "src",
@@ -61,16 +70,22 @@ class Job:
         "tier_s",
         "timed_out",
         "tokens",
+        "warm",
         "warmup",
     )
 
-    def __init__(self, req: Request, warmup: bool, keys: tuple[Key, ...]) -> None:
+    def __init__(
+        self, req: Request, warmup: bool, keys: tuple[Key, ...], warm: bool = False
+    ) -> None:
         self.req = req
         self.keys = keys  # cache keys of its blocks (hash ids, namespaced by tenant)
         self.warmup = warmup
+        # not the first request of its session (or, without one, of its first block's
+        # prefix) in arrival order: decided at arrival (Simulation._arrivals)
+        self.warm = warm
         self.retries = 0  # times re-routed after an engine failure
         self.lost_s = 0.0  # time spent on engines that failed under it
-        self.bytes = [0.0, 0.0, 0.0, 0.0]  # read per tier, over all attempts
+        self.bytes = [0.0, 0.0, 0.0, 0.0, 0.0]  # read per tier, over all attempts
         self.reset()
 
     def reset(self) -> None:
@@ -84,9 +99,13 @@ class Job:
         self.compute_s = 0.0
         self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
         self.remote_get_s = 0.0
-        self.tier_s = [0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
-        self.tokens = [0, 0, 0, 0, 0]  # gpu, host, nvme, remote, computed
+        self.tier_s = [0.0, 0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
+        self.tokens = [0, 0, 0, 0, 0, 0]  # gpu, host, nvme, remote, peer, computed
         self.src: list[int] = []  # tier of each restored block
+        # tiers.peer: the engine serving each block of src (-1: not a peer block), and
+        # holder engine index -> tokens it serves (Engine._plan, after the policy's cut)
+        self.holders: list[int] = []
+        self.peers: dict[int, int] = {}
         self.cached = 0
         self.decision = "cold"
         self.stalled = False
@@ -99,14 +118,27 @@ class Job:
         self.puts: Batch | None = None  # staged for the remote store in its last step
         self.sizes: list[float] | None = None  # bytes of its blocks, once computed
         self.fetch: Fetch | None = None  # its prefetch into host, while one runs
+        # computed tokens in blocks computed or stored before (evicted since, out of the
+        # lookup's reach, or skipped by the load policy): Engine._account
+        self.recomputed = 0
+        self.gpu_s = 0.0  # its share of the SM time of the steps it took part in
+        # the restore's time in parts (Restore._record; they sum to load_s): the critical
+        # tier's T0 and path latency, queueing, its unloaded read, host-to-GPU and after
+        self.restore_lookup = 0.0
+        self.restore_queue = 0.0
+        self.restore_read = 0.0
+        self.restore_h2d = 0.0
 
     def drop(self) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
         nan = _NAN
         self.start = self.queue_wait = self.load_s = self.compute_s = nan
         self.store_s = self.remote_get_s = self.prefetch_s = nan
-        self.tier_s = [nan, nan, nan, nan]
-        self.tokens = [0, 0, 0, 0, 0]
+        self.restore_lookup = self.restore_queue = self.restore_read = self.restore_h2d = nan
+        self.gpu_s = nan
+        self.recomputed = 0
+        self.tier_s = [nan, nan, nan, nan, nan]
+        self.tokens = [0, 0, 0, 0, 0, 0]
         self.steps = 0
         self.decision = "dropped"
         self.stalled = self.timed_out = False
@@ -135,23 +167,33 @@ class Job:
             ts[HOST],
             ts[NVME],
             ts[REMOTE],
+            ts[PEER],
             self.prefetch_s,
             self.remote_get_s,
+            self.restore_lookup,
+            self.restore_queue,
+            self.restore_read,
+            self.restore_h2d,
             req.input_tokens,
             req.output_tokens,
             tok[GPU],
             tok[HOST],
             tok[NVME],
             tok[REMOTE],
-            tok[4],
+            tok[PEER],
+            tok[COMPUTED],
+            self.recomputed,
+            self.gpu_s,
             byt[HOST],
             byt[NVME],
             byt[REMOTE],
+            byt[PEER],
             self.decision,
             self.stalled,
             self.timed_out,
             self.retries,
             reason,
             self.warmup,
+            self.warm,
             self.steps,
         )

@@ -1,9 +1,10 @@
 """Prefetches: moving a request's KV from NVMe or the remote store into host memory.
 
 A :class:`Fetch` runs while its request waits (or, ``prefetch.on_session``, during a
-session's think time); the restore that follows reads GPU and host only. A new tier kind
-that prefetch should reach adds its flow in ``Fetch.__init__`` (blocks are grouped by
-their source tier there).
+session's think time); the restore that follows reads GPU and host only (and, with
+``tiers.peer``, other engines' host tiers: a prefetch leaves peer blocks alone, the
+restore reads them from the peer directly). A new tier kind that prefetch should reach
+adds its flow in ``Fetch.__init__`` (blocks are grouped by their source tier there).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class Fetch:
             self.parts.append((flow, nk, ns))
         if rk:
             tokens = [round(size / ctx.kv_bytes) for size in rs]
-            links, size, costs, shares, cap = get_flow(engine, rk, tokens, (engine.nic_in,))
+            links, size, costs, shares, cap = get_flow(
+                engine, rk, tokens, (engine.nic_in,), count=True
+            )
             flow = fabric.transfer(
                 links,
                 size,

@@ -107,12 +107,16 @@ class Puts:
         remote = ctx.remote
         assert remote is not None
         batch = self._queue[0]
-        links, size, costs, shares = ctx.lockstep(remote.put_parts(batch), (self.engine.nic_out,))
+        parts = remote.put_parts(batch)
+        links, size, costs, shares = ctx.lockstep(parts, (self.engine.nic_out,))
         remote.puts += 1
         remote.put_bytes += batch.total_bytes()
+        remote.put_ops += ctx.put_ops(parts)
+        # the clients' cap (an object store's connections), in progress units
+        cap = ctx.put_cap / shares[-1] if ctx.put_cap is not None else None
         # a background write: no one waits for it to start, so no latency is charged
         ctx.fabric.transfer(
-            links, size, costs=costs, shares=shares, latency=False, on_done=self._landed
+            links, size, costs=costs, shares=shares, latency=False, on_done=self._landed, cap=cap
         )
 
     def _landed(self, flow: Flow) -> None:
@@ -121,7 +125,9 @@ class Puts:
         remote = self.engine.ctx.remote
         assert remote is not None
         if flow.state == "finished":
+            before = remote.landed_bytes
             remote.land(batch)
+            self.engine.landed_bytes += remote.landed_bytes - before  # per-engine write_bytes
         else:  # aborted: a server it wrote to went down
             remote.release(batch)
         if self._queue:

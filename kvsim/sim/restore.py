@@ -13,13 +13,14 @@ which blocks a tier serves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import simpy
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import HOST, NVME, REMOTE
+from kvsim.cache.local import HOST, NVME, PEER, REMOTE
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.physics.step import kernel_copy_seconds
 
@@ -35,7 +36,11 @@ class Restore:
     GET one lockstep flow over the servers holding the ranks' shards (it may stall first).
     A client timeout, or the loss of a server mid-GET, abandons the remote part: the rest
     of the prompt from the first remote block on is recomputed. ``then(job)`` runs once
-    every transfer is in (or, for an abandoned GET, every local one).
+    every transfer is in (or, for an abandoned GET, every local one). With ``tiers.peer``,
+    one flow per holder (another engine's host memory) over its NIC out, this engine's NIC
+    in and host-to-GPU link; a holder lost mid-read (it went down) abandons the network
+    part likewise: peer reads still on their way and the GET are given up, and the prompt
+    is recomputed from the first block they were to bring.
     """
 
     __slots__ = (
@@ -43,6 +48,7 @@ class Restore:
         "decoded",
         "decoding",
         "engine",
+        "holders",
         "job",
         "local",
         "over",
@@ -57,7 +63,7 @@ class Restore:
         self.then = then
         self.abandoned = False
         self.decoding = 0  # tiers whose bytes are in and not yet usable (decode, hand-off)
-        self.decoded = [0.0, 0.0, 0.0, 0.0]  # seconds per tier from arrival to usable
+        self.decoded = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds per tier from arrival to usable
         self.over = True  # until every transfer is started
         ctx = engine.ctx
         fabric = ctx.fabric
@@ -96,9 +102,31 @@ class Restore:
                     ),
                 )
             )
+        # tiers.peer: one read per holder, out of its NIC, into this engine's NIC and over
+        # its host-to-GPU link (in ``local`` as PEER; ``holders``: the engine of each)
+        self.holders: list[int] = []
+        down = False  # a holder went down since the lookup
+        if tokens[PEER]:
+            engines = ctx.engines
+            for h, n in job.peers.items():
+                holder = engines[h]
+                down = down or not holder.up
+                self.holders.append(h)
+                self.local.append(
+                    (
+                        PEER,
+                        fabric.transfer(
+                            (holder.nic_out, engine.nic_in, engine.h2d),
+                            n * s * ratio[PEER],
+                            delay=t0[PEER],
+                            on_done=self.settled,
+                            tag=PEER,
+                        ),
+                    )
+                )
         self.remote: list[Flow] = []
         if tokens[REMOTE]:
-            links, size, costs, shares, cap = remote_get(engine, job)
+            links, size, costs, shares, cap = remote_get(engine, job, count=True)
             stall = ctx.draw_stall()
             job.stalled = stall > 0
             self.remote.append(
@@ -116,6 +144,11 @@ class Restore:
             if ctx.timeout is not None:
                 env.timeout(t0[REMOTE] + ctx.timeout).callbacks.append(self.timed_out)
         self.over = False
+        if down:  # a holder went down since the lookup: its blocks went with it
+            for h, f in self._peer_flows():
+                if not ctx.engines[h].up:
+                    fabric.cancel(f)
+            self._abandon()
         self._check()
 
     def settled(self, flow: Flow) -> None:
@@ -130,7 +163,10 @@ class Restore:
             tier = flow.tag
             assert isinstance(tier, int)
             ctx = engine.ctx
-            raw = self.job.tokens[tier] * ctx.kv_bytes
+            if tier == PEER:  # one of several reads (one per holder): its own bytes
+                raw = flow.size / ctx.ratio[PEER]
+            else:
+                raw = self.job.tokens[tier] * ctx.kv_bytes
             d = raw * ctx.decode_s[tier]  # the tier's codec: decode before it can be used
             now = engine.env.now
             if d > 0 and ctx.codec_on_gpu[tier]:  # GPU work
@@ -148,9 +184,11 @@ class Restore:
                 engine.busy += work
                 engine.gpu_spans.append(sent - work)
                 engine.gpu_spans.append(sent)
-                # one rank copied the whole GET into its HBM (engine._copied)
+                # one rank copied the whole GET into its HBM (engine._copied); by GPUDirect
+                # its NIC wrote it there, over no host-to-GPU link
                 assert flow.shares is not None
-                engine.copied_alone += (ctx.gpus - 1) * flow.size * flow.shares[-1]
+                if not ctx.remote_gpudirect:
+                    engine.copied_alone += (ctx.gpus - 1) * flow.size * flow.shares[-1]
                 d += sent - now
             if d > 0:
                 self.decoding += 1
@@ -182,14 +220,25 @@ class Restore:
             fabric.cancel(f)
 
     def _abandon(self) -> None:
+        """Give up what the network has not brought: the remote GET and, with the peer
+        tier, the peer reads still on their way (Engine._fall_back)."""
         self.abandoned = True
-        self.engine._fall_back(self.job, self.remote)
+        if self.holders:
+            self.engine._fall_back(self.job, self.remote, self._peer_flows())
+        else:
+            self.engine._fall_back(self.job, self.remote)
+
+    def _peer_flows(self) -> list[tuple[int, Flow]]:
+        """(holder engine index, read) of each peer read, in the order they started."""
+        flows = [f for t, f in self.local if t == PEER]
+        return list(zip(self.holders, flows, strict=True))
 
     def _check(self) -> None:
         if self.decoding:
             return
-        for _, f in self.local:
-            if f.state != "finished":
+        for t, f in self.local:
+            # peer reads given up (abandoned) are not waited for
+            if f.state != "finished" and not (t == PEER and self.abandoned):
                 return
         if not self.abandoned:
             for f in self.remote:
@@ -209,15 +258,19 @@ class Restore:
         engine = self.engine
         now = engine.env.now
         start = self.start
-        got = [0.0, 0.0, 0.0, 0.0]
+        got = [0.0, 0.0, 0.0, 0.0, 0.0]
         # the copy engines' time (``gpu_copy_busy_frac``); kernel copies are SM work
         # instead (counted as the engine's ``busy``), so they are left out here
         copies = engine.copy_spans if engine.ctx.copy_sm_share == 0.0 else []
         for tier, f in self.local:
+            if tier == PEER:  # one read per holder: below
+                continue
             job.tier_s[tier] = f.end + self.decoded[tier] - start
             got[tier] = f.size
             copies.append(f.start)
             copies.append(f.end)
+        if self.holders:
+            got[PEER] = self._peer_reads(now, copies)
         remote = self.remote
         if remote:
             ends = [f.end for f in remote if f.state == "finished"]
@@ -237,22 +290,128 @@ class Restore:
         job.load_s = now - start
         share = engine.ctx.copy_sm_share
         if share > 0.0:  # copy kernels moved them into HBM: SM work (not under GDS)
-            into = got[HOST] + got[REMOTE] + (0.0 if engine.ctx.nvme_gds else got[NVME])
+            into = got[HOST] + got[PEER]
+            into += 0.0 if engine.ctx.remote_gpudirect else got[REMOTE]  # NIC wrote it in
+            into += 0.0 if engine.ctx.nvme_gds else got[NVME]
             work = kernel_copy_seconds(into, engine.h2d.bandwidth, share)
             if work > 0.0:
                 engine.busy += work
                 engine.gpu_spans.append(now - work)
                 engine.gpu_spans.append(now)
-        for tier in (HOST, NVME, REMOTE):
+        for tier in (HOST, NVME, REMOTE, PEER):
             job.bytes[tier] += got[tier]
         engine.ctx.count_reads(engine, got, job)
+        self._measure(now, got)
+
+    def _peer_reads(self, now: float, copies: list[float]) -> float:
+        """The peer reads are over (or given up): the tier's wall time (until the last
+        read's KV is usable, its decode included), their copy spans, and the bytes that
+        reached this engine (a read given up: what it had moved)."""
+        ctx = self.engine.ctx
+        per_byte = ctx.decode_s[PEER] / ctx.ratio[PEER]  # decode seconds per stored byte
+        usable = -math.inf
+        last = 0.0  # the decode of the read usable last
+        moved = 0.0
+        for t, f in self.local:
+            if t != PEER:
+                continue
+            if f.state == "finished":
+                d = f.size * per_byte
+                if f.end + d > usable:
+                    usable, last = f.end + d, d
+                moved += f.size
+            else:
+                moved += f.size - max(f.remaining, 0.0)
+                if f.end > usable:  # given up then
+                    usable, last = f.end, 0.0
+            if f.start == f.start:  # it began moving (NaN: given up before)
+                copies.append(f.start)
+                copies.append(f.end if f.state == "finished" else now)
+        self.job.tier_s[PEER] = min(usable, now) - self.start
+        self.decoded[PEER] = last
+        return moved
+
+    def _measure(self, now: float, got: list[float]) -> None:
+        """The restore's time in parts (docs: README, Outputs), from its critical transfer
+        (the tier whose KV was usable last): lookup (its T0 and its path's latency), read
+        or h2d (its time alone on an idle fabric: h2d when the host-to-GPU link is its
+        bottleneck; h2d also takes what follows its bytes' arrival: decode, the NVLink
+        hand-off), queue (the rest: bandwidth shared, stalls, waiting for other tiers).
+        Each part is bounded by what the earlier ones leave, so they sum to the restore
+        time. And the bytes read, per engine and tier (the peer that served them too)."""
+        job = self.job
+        engine = self.engine
+        ctx = engine.ctx
+        total = now - self.start
+        crit: Flow | None = None
+        tier = -1
+        usable = -math.inf
+        peer_decode = ctx.decode_s[PEER] / ctx.ratio[PEER]  # per stored byte, per read
+        for t, f in self.local:
+            u = f.end
+            if f.state == "finished":
+                u += f.size * peer_decode if t == PEER else self.decoded[t]
+            if u > usable:
+                usable, crit, tier = u, f, t
+        for f in self.remote:  # abandoned: usable never (its end: when it was given up)
+            u = f.end + (self.decoded[REMOTE] if f.state == "finished" else 0.0)
+            if u > usable:
+                usable, crit, tier = u, f, REMOTE
+        lookup = read = h2d = 0.0
+        if crit is not None:
+            lookup = ctx.t0[tier]
+            for link in crit.links:
+                lookup += link.latency
+            if crit.state == "finished":
+                alone, on_h2d = alone_seconds(crit, engine.h2d)
+                if on_h2d:
+                    h2d = alone
+                else:
+                    read = alone
+                h2d += usable - crit.end  # decode, the NVLink hand-off
+        lookup = min(lookup, total)
+        read = min(read, total - lookup)
+        h2d = min(h2d, total - lookup - read)
+        job.restore_lookup = lookup
+        job.restore_read = read
+        job.restore_h2d = h2d
+        job.restore_queue = max(total - lookup - read - h2d, 0.0)
+        reads = engine.read_bytes
+        for t in (HOST, NVME, REMOTE, PEER):
+            reads[t] += got[t]
+        if self.holders:  # the holders' side: what each served (peer tier served_bytes)
+            engines = ctx.engines
+            for h, f in self._peer_flows():
+                moved = f.size if f.state == "finished" else f.size - max(f.remaining, 0.0)
+                engines[h].served_bytes += moved
+
+
+def alone_seconds(flow: Flow, h2d: Link) -> tuple[float, bool]:
+    """A transfer's time alone on an idle fabric, latency left out: its size (progress
+    units) at the slowest of its links' rates (bandwidth / the flow's cost there) or its
+    own cap (a client's rate), whichever is lower; and whether that bottleneck is the
+    host-to-GPU link ``h2d`` (on a tie, the other link)."""
+    rate = math.inf
+    on_h2d = False
+    for link, k in zip(flow.links, flow.costs, strict=True):
+        r = link.bandwidth / k
+        if r < rate or (r == rate and on_h2d):
+            rate = r
+            on_h2d = link is h2d
+    if flow.cap < rate:  # the flow's own cap binds (a client's per-connection rate)
+        rate = flow.cap
+        on_h2d = False
+    return (flow.size / rate if rate > 0.0 else 0.0), on_h2d
 
 
 GetPath = tuple[tuple[Link, ...], float, tuple, tuple, float | None]
 
 
-def remote_get(engine: Engine, job: Job) -> GetPath:
-    """The request's remote GET (its blocks ``job.src`` marks remote) into HBM."""
+def remote_get(engine: Engine, job: Job, count: bool = False) -> GetPath:
+    """The request's remote GET (its blocks ``job.src`` marks remote) into HBM: over the
+    engine's NIC and host-to-GPU link, or the NIC alone when it lands by GPUDirect RDMA
+    (``remote.path``). ``count``: a GET that is made (not an estimate): count its
+    operations."""
     B = engine.ctx.block_tokens
     last = job.req.input_tokens - 1  # the always-computed last token is not read
     ids, tokens = [], []
@@ -262,22 +421,34 @@ def remote_get(engine: Engine, job: Job) -> GetPath:
             if tok > 0:
                 ids.append(job.keys[i])
                 tokens.append(tok)
-    return get_flow(engine, ids, tokens, (engine.nic_in, engine.h2d))
+    path = (engine.nic_in,) if engine.ctx.remote_gpudirect else (engine.nic_in, engine.h2d)
+    return get_flow(engine, ids, tokens, path, count)
 
 
-def get_flow(engine: Engine, ids: list[Key], tokens: list[int], path: tuple[Link, ...]) -> GetPath:
+def get_flow(
+    engine: Engine,
+    ids: list[Key],
+    tokens: list[int],
+    path: tuple[Link, ...],
+    count: bool = False,
+) -> GetPath:
     """A GET of blocks ``ids`` (``tokens`` each) as one lockstep flow over the servers
     it reads (its ranks' parts move together), then over the engine's ``path`` (NIC,
     and PCIe when it lands in HBM): (links, size, costs, shares, cap). Unsharded, one
     rank issues the whole GET (then hands the KV to the others over NVLink): it also
     crosses that rank's own NIC and PCIe (``client``). Either way the GET moves at most
     as fast as its clients pull (``Shared.client_cap``, bytes/s of the whole GET, from
-    ``remote.client``; kvsim/physics/client.py): the flow's cap, in progress units."""
+    ``remote.client``; kvsim/physics/client.py): the flow's cap, in progress units.
+    ``count``: add the GET's operations (a chunk's shard on each server) to the store's."""
     ctx = engine.ctx
     remote = ctx.remote
     assert remote is not None
     s = ctx.kv_bytes * ctx.ratio[REMOTE] / remote.shards  # as stored (its codec)
-    per_server = {srv: tok * s for srv, tok in remote.tokens_by_server(ids, tokens).items()}
+    by_server = remote.tokens_by_server(ids, tokens)
+    if count:
+        chunk = ctx.chunk_tokens
+        remote.get_ops += sum((tok + chunk - 1) // chunk for tok in by_server.values())
+    per_server = {srv: tok * s for srv, tok in by_server.items()}
     if remote.shards == 1:  # unsharded: the issuing rank's own NIC and PCIe too
         path = (*path, engine.client)
     links, size, costs, shares = ctx.lockstep(remote.parts(per_server), path)

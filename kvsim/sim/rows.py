@@ -46,6 +46,7 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("load_host_s", "d", "restore from host DRAM, T0 included"),
     ("load_nvme_s", "d", "restore from NVMe, T0 included"),
     ("load_remote_s", "d", "restore from the remote store, T0 included"),
+    ("load_peer_s", "d", "restore from other engines' host DRAM (tiers.peer), T0 included"),
     (
         "load_prefetch_s",
         "d",
@@ -53,16 +54,57 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
         "(prefetch.policy wait_complete, timeout, or a plugin's that waits; 0 otherwise)",
     ),
     ("remote_get_s", "d", "remote GET time after T0 (stalls, latency, transfer)"),
+    (
+        "restore_lookup_s",
+        "d",
+        "of the restore (load_s - load_prefetch_s), the critical tier's lookup: its T0 "
+        "(index lookup, first byte) and its path's link latency (the critical tier: the "
+        "one whose KV was usable last); 0 with no restore, NaN when dropped",
+    ),
+    (
+        "restore_queue_s",
+        "d",
+        "of the restore, what the other parts leave: bandwidth shared with other transfers, "
+        "stalls, waiting for the other tiers (restore - lookup - read - h2d, never below 0)",
+    ),
+    (
+        "restore_read_s",
+        "d",
+        "of the restore, the critical transfer's unloaded time (bytes / the bottleneck rate "
+        "of its links and client cap, alone on an idle fabric) when that bottleneck is not "
+        "the host-to-GPU link",
+    ),
+    (
+        "restore_h2d_s",
+        "d",
+        "of the restore, the critical transfer's unloaded time when its bottleneck is the "
+        "host-to-GPU link, plus what follows the bytes' arrival before use (decode, the "
+        "NVLink hand-off)",
+    ),
     ("input_tokens", "q", "prompt tokens"),
     ("output_tokens", "q", "output tokens (not simulated: prefill only)"),
     ("tokens_gpu", "q", "prompt tokens found in GPU HBM"),
     ("tokens_host", "q", "prompt tokens restored from host DRAM"),
     ("tokens_nvme", "q", "prompt tokens restored from NVMe"),
     ("tokens_remote", "q", "prompt tokens restored from the remote store"),
+    ("tokens_peer", "q", "prompt tokens restored from other engines' host DRAM (tiers.peer)"),
     ("tokens_compute", "q", "prompt tokens computed"),
+    (
+        "recomputed_tokens",
+        "q",
+        "of tokens_compute, those in blocks computed (or prestored) before anywhere in the "
+        "cluster: evicted since, out of the lookup's reach, or skipped by the load policy",
+    ),
+    (
+        "gpu_compute_s",
+        "d",
+        "its share of the GPU (SM) compute time of the steps it took part in: each step's "
+        "SM time x its chunk tokens / the step's tokens",
+    ),
     ("bytes_host", "d", "bytes read from host DRAM (over all attempts, if re-routed)"),
     ("bytes_nvme", "d", "bytes read from NVMe (over all attempts, if re-routed)"),
     ("bytes_remote", "d", "bytes read from the remote store (also when abandoned; all attempts)"),
+    ("bytes_peer", "d", "bytes read from other engines' host DRAM (over all attempts)"),
     (
         "decision",
         "s",
@@ -74,6 +116,12 @@ SCHEMA: tuple[tuple[str, str, str], ...] = (
     ("retries", "q", "times re-routed after an engine failure"),
     ("drop_reason", "s", "why it was dropped (empty when it finished)"),
     ("warmup", "?", "arrived during the warm-up; left out of the summary"),
+    (
+        "warm",
+        "?",
+        "not the first request of its session (or, without a session, of the prefix its "
+        "first block starts) in arrival order; false: cold",
+    ),
     ("steps", "q", "engine steps it took part in (chunks of its prompt computed)"),
 )
 COLUMNS: tuple[tuple[str, str], ...] = tuple((name, meaning) for name, _, meaning in SCHEMA)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -22,7 +23,7 @@ from kvsim.cache.remote import RemoteStore
 from kvsim.config.pools import pools
 from kvsim.config.schema import Scenario
 from kvsim.kernel.fabric import Fabric, Link
-from kvsim.physics.client import Client, client_rate
+from kvsim.physics.client import Client, client_rate, put_rate
 from kvsim.physics.step import StepModel, make_step_model, per_step_tokens
 from kvsim.rng import stream
 from kvsim.sim.hooks import Hooks, PrefetchHook
@@ -54,13 +55,15 @@ class Shared:
         self.hooks: Hooks = Hooks(self)
         self.policy: LoadPolicy = self.hooks.load_policy(sc.cluster.load_policy)
         tiers, rc = sc.tiers, sc.remote
-        self.t0: list[float] = [0.0, tiers.host.t0, tiers.nvme.t0, rc.t0]
+        # per tier code (kvsim.cache.local: gpu, host, nvme, remote, peer)
+        self.t0: list[float] = [0.0, tiers.host.t0, tiers.nvme.t0, rc.t0, tiers.peer.t0]
         # the engine's part of each T0 (cross_checks: never more than the T0 itself)
         self.t0_engine: list[float] = [
             0.0,
             tiers.host.t0_engine,
             tiers.nvme.t0_engine,
             rc.t0_engine,
+            tiers.peer.t0_engine,
         ]
         e = sc.engine
         self.serial: bool = e.batching == "serial"
@@ -82,9 +85,19 @@ class Shared:
         self.kv_pool: float = hbm.node_kv
         self.cache_slack: float = hbm.slack
         self.timeout: float | None = rc.timeout if rc.enabled else None
+        # tiers.peer: a lookup also finds blocks in other engines' host tiers (Engine._locate)
+        self.peer: bool = tiers.peer.enabled
         # the GET's client cap (bytes/s of the whole GET: its clients together), set
         # with the remote store (kvsim.physics.client)
         self.client_cap: float = math.inf
+        # a put's client cap (bytes/s of the whole put), when the connections have a rate of
+        # their own (an object store); None: uncapped (kvsim.physics.client.put_rate)
+        self.put_cap: float | None = None
+        # remote.path: a GET lands in HBM by GPUDirect RDMA (NIC only: no host-to-GPU link,
+        # no client copy) or through host memory (NIC, then the host-to-GPU link)
+        self.remote_gpudirect: bool = rc.enabled and rc.gpudirect
+        self.chunk_tokens: int = rc.chunk_tokens  # tokens of one GET/PUT operation
+        self._op_stored = 1.0  # bytes one operation moves, as stored (its codec)
         self.nvme_gds: bool = tiers.nvme.path == "gds"
         self.remote_admission: Gate | None = None
         self.max_pending_puts: int = rc.max_pending_puts
@@ -103,9 +116,10 @@ class Shared:
             node.copy_kernel_sm_share if node.copy_engine == "kernel" else 0.0
         )
         self.gpus: int = node.gpus
-        # KV codecs per tier (gpu, host, nvme, remote): stored bytes / raw bytes, and
-        # seconds per raw byte to encode (writes into the tier) and decode (restores)
-        codecs = (None, tiers.host.codec, tiers.nvme.codec, rc.codec)
+        # KV codecs per tier (gpu, host, nvme, remote, peer): stored bytes / raw bytes, and
+        # seconds per raw byte to encode (writes into the tier) and decode (restores); a
+        # peer serves blocks as its host tier stores them
+        codecs = (None, tiers.host.codec, tiers.nvme.codec, rc.codec, tiers.host.codec)
         self.ratio: list[float] = [c.ratio if c is not None else 1.0 for c in codecs]
         self.encode_s: list[float] = [
             1.0 / c.encode_bandwidth if c is not None else 0.0 for c in codecs
@@ -128,6 +142,8 @@ class Shared:
         self._stall_rng = stream(sc.seed, "stalls")
         self.stall_override: tuple[float, float, str] | None = None  # a stall burst
         self.fault_log: list[dict[str, Any]] = []
+        # keys of blocks ever computed and kept, or prestored: recomputed_tokens
+        self.seen: set[Key] = set()
         # set by the simulation
         self.finished: Callable[[Engine, Job], None] = _unset
         self.displace: Callable[[Job, Engine], None] = _unset
@@ -146,10 +162,25 @@ class Shared:
         # of each chunk), once per run; the server's part stays on the fabric
         rc = self.scenario.remote
         client = Client.of(rc.client)
+        if self.remote_gpudirect:  # RDMA into HBM: no receive copy on the rank
+            client = replace(client, copy_bandwidth=math.inf)
         stored = op_bytes * self.ratio[REMOTE]  # bytes one operation moves (its codec)
+        self._op_stored = stored
         self.client_cap = remote.shards * client_rate(stored, client, rc.bandwidth, rc.op_overhead)
+        put = put_rate(stored, client, rc.bandwidth, rc.op_overhead)
+        self.put_cap = remote.shards * put if put < math.inf else None
 
     # ---- physics helpers ---------------------------------------------------------------
+
+    def put_ops(self, parts: list[tuple[Link, float, int]]) -> int:
+        """Operations (chunks, one request each) a put makes: per part (a link with the
+        bytes it carries for ``k`` servers), k x the chunks of one server's bytes."""
+        op = self._op_stored
+        ops = 0
+        for _, b, k in parts:
+            if b > 0:
+                ops += k * max(1, math.ceil(b / k / op - 1e-9))
+        return ops
 
     def block_sizes(self, req: Request) -> list[float]:
         """Bytes of each block of a prompt (the last one is usually partial)."""

@@ -22,7 +22,7 @@ from typing import Any, cast
 import simpy
 
 from kvsim.cache.eviction import POLICIES, Key
-from kvsim.cache.local import HOST, NVME, REMOTE, SELECTIVE, LocalCache
+from kvsim.cache.local import HOST, NVME, PEER, REMOTE, SELECTIVE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
 from kvsim.config.pools import too_large
@@ -118,6 +118,14 @@ class MemoryGuard:
             avail = _meminfo("MemAvailable")
             if 0 <= avail < self.reserve:
                 raise MemoryError(f"{rss // _MIB} MiB resident, {avail // _MIB} MiB left")
+
+
+def _lookups(engines: Sequence[Engine], tier: int) -> dict[str, int]:
+    """A tier's lookups over all engines: blocks it held (hits) and did not (misses)."""
+    return {
+        "hits": sum(e.hits[tier] for e in engines),
+        "misses": sum(e.misses[tier] for e in engines),
+    }
 
 
 @dataclass
@@ -305,6 +313,7 @@ class Simulation:
         ctx = self.shared
         full = ctx.block_tokens * ctx.kv_bytes * ctx.ratio[REMOTE]  # as stored (its codec)
         self.remote.prestore(list(dict.fromkeys(keys)), full)
+        ctx.seen.update(keys)  # stored before: computing them is a recompute
 
     # ---- what engines report ------------------------------------------------------------
 
@@ -366,6 +375,9 @@ class Simulation:
         # a prompt over this many tokens cannot fit the node's KV pool (kvsim.config.pools)
         fits = int(self.shared.kv_pool // self.shared.kv_bytes)
         blocks = 0  # prompt blocks since the last memory check
+        # cold or warm (Job.warm): sessions seen, and the first block of each prompt seen
+        sessions: set[int] = set()
+        firsts: set[Key] = set()
         for req in requests:
             if req.arrival < last:
                 raise InputError(
@@ -393,7 +405,15 @@ class Simulation:
             if dt > 0:
                 yield env.timeout(dt)
             self.arrived += 1
-            job = Job(req, req.arrival < warmup, keys(req))
+            ks = keys(req)
+            first = ks[0] if ks else None
+            if req.session >= 0:  # warm: a later turn of its session
+                warm = req.session in sessions
+                sessions.add(req.session)
+            else:  # warm: a later request on a prefix (its first block) seen before
+                warm = first in firsts
+            firsts.add(first)
+            job = Job(req, req.arrival < warmup, ks, warm)
             self._route(job)
 
     def run(self) -> SimOutput:
@@ -484,6 +504,19 @@ class Simulation:
                 ),
                 "read_bytes": sum((e.local.read_bytes[level] for e in self.engines), 0.0),
                 "write_bytes": sum((s.written for s in stores), 0.0),
+                **_lookups(self.engines, level),
+                "engines": [
+                    {
+                        "engine": e.index,
+                        "hits": e.hits[level],
+                        "misses": e.misses[level],
+                        "evictions": s.evictions,
+                        "read_bytes": e.local.read_bytes[level],
+                        "write_bytes": s.written,
+                    }
+                    for e in self.engines
+                    if (s := e.local.tiers[level]) is not None
+                ],
             }
         if self.remote is not None:
             r = self.remote
@@ -493,11 +526,41 @@ class Simulation:
                 **r.stats(),
                 "read_bytes": r.read_bytes,
                 "puts": r.puts,
+                "get_ops": r.get_ops,  # chunk operations (requests to an object store)
+                "put_ops": r.put_ops,
                 "put_bytes": r.put_bytes,
                 "write_bytes": r.landed_bytes,
                 "puts_dropped_shards": r.puts_dropped,
                 "server_bytes": r.server_bytes(),
                 "server_busy_s": r.server_busy(),
+                **_lookups(self.engines, REMOTE),
+                "engines": [
+                    {
+                        "engine": e.index,
+                        "hits": e.hits[REMOTE],
+                        "misses": e.misses[REMOTE],
+                        "read_bytes": e.read_bytes[REMOTE],
+                        "write_bytes": e.landed_bytes,
+                    }
+                    for e in self.engines
+                ],
+            }
+        if self.scenario.tiers.peer.enabled:  # other engines' host tiers: no store of its own
+            tiers["peer"] = {
+                "read_bytes": sum((e.read_bytes[PEER] for e in self.engines), 0.0),
+                "served_bytes": sum((e.served_bytes for e in self.engines), 0.0),
+                "write_bytes": 0.0,
+                **_lookups(self.engines, PEER),
+                "engines": [
+                    {
+                        "engine": e.index,
+                        "hits": e.hits[PEER],
+                        "misses": e.misses[PEER],
+                        "read_bytes": e.read_bytes[PEER],
+                        "served_bytes": e.served_bytes,
+                    }
+                    for e in self.engines
+                ],
             }
         links = {
             name: {"bytes": link.bytes, "busy_s": link.busy_time}
