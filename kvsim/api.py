@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +122,18 @@ def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
     # kvsim.physics.client), whichever binds: one client with whole chunks on one server,
     # or every rank's client with its shard of each chunk on its own server
     client = Client.of(rc.client)
+    into = h2d  # into HBM over PCIe from host memory ...
+    if rc.gpudirect:  # ... or by GPUDirect RDMA from the NIC: no host link, no client copy
+        client = replace(client, copy_bandwidth=math.inf)
+        into = math.inf
     bw, op = rc.bandwidth, rc.op_overhead
     unsharded = get_rate(chunk, 1, 1, node.pcp, False, client, bw, op)
     sharded = get_rate(chunk, 1, ranks, node.pcp, True, client, bw, op) if node.pcp > 1 else 0.0
-    out["remote (one server)"] = (min(unsharded, nic, h2d), rc.t0)
+    out["remote (one server)"] = (min(unsharded, nic, into), rc.t0)
     if node.pcp > 1:  # without context parallelism there are no ranks to shard over
-        out[f"remote (per rank, {ranks} servers)"] = (min(sharded, nic, h2d), rc.t0)
+        out[f"remote (per rank, {ranks} servers)"] = (min(sharded, nic, into), rc.t0)
+    if sc.tiers.peer.enabled:  # another engine's host DRAM: its NIC out, this NIC in, PCIe
+        out["peer"] = (min(nic, h2d), sc.tiers.peer.t0)
     return out
 
 

@@ -192,7 +192,8 @@ def token_sources_plot(
     fig, ax = plt.subplots(figsize=(6, 3.6))
     names = list(fractions)
     values = [100 * fractions[n] for n in names]
-    bars = ax.bar(names, values, color=["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#937860"])
+    palette = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#937860"]  # 6 sources
+    bars = ax.bar(names, values, color=[palette[i % len(palette)] for i in range(len(names))])
     for bar, v in zip(bars, values, strict=True):
         ax.annotate(
             f"{v:.1f}%",

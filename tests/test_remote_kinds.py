@@ -197,12 +197,21 @@ def test_set_remote_kind_starts_from_the_kind_profile():
 
 
 def test_an_error_in_a_kind_profile_field_points_at_its_line():
-    """Origins: a field the kind profile wrote is reported at its line there."""
+    """Origins: a field the kind profile wrote is reported at its line there, named as the
+    package file wherever kvsim is installed; a cross check the user's own field causes
+    names that field (and the --set that gave it)."""
+    from kvsim.config.loader import remote_kind_layer
     from kvsim.errors import InputError
 
+    layer, origins = remote_kind_layer(
+        {"remote": {"servers": 1}}, {}, {"remote": {"kind": "shared_nvme"}}
+    )
+    assert layer["remote"]["kind"] == "shared_nvme"
+    assert origins[("remote", "path")].startswith("kvsim/profiles/remote/shared_nvme.yaml:")
     with pytest.raises(InputError) as e:
         load_scenario(QS, ["remote.kind=shared_nvme", "node.gpudirect_rdma=false"])
-    assert "remote.path" in str(e.value) and "shared_nvme.yaml:" in str(e.value)
+    assert str(e.value).startswith("--set node.gpudirect_rdma=false: node.gpudirect_rdma:")
+    assert "remote.path: bounce" in str(e.value)
 
 
 def test_every_kind_profile_is_valid_on_every_shipped_profile():
@@ -325,3 +334,21 @@ def test_a_session_resuming_elsewhere_reads_the_shared_store_not_its_old_host_ti
     assert t2.bytes_remote == pytest.approx(16 * 512 * 51_168)
     assert res.summary["link_utilisation"]["h2d"]["bytes"] == 0.0
     assert res.summary["link_utilisation"]["nic_in"]["bytes"] == pytest.approx(t2.bytes_remote)
+
+
+def test_costmodel_paths_follow_gpudirect_and_the_peer_tier():
+    """kvsim costmodel's restore paths (api.tier_bandwidths), by hand on quickstart's node
+    (8 GPUs x 50 GB/s PCIe = 400 GB/s into HBM, 8 x 800 Gb/s = 800 GB/s of NIC): the
+    shared NVMe store's one-server path is its server's 50 GB/s by GPUDirect (no 10 GB/s
+    client copy, no PCIe); through host memory (bounce) the client's copy binds it; the
+    peer tier is the NIC and PCIe, 400 GB/s."""
+    gds = api.tier_bandwidths(
+        load_scenario(QS, ["remote.kind=shared_nvme", "tiers.peer.enabled=true"])
+    )
+    assert gds["remote (one server)"] == (pytest.approx(50e9), pytest.approx(2e-3))
+    assert gds["peer"][0] == pytest.approx(400e9)
+    bounce = api.tier_bandwidths(
+        load_scenario(QS, ["remote.kind=shared_nvme", "remote.path=bounce"])
+    )
+    assert bounce["remote (one server)"][0] < 12e9  # the 10 GB/s copy (and its window) binds
+    assert "peer" not in bounce

@@ -1236,11 +1236,11 @@ def _remote_kind_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             )
         )
     elif rc.gpudirect and not sc.node.gpudirect_rdma:
-        out.append(
+        out.append(  # named where the user said it (remote.path often comes from the kind)
             (
-                ("remote", "path"),
-                f"gpudirect: a {rc.kind} store has no NIC path into HBM on this node "
-                "(node.gpudirect_rdma: false); set remote.path: bounce",
+                ("node", "gpudirect_rdma"),
+                f"false: no NIC path into HBM, and the {rc.kind} store reads by GPUDirect "
+                "RDMA (remote.path: gpudirect); set remote.path: bounce (through host memory)",
             )
         )
     if rc.gpudirect and rc.codec is not None and rc.codec.on == "cpu":

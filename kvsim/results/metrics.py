@@ -112,7 +112,9 @@ METRICS: dict[str, str] = {
     "decisions": "requests per decision (cold, gpu, restore, skipped, fallback; dropped "
     "requests are counted in requests_dropped)",
     "timing_extrapolations": "prefill times read beyond the timing table",
-    "tiers": "per-tier counters: capacity, use, evictions, demotions, puts; hits and "
+    "tiers": "per-tier counters over the whole run, warm-up included (tier_read_bytes "
+    "counts the measured requests only: the two agree with no warm-up): capacity, use, "
+    "evictions, demotions, puts; hits and "
     "misses (blocks the lookup asked the tier for that it held in the usable prefix, or "
     "not); and per engine (engines: engine, hits, misses, evictions, read_bytes, "
     "write_bytes; peer: served_bytes), which sum to the tier's totals",

@@ -375,7 +375,9 @@ class Restore:
         job.restore_lookup = lookup
         job.restore_read = read
         job.restore_h2d = h2d
-        job.restore_queue = max(total - lookup - read - h2d, 0.0)
+        queue = total - lookup - read - h2d
+        # float rounding of a restore that never waited: below a nanosecond is none
+        job.restore_queue = queue if queue > 1e-9 else 0.0
         reads = engine.read_bytes
         for t in (HOST, NVME, REMOTE, PEER):
             reads[t] += got[t]
@@ -393,8 +395,10 @@ def alone_seconds(flow: Flow, h2d: Link) -> tuple[float, bool]:
     host-to-GPU link ``h2d`` (on a tie, the other link)."""
     rate = math.inf
     on_h2d = False
-    for link, k in zip(flow.links, flow.costs, strict=True):
-        r = link.bandwidth / k
+    links, costs = flow.links, flow.costs
+    for i in range(len(links)):  # (an index loop: compiled, zip(strict=) is a slow call)
+        link = links[i]
+        r = link.bandwidth / costs[i]
         if r < rate or (r == rate and on_h2d):
             rate = r
             on_h2d = link is h2d
