@@ -34,9 +34,10 @@ class Results:
     summary: dict[str, Any]
     scenario: Scenario
     engines: list[dict[str, Any]] = field(default_factory=list)
-    # per engine: flat [start, end, ...] spans of GPU work, blocked steps and copies
-    # (SimOutput.activity), for timeseries.parquet's gpu_busy_frac
-    activity: list[dict[str, list[float]]] = field(default_factory=list, repr=False)
+    # per engine: its GPU work as flat [start, end, ...] spans (float64 arrays, from
+    # SimOutput.activity), for timeseries.parquet's gpu_busy_frac; only these are kept, and
+    # compactly: a kept Results must not hold the run's every span as Python floats
+    activity: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -317,7 +318,8 @@ def collect(out: SimOutput, scenario: Scenario) -> Results:
             f"run.warmup: all {out.arrived} requests arrived during the "
             f"{warmup:g} s warm-up; nothing is left to measure"
         )
-    return Results(df, summarize(df, out, scenario, warmup), scenario, out.engines, out.activity)
+    gpu = [{"gpu": np.asarray(a["gpu"], dtype=np.float64)} for a in out.activity]
+    return Results(df, summarize(df, out, scenario, warmup), scenario, out.engines, gpu)
 
 
 def auto_warmup(df: pd.DataFrame) -> float:

@@ -839,22 +839,39 @@ class Engine:
         walked in the lookup order (gpu, host, nvme, peer, remote); a block reaches a tier
         when no earlier one served it, and is a hit there when that tier serves it in the
         located prefix ``src`` (before the load policy's cut), else a miss: a block past
-        the prefix misses in every tier asked. O(tiers) counts, no per-block Python loop."""
+        the prefix misses in every tier asked. One pass over ``src``."""
+        g = h = v = p = r = 0  # blocks found per tier: one pass, no temporaries
+        for t in src:
+            if t == GPU:
+                g += 1
+            elif t == HOST:
+                h += 1
+            elif t == NVME:
+                v += 1
+            elif t == PEER:
+                p += 1
+            else:
+                r += 1
         hits, misses = self.hits, self.misses
-        left = n  # blocks that reach the next tier asked
-        peer = host and self._peer_asked
-        for tier, asked in (
-            (GPU, True),
-            (HOST, host),
-            (NVME, nvme),
-            (PEER, peer),
-            (REMOTE, remote),
-        ):
-            if asked:
-                h = src.count(tier)
-                hits[tier] += h
-                left -= h
-                misses[tier] += left
+        left = n - g  # blocks that reach the next tier asked
+        hits[GPU] += g
+        misses[GPU] += left
+        if host:
+            hits[HOST] += h
+            left -= h
+            misses[HOST] += left
+        if nvme:
+            hits[NVME] += v
+            left -= v
+            misses[NVME] += left
+        if host and self._peer_asked:
+            hits[PEER] += p
+            left -= p
+            misses[PEER] += left
+        if remote:
+            hits[REMOTE] += r
+            left -= r
+            misses[REMOTE] += left
 
     def _account(self, job: Job, src: list[int]) -> None:
         """Tokens per source for restoring the blocks ``src`` (at least one token computed),
@@ -879,7 +896,10 @@ class Engine:
         seen = self.ctx.seen
         again = 0
         if k < nb and seen:
-            hit = len(seen.intersection(keys[k:]))  # blocks computed here, seen before
+            hit = 0  # blocks computed here, seen before (a loop: no set built)
+            for i in range(k, nb):
+                if keys[i] in seen:
+                    hit += 1
             if hit:
                 again = hit * B
                 if keys[nb - 1] in seen:  # the last block is usually partial
@@ -983,7 +1003,11 @@ class Engine:
             self.local.admit(job.keys, sizes)
             # computed and kept: a later compute is a recompute (the blocks it found were
             # seen before: only the computed ones are new)
-            ctx.seen.update(job.keys[len(job.src) :])
+            if ctx.track_seen:
+                seen = ctx.seen
+                keys = job.keys
+                for i in range(len(job.src), len(keys)):
+                    seen[keys[i]] = None
             if puts:
                 self.puts.put(puts)
             if ctx.prefetch_on_session and job.req.session >= 0 and not job.req.last_turn:

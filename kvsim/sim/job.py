@@ -26,6 +26,9 @@ _NAN: Final = math.nan
 NEW: Final = 0  # job states
 LOADING: Final = 1
 READY: Final = 2
+# a job with no peer blocks shares these (Engine._assign_peers replaces, never mutates them)
+_NONE_HELD: Final[list[int]] = []
+_NO_PEERS: Final[dict[int, int]] = {}
 
 
 class Job:
@@ -104,8 +107,8 @@ class Job:
         self.src: list[int] = []  # tier of each restored block
         # tiers.peer: the engine serving each block of src (-1: not a peer block), and
         # holder engine index -> tokens it serves (Engine._plan, after the policy's cut)
-        self.holders: list[int] = []
-        self.peers: dict[int, int] = {}
+        self.holders: list[int] = _NONE_HELD  # replaced, never changed in place
+        self.peers: dict[int, int] = _NO_PEERS
         self.cached = 0
         self.decision = "cold"
         self.stalled = False

@@ -379,8 +379,10 @@ class Restore:
         # float rounding of a restore that never waited: below a nanosecond is none
         job.restore_queue = queue if queue > 1e-9 else 0.0
         reads = engine.read_bytes
-        for t in (HOST, NVME, REMOTE, PEER):
-            reads[t] += got[t]
+        reads[HOST] += got[HOST]
+        reads[NVME] += got[NVME]
+        reads[REMOTE] += got[REMOTE]
+        reads[PEER] += got[PEER]
         if self.holders:  # the holders' side: what each served (peer tier served_bytes)
             engines = ctx.engines
             for h, f in self._peer_flows():

@@ -142,8 +142,18 @@ class Shared:
         self._stall_rng = stream(sc.seed, "stalls")
         self.stall_override: tuple[float, float, str] | None = None  # a stall burst
         self.fault_log: list[dict[str, Any]] = []
-        # keys of blocks ever computed and kept, or prestored: recomputed_tokens
-        self.seen: set[Key] = set()
+        # keys of blocks ever computed and kept, or prestored: recomputed_tokens (a dict of
+        # int keys, not a set: the garbage collector leaves such a dict alone, while it
+        # would walk a set of a million keys at every full collection)
+        self.seen: dict[Key, None] = {}
+        # ... kept only where a block can be cached at all (a cluster with no cache evicts
+        # nothing, so recomputes nothing): a key costs ~70 bytes, a run's every block
+        self.track_seen: bool = (
+            sc.tiers.gpu.capacity > 0
+            or sc.tiers.host.enabled
+            or sc.tiers.nvme.enabled
+            or sc.remote.enabled
+        )
         # set by the simulation
         self.finished: Callable[[Engine, Job], None] = _unset
         self.displace: Callable[[Job, Engine], None] = _unset

@@ -313,7 +313,9 @@ class Simulation:
         ctx = self.shared
         full = ctx.block_tokens * ctx.kv_bytes * ctx.ratio[REMOTE]  # as stored (its codec)
         self.remote.prestore(list(dict.fromkeys(keys)), full)
-        ctx.seen.update(keys)  # stored before: computing them is a recompute
+        seen = ctx.seen
+        for k in keys:  # stored before: computing them is a recompute
+            seen[k] = None
 
     # ---- what engines report ------------------------------------------------------------
 
@@ -376,8 +378,9 @@ class Simulation:
         fits = int(self.shared.kv_pool // self.shared.kv_bytes)
         blocks = 0  # prompt blocks since the last memory check
         # cold or warm (Job.warm): sessions seen, and the first block of each prompt seen
-        sessions: set[int] = set()
-        firsts: set[Key] = set()
+        # (dicts of ints: the garbage collector leaves them alone, unlike sets)
+        sessions: dict[int, None] = {}
+        firsts: dict[Key, None] = {}
         for req in requests:
             if req.arrival < last:
                 raise InputError(
@@ -409,10 +412,10 @@ class Simulation:
             first = ks[0] if ks else None
             if req.session >= 0:  # warm: a later turn of its session
                 warm = req.session in sessions
-                sessions.add(req.session)
+                sessions[req.session] = None
             else:  # warm: a later request on a prefix (its first block) seen before
                 warm = first in firsts
-            firsts.add(first)
+            firsts[first] = None
             job = Job(req, req.arrival < warmup, ks, warm)
             self._route(job)
 
@@ -442,7 +445,11 @@ class Simulation:
             self._run_until_done()
         if self.progress is not None:
             self.progress(len(self.rows) % 1000)
-        return self._output()
+        out = self._output()
+        # the keys ever kept (recomputed_tokens) are of no use past the run, and may be
+        # millions: freed now, not when the collector reaches the simulation's cycles
+        self.shared.seen.clear()
+        return out
 
     def _delete_later(self, tenant: int, at: float) -> Any:
         yield self.env.timeout(at)
