@@ -191,20 +191,9 @@ class Study:
         if self.sensitivity is not None and self.sensitivity.swings:
             top = ", ".join(s.path for s in self.sensitivity.swings[:3])
         return [
-            {
-                "figure": r.figure.name,
-                "paper": r.figure.paper,
-                "kvsim": r.kvsim,
-                "kvsim_lo": r.lo,
-                "kvsim_hi": r.hi,
-                "unit": r.figure.unit,
-                "ratio": r.ratio,
-                "kind": r.figure.kind,
-                "sensitive_to": top if "shared-nvme" in r.figure.name else "",
-                "range_lo": None,
-                "range_hi": None,
-                "verdict": self.verdict(r),
-            }
+            remote_kv_tiers.record(
+                r, self.verdict(r), top if "shared-nvme" in r.figure.name else ""
+            )
             for r in self.rows
         ]
 

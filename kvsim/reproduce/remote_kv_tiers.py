@@ -357,22 +357,40 @@ class Reproduction:
         for r in self.rows:
             rg = self.range_of(r.figure.name)
             out.append(
-                {
-                    "figure": r.figure.name,
-                    "paper": r.figure.paper,
-                    "kvsim": r.kvsim,
-                    "kvsim_lo": r.lo,
-                    "kvsim_hi": r.hi,
-                    "unit": r.figure.unit,
-                    "ratio": r.ratio,
-                    "kind": r.figure.kind,
-                    "sensitive_to": ";".join(rg.sensitive_to) if rg else "",
-                    "range_lo": rg.lo if rg else None,
-                    "range_hi": rg.hi if rg else None,
-                    "verdict": self.verdict(r),
-                }
+                record(
+                    r,
+                    self.verdict(r),
+                    ";".join(rg.sensitive_to) if rg else "",
+                    rg.lo if rg else None,
+                    rg.hi if rg else None,
+                )
             )
         return out
+
+
+def record(
+    r: Any,
+    verdict: str | None,
+    sensitive_to: str = "",
+    range_lo: float | None = None,
+    range_hi: float | None = None,
+) -> dict[str, object]:
+    """One figure's row of reproduction.csv (:data:`COLUMNS`), for every study: a row ``r``
+    with its ``figure`` (name, paper, unit, kind), ``kvsim``, ``lo``, ``hi`` and ``ratio``."""
+    return {
+        "figure": r.figure.name,
+        "paper": r.figure.paper,
+        "kvsim": r.kvsim,
+        "kvsim_lo": r.lo,
+        "kvsim_hi": r.hi,
+        "unit": r.figure.unit,
+        "ratio": r.ratio,
+        "kind": r.figure.kind,
+        "sensitive_to": sensitive_to,
+        "range_lo": range_lo,
+        "range_hi": range_hi,
+        "verdict": verdict,
+    }
 
 
 COLUMNS = [

@@ -167,23 +167,7 @@ class Validation:
     def records(self) -> list[dict[str, object]]:
         """One dict per figure, :data:`COLUMNS`: as ``kvsim reproduce paper``'s CSV
         (``paper`` is the post's value) with no range columns filled."""
-        return [
-            {
-                "figure": r.figure.name,
-                "paper": r.figure.paper,
-                "kvsim": r.kvsim,
-                "kvsim_lo": r.lo,
-                "kvsim_hi": r.hi,
-                "unit": r.figure.unit,
-                "ratio": r.ratio,
-                "kind": r.figure.kind,
-                "sensitive_to": "",
-                "range_lo": None,
-                "range_hi": None,
-                "verdict": self.verdict(r),
-            }
-            for r in self.rows
-        ]
+        return [remote_kv_tiers.record(r, self.verdict(r)) for r in self.rows]
 
 
 COLUMNS = remote_kv_tiers.COLUMNS  # the same reproduction.csv columns as every study
