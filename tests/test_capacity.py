@@ -63,7 +63,7 @@ def test_slo_parsing():
 def test_warm_up_and_time_limit_shrink_with_the_load():
     # at 8x the load the run is 8x shorter: a fixed 120 s warm-up would swallow it all
     from kvsim.api import load
-    from kvsim.experiments.capacity import load_overrides
+    from kvsim.experiments.replicate import load_overrides
 
     # (single-turn requests: multi-turn sessions keep the span and scale the requests,
     # tests/test_central_nvme.py)

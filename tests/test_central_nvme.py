@@ -9,12 +9,12 @@ import pytest
 from kvsim import api
 from kvsim.cli import main
 from kvsim.experiments.capacity import (
-    load_overrides,
     mean_turns,
     parse_slo,
     search,
     session_lifetime,
 )
+from kvsim.experiments.replicate import load_overrides
 
 from conftest import ROOT
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvsim import api
-from kvsim.experiments.capacity import replication_overrides
+from kvsim.experiments.replicate import replication_overrides
 from kvsim.experiments.sweep import load_sweep
 from kvsim.results.uncertainty import (
     block_length,

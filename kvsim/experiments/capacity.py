@@ -35,9 +35,10 @@ from typing import Any
 
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
+from kvsim.experiments.replicate import load_overrides, replication_overrides
 from kvsim.results.metrics import NUMERIC
 from kvsim.results.uncertainty import Interval, mean_interval
-from kvsim.units import parse_duration, parse_rate
+from kvsim.units import parse_duration
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -86,66 +87,6 @@ def parse_slo(text: str) -> SLO:
     if not math.isfinite(value):
         raise InputError(f"the threshold must be a finite number, got {raw}", where=f"--slo {text}")
     return SLO(metric, op, value)
-
-
-def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
-    """Overrides that multiply the scenario's offered load by ``factor``. The run's time
-    windows (``run.warmup``, ``run.max_time``) shrink with its arrivals, so that they
-    cover the same share of the requests at any load.
-
-    Multi-turn sessions above the scenario's load (``factor`` > 1) are the exception: a
-    session lives as long at any load (its turns are think times apart), so the run keeps
-    its time span and windows and gets ``factor`` times the requests instead (at most
-    :data:`MAX_REQUESTS`). Shrinking the span would cut most sessions after their first
-    turns, and measure a lighter, colder load than the one named."""
-    w = sc.workload
-    out: dict[str, Any]
-    if isinstance(w, SyntheticWorkload):
-        out = {"workload.arrivals.rate": f"{w.arrivals.rate * factor!r}/s"}
-        if w.sessions is not None and factor > 1:
-            out["workload.requests"] = min(MAX_REQUESTS, round(w.requests * factor))
-            return out
-    else:
-        out = {"workload.time_scale": w.time_scale / factor}
-    return {**out, **scaled_windows(sc, factor)}
-
-
-MAX_REQUESTS = 10_000_000  # workload.requests' bound (kvsim/config/schema.py)
-
-
-def scaled_windows(sc: Scenario, factor: float) -> dict[str, Any]:
-    """``run.warmup`` and ``run.max_time`` for ``factor`` times the scenario's load: shrunk
-    with its arrivals (an ``auto`` warm-up finds its own)."""
-    out: dict[str, Any] = {}
-    if sc.run.warmup != "auto" and sc.run.warmup:
-        out["run.warmup"] = f"{sc.run.warmup / factor!r} s"
-    if sc.run.max_time is not None:
-        out["run.max_time"] = f"{sc.run.max_time / factor!r} s"
-    return out
-
-
-def load_factor(sc: Scenario, overrides: dict[str, Any]) -> float | None:
-    """By how much ``overrides`` (field path -> raw value, as a sweep sets them) scale the
-    scenario's load through its arrival rate or time scale; None when they do not (or
-    the value is not one kvsim reads: that run fails with its own message)."""
-    w = sc.workload
-    try:
-        if "workload.time_scale" in overrides:
-            return w.time_scale / float(overrides["workload.time_scale"])
-        if "workload.arrivals.rate" in overrides and isinstance(w, SyntheticWorkload):
-            return parse_rate(overrides["workload.arrivals.rate"]) / w.arrivals.rate
-    except (TypeError, ValueError, ZeroDivisionError):
-        return None
-    return None
-
-
-def replication_overrides(sc: Scenario, replications: int) -> dict[str, Any]:
-    """What running ``replications`` seeds of a scenario adds: a trace replayed with
-    ``resample: auto`` is resampled (a block bootstrap per seed), so that replications
-    differ and their spread means something."""
-    if replications > 1 and getattr(sc.workload, "resample", None) == "auto":
-        return {"workload.resample": "windows"}
-    return {}
 
 
 def offered_rate(sc: Scenario) -> float:
@@ -528,7 +469,8 @@ def sweep_capacity(
     sets = list(sets or [])
     from concurrent.futures.process import BrokenProcessPool
 
-    from kvsim.experiments.sweep import load_sweep, stop_pool, worker_pool
+    from kvsim.experiments.replicate import stop_pool, worker_pool
+    from kvsim.experiments.sweep import load_sweep
 
     parse_slo(slo_text)  # refuse a bad SLO before starting anything
     if workers < 1:

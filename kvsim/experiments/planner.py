@@ -22,7 +22,8 @@ from typing import Any
 
 from kvsim.config.schema import REMOVED_FIELDS, Scenario, field_unit
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import SLO, replication_overrides
+from kvsim.experiments.capacity import SLO
+from kvsim.experiments.replicate import replication_overrides
 from kvsim.results.uncertainty import Interval, mean_interval
 from kvsim.units import UNIT_WRITERS, parse_bandwidth, parse_duration, parse_rate, parse_size
 

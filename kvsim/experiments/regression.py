@@ -58,7 +58,8 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import Record
 from kvsim.errors import InputError, clean
-from kvsim.experiments.capacity import OUTCOMES, load_overrides, replication_overrides
+from kvsim.experiments.capacity import OUTCOMES
+from kvsim.experiments.replicate import load_overrides, replication_overrides
 from kvsim.experiments.sweep import (
     MAX_RUNS,
     RunSpec,

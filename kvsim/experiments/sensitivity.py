@@ -33,8 +33,9 @@ from typing import Any
 
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import OUTCOMES, replication_overrides
+from kvsim.experiments.capacity import OUTCOMES
 from kvsim.experiments.planner import NumericField, fingerprint, numeric_field
+from kvsim.experiments.replicate import replication_overrides
 
 _LINE = re.compile(
     r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w]*):(?P<value>[^#]*)(?:#\s*(?P<mark>.*))?$"

@@ -52,13 +52,11 @@ import itertools
 import json
 import math
 import os
-import signal
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +69,12 @@ from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
 from kvsim.config.schema import REMOVED_FIELDS, PosInt, Record, Scenario, SyntheticWorkload
 from kvsim.errors import InputError, clean
-from kvsim.experiments.capacity import replication_overrides, scaled_windows
+from kvsim.experiments.replicate import (
+    replication_overrides,
+    scaled_windows,
+    stop_pool,
+    worker_pool,
+)
 from kvsim.files import check_regular, is_regular, open_regular
 from kvsim.plugins import is_file_spec
 from kvsim.results.writers import clean_leftovers
@@ -878,45 +881,6 @@ def connect(scheduler: str) -> Any:
     return box["client"]
 
 
-def _watch_parent(parent: int) -> None:
-    """In a worker process: exit as soon as the process that started it is gone, so that
-    killing a sweep (even with SIGKILL) never leaves workers running on their own."""
-
-    ppid = os.getppid()  # the sweep itself, or a fork server it started
-
-    def watch() -> None:
-        while os.getppid() == ppid and (parent == ppid or _alive(parent)):
-            time.sleep(0.2)
-        os._exit(1)
-
-    # Ctrl-C reaches the whole process group: the parent handles it and ends the workers
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in ("SIGTERM", "SIGHUP"):  # not the parent's handlers (a fork copies them)
-        if hasattr(signal, sig):
-            signal.signal(getattr(signal, sig), signal.SIG_DFL)
-    threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
-
-
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """Local worker processes that exit when the parent process does."""
-    return ProcessPoolExecutor(
-        max_workers=workers, initializer=_watch_parent, initargs=(os.getpid(),)
-    )
-
-
-def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the workers now (on an interrupt), rather than
-    waiting for their runs to finish. SIGKILL, not SIGTERM: a worker forked a moment ago
-    still has the parent's SIGTERM handler (until its initializer runs) and would print a
-    KeyboardInterrupt traceback; a worker has nothing to clean up (finished rows are the
-    parent's)."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-        with contextlib.suppress(Exception):
-            proc.kill()
-
-
 def execute(
     todo: list[RunSpec], workers: int, scheduler: str | None = None, *, client: Any = None
 ) -> Generator[dict[str, Any], None, None]:
@@ -1253,13 +1217,3 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
         for tmp in temps.values():
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError as e:
-        return e.errno == errno.EPERM
-    return True

@@ -35,7 +35,8 @@ from typing import Any
 
 from kvsim import api
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import Capacity, load_overrides, parse_slo, search
+from kvsim.experiments.capacity import Capacity, parse_slo, search
+from kvsim.experiments.replicate import load_overrides
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt

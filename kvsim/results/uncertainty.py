@@ -262,3 +262,38 @@ def mean_interval(values: Sequence[float], *, nonnegative: bool = True) -> Inter
     if nonnegative:
         lo = max(lo, 0.0)
     return Interval(mean, lo, mean + half, int(a.size))
+
+
+# one-sided 80% quantiles of Student's t by degrees of freedom 1..30 (the power term of a
+# minimum detectable change); 0.842 (normal) past 30
+_T80 = (
+    1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879,
+    0.876, 0.873, 0.870, 0.868, 0.866, 0.865, 0.863, 0.862, 0.861, 0.860,
+    0.859, 0.858, 0.858, 0.857, 0.856, 0.856, 0.855, 0.855, 0.854, 0.854,
+)  # fmt: skip
+
+
+def paired_interval(new: Sequence[float], base: Sequence[float]) -> Interval:
+    """Mean of the per-seed differences ``new[i] - base[i]`` (two configurations run on the
+    same seeds, hence the same workload draws: common random numbers) and its 95%
+    Student-t interval over the seeds. Never clipped at 0: a difference may be negative.
+    Identical differences (a deterministic change, e.g. a trace replayed as is) give the
+    difference itself as both bounds."""
+    if len(new) != len(base):
+        raise ValueError(f"paired values need the same seeds: {len(new)} against {len(base)}")
+    return mean_interval([float(a) - float(b) for a, b in zip(new, base)], nonnegative=False)
+
+
+def detectable_change(sd: float, n: int, tolerance: float = 0.0) -> float:
+    """Minimum detectable change of a paired comparison over ``n`` seeds whose per-seed
+    differences have standard deviation ``sd``: the true mean change that a gate failing
+    when the mean difference exceeds ``tolerance`` and its 95% interval excludes 0 flags
+    with 80% power, max(tolerance, t95 x se) + t80 x se, se = sd / sqrt(n) (Student t
+    with n - 1 degrees of freedom). Infinite with fewer than two seeds."""
+    if n < 2 or not math.isfinite(sd):
+        return math.inf
+    se = sd / math.sqrt(n)
+    df = n - 1
+    t95 = _T95[df - 1] if df <= len(_T95) else 1.96
+    t80 = _T80[df - 1] if df <= len(_T80) else 0.842
+    return max(tolerance, t95 * se) + t80 * se
