@@ -93,6 +93,7 @@ def costmodel_plot(
     ax.grid(alpha=0.3)
     # beside the axes, which the lines fill
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()  # (the axes narrowed to leave the legend room inside the figure)
     return _save(fig, path)
 
 
@@ -113,29 +114,37 @@ def ttft_cdf_plot(
     title: str,
     in_folder: bool = False,
 ) -> Path:
-    """Empirical CDFs of TTFT (log time axis), p50, p95 and p99 marked and given in the
-    legend."""
+    """Empirical CDFs of TTFT (log time axis, in s or ms), p50, p95 and p99 marked and
+    given in the legend."""
+    from kvsim.units import fmt_duration
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    shown: list[float] = []
     for label, values in series.items():
         v = np.sort(np.asarray(values, dtype=float))
         if v.size == 0:
             continue
         p50, p95, p99 = (float(np.quantile(v, q)) for q in (0.5, 0.95, 0.99))
         y = np.arange(1, v.size + 1) / v.size
+        shown += [float(v[v > 0].min()) if (v > 0).any() else p50, float(v[-1])]
         (line,) = ax.step(
             v,
             y,
             where="post",
-            label=f"{label}: p50 {p50:.3g} s, p95 {p95:.3g} s, p99 {p99:.3g} s",
+            label=wrap(
+                f"{label}: p50 {fmt_duration(p50)}, p95 {fmt_duration(p95)}, "
+                f"p99 {fmt_duration(p99)}",
+                70,
+            ),
         )
         ax.plot([p50, p95, p99], [0.5, 0.95, 0.99], "o", color=line.get_color(), ms=4)
-    ax.set_xscale("log")
-    ax.set_xlabel("TTFT (s, log scale)")
+    unit_axis(ax, "x", "duration", shown, label="TTFT", log=True)
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title(title)
+    ax.set_title(wrap(title, 70))
     ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
     return _save(fig, path, in_folder)
 
 
@@ -174,11 +183,12 @@ def ttft_breakdown_plot(
     for j, (_, name) in enumerate(parts):
         ax.bar(labels, means_arr[:, j], bottom=bottoms, label=name)
         bottoms += means_arr[:, j]
-    ax.set_ylabel("mean time per request (s)")
+    _seconds_axis(ax, bottoms, "mean time per request")
     ax.set_xlabel("requests by TTFT percentile band")
-    ax.set_title(title)
+    ax.set_title(wrap(title, 70))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
     return _save(fig, path, in_folder)
 
 
@@ -205,8 +215,9 @@ def token_sources_plot(
         )
     ax.set_ylabel("share of prompt tokens (%)")
     ax.set_ylim(0, max([*values, 1]) * 1.15)
-    ax.set_title(title)
+    ax.set_title(wrap(title, 60))
     ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
     return _save(fig, path, in_folder)
 
 
@@ -242,7 +253,8 @@ def engine_timeline_plot(
     fin = df["finish_s"].to_numpy() - df["store_s"].to_numpy()
     computing = occupancy(fin - df["compute_s"].to_numpy(), fin) / width
     waiting = occupancy(df["arrival_s"].to_numpy(), df["start_s"].to_numpy()) / width
-    mid = (edges[:-1] + edges[1:]) / 2
+    per, unit = _time_unit(end - start)
+    mid = (edges[:-1] + edges[1:]) / 2 / per
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     ax1.plot(mid, computing, lw=1)
     ax1.set_ylabel(f"requests in prefill\n({engines} engines)")
@@ -250,9 +262,10 @@ def engine_timeline_plot(
     ax1.grid(alpha=0.3)
     ax2.plot(mid, waiting, lw=1, color="#c44e52")
     ax2.set_ylabel("requests waiting\n(first wait)")
-    ax2.set_xlabel("simulated time (s)")
+    ax2.set_xlabel(f"simulated time ({unit})")
     ax2.grid(alpha=0.3)
-    ax1.set_title(title)
+    ax1.set_title(wrap(title, 80))
+    fig.tight_layout()
     return _save(fig, path, in_folder)
 
 
@@ -302,8 +315,8 @@ def timeseries_plot(
         ax_t.set_ylim(0, None)
     else:
         none(ax_t, "TTFT")
-    ax_t.set_ylabel("TTFT")
-    _seconds_axis(ax_t)
+    ttfts = [v for q in ("p50", "p95") for v in values(f"ttft_{q}_s")]
+    _seconds_axis(ax_t, ttfts, "TTFT")
     for ax, column, label, what in (
         (ax_hit, "hit_ratio", "hit ratio\n(% of prompt tokens)", "hit ratio"),
         (ax_gpu, "gpu_busy_frac", "GPU busy\n(% of engine time)", "GPU busy"),
@@ -324,7 +337,7 @@ def timeseries_plot(
         ax.grid(alpha=0.3)
     ax_re.set_xlabel(f"simulated time ({unit}; arrivals per window)")
     ax_re.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax_t.set_title(title)
+    ax_t.set_title(wrap(title, 80))
     fig.tight_layout()
     return _save(fig, path, in_folder)
 
@@ -731,25 +744,206 @@ def _number(v: Any) -> float:
     return math.nan
 
 
-def _seconds_axis(ax: Any) -> None:
-    """Tick labels in human units (ms, s) on a seconds axis."""
-    from matplotlib.ticker import FuncFormatter
+def _seconds_axis(ax: Any, values: Any = (), label: str = "") -> None:
+    """A y axis of seconds in one human unit (s, ms or µs, by the largest value), named
+    in its label: "TTFT p99 (ms)"."""
+    unit_axis(ax, "y", "duration", values, label=label or ax.get_ylabel(), log=False)
 
-    from kvsim.units import fmt_duration
 
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "0" if v == 0 else fmt_duration(v)))
+# ---- human units on axes -----------------------------------------------------------------
+
+MIN_BAND_SEEDS = 3  # a band (an interval over seeds) is drawn from this many seeds on
+LOG_SPAN = 10.0  # an axis is logarithmic only where its values span more than this factor
+# display units per unit kind, largest first: (base units per display unit, its name)
+DISPLAY_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
+    "size": ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")),
+    "bandwidth": (
+        (1e12, "TB/s"),
+        (1e9, "GB/s"),
+        (1e6, "MB/s"),
+        (1e3, "kB/s"),
+        (1.0, "B/s"),
+    ),
+    "duration": ((3600.0, "h"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
+    "rate": ((1.0, "per s"),),
+    "fraction": ((0.01, "%"),),
+    "usd_per_hour": ((1.0, "$/h"),),
+    "usd": ((1.0, "$"),),
+}
+
+
+def field_unit_of(path: str) -> str | None:
+    """The unit kind ("size", "bandwidth", "duration", "rate") of a scenario field named
+    by its dotted path (``tiers.host.capacity`` -> "size"), from the schema; None for a
+    plain number, a name or a path the schema does not have."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    from kvsim.config.schema import Scenario, field_unit
+
+    def models(annotation: Any) -> list[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in get_args(annotation) for m in models(a)]
+
+    candidates: list[type[BaseModel]] = [Scenario]
+    info = None
+    for part in path.split("."):
+        info = next((m.model_fields[part] for m in candidates if part in m.model_fields), None)
+        if info is None:
+            return None
+        candidates = models(info.annotation)
+    return field_unit(info.annotation, info.metadata) if info is not None else None
+
+
+def metric_unit(metric: str) -> str | None:
+    """The unit kind of a summary metric, by its name: times end in ``_s``, fractions in
+    ``_frac`` or ``_ratio``, rates in ``_per_s``; bandwidths end in ``_bw``."""
+    if metric == "usd_per_hour":
+        return "usd_per_hour"
+    if metric.startswith("usd_"):
+        return "usd"
+    if metric.endswith("_per_s"):
+        return "rate"
+    if metric.endswith("_s"):
+        return "duration"
+    if metric.endswith(("_frac", "_ratio")):
+        return "fraction"
+    if metric.endswith("_bw"):
+        return "bandwidth"
+    return None
+
+
+def display_unit(unit: str | None, values: Any = ()) -> tuple[float, str]:
+    """How an axis of ``unit`` shows its ``values``: (base units per shown unit, the
+    unit's name), the largest unit in which the largest value is at least 1 ("GB" for
+    6e11 bytes, "ms" for 0.3 s); (1, "") for a plain number."""
+    units = DISPLAY_UNITS.get(unit or "")
+    if not units:
+        return 1.0, ""
+    v = np.abs(np.asarray([float(x) for x in values], dtype=float))
+    v = v[np.isfinite(v) & (v > 0)]
+    top = float(v.max()) if v.size else 1.0
+    if unit == "duration" and top < 2 * 3600:  # hours only for long spans
+        units = units[1:]
+    return next(((scale, name) for scale, name in units if top >= scale), units[-1])
+
+
+def tick_text(v: float) -> str:
+    """A tick's number as people read it: 0.25, 120, 2,000 (never 1e+12 or 2e-05)."""
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else f"{v}"
+    a = abs(v)
+    if a >= 1e4:
+        return f"{v:,.0f}"
+    if a >= 1e-3:
+        return f"{v:.4g}"
+    return np.format_float_positional(v, precision=3, fractional=False, trim="-")
+
+
+def unit_axis(
+    ax: Any,
+    axis: str,
+    unit: str | None,
+    values: Any,
+    *,
+    label: str,
+    log: bool | None = None,
+) -> tuple[float, str]:
+    """Show ``axis`` ("x" or "y") of ``ax`` in a human unit (:func:`display_unit`), named
+    in its label ("tiers.host.capacity (GB)"), with plain tick numbers; logarithmic when
+    ``log``, or (``log`` None) where the values are all > 0 and span more than 10x.
+    Returns the shown unit's scale and name."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    scale, name = display_unit(unit, values)
+    v = np.asarray([float(x) for x in values], dtype=float)
+    v = v[np.isfinite(v)]
+    if log is None:
+        log = bool(v.size) and float(v.min()) > 0 and float(v.max()) / float(v.min()) > LOG_SPAN
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if log:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        target.set_minor_formatter(NullFormatter())
+    target.set_major_formatter(FuncFormatter(lambda x, _: tick_text(x / scale)))
+    text = f"{label} ({name}{', log scale' if log else ''})" if name else label
+    if log and not name:  # "cache capacity (tokens)" -> "cache capacity (tokens, log scale)"
+        text = f"{label[:-1]}, log scale)" if label.endswith(")") else f"{label} (log scale)"
+    (ax.set_xlabel if axis == "x" else ax.set_ylabel)(text)
+    return scale, name
+
+
+def value_text(path: str, value: Any) -> str:
+    """A swept value as a legend or label shows it: booleans as YAML writes them
+    (false), a number in a unit field in its human unit (600 GB), else as written."""
+    value = _plain(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        unit = field_unit_of(path)
+        if unit in ("size", "bandwidth", "duration"):
+            scale, name = display_unit(unit, [value])
+            return f"{tick_text(value / scale)} {name}"
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    return str(value)
+
+
+def config_text(fields: Sequence[str], values: Sequence[Any], sep: str = ", ") -> str:
+    """A configuration as people read it: "tiers.host.capacity = 600 GB, tiers.nvme.enabled
+    = false" (every field named in full, so the tier is never lost)."""
+    return sep.join(f"{c} = {value_text(c, v)}" for c, v in zip(fields, values, strict=True))
+
+
+def wrap(text: str, width: int) -> str:
+    """``text`` wrapped to lines of at most ``width`` characters (on spaces)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(width, 10), break_long_words=False)) or text
+
+
+def text_outside(fig: Any) -> list[str]:
+    """Texts of ``fig`` (titles, labels, tick labels, legend entries) that extend outside
+    the figure once drawn: none for a figure whose labels fit."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    hidden: set[int] = (
+        set()
+    )  # labels of ticks outside their axis's view: matplotlib does not draw them
+    axes = [a for ax in fig.axes for a in (ax, *ax.child_axes)]
+    for ax in axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            eps = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+            for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+                loc = tick.get_loc()
+                if loc is None or not lo - eps <= loc <= hi + eps:
+                    hidden.update((id(tick.label1), id(tick.label2)))
+    out = []
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip() or id(t) in hidden:
+            continue
+        e = t.get_window_extent(renderer)
+        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1:
+            out.append(t.get_text())
+    return out
 
 
 def _spread(values: Any) -> tuple[float, float, float]:
-    """Mean and 95% interval (Student t over seeds, never below 0: a TTFT; the mean
-    twice with one seed, which draws no band)."""
+    """Mean and 95% interval (Student t over seeds, never below 0: a TTFT); the mean
+    three times under :data:`MIN_BAND_SEEDS` seeds, which draws no band (two seeds give
+    an interval too wide to read: t = 12.7)."""
     from kvsim.results.uncertainty import mean_interval
 
     v = [float(x) for x in values if np.isfinite(float(x))]
     if not v:
         return math.nan, math.nan, math.nan
     iv = mean_interval(v)
-    if not math.isfinite(iv.lo):  # one seed: no band
+    if len(v) < MIN_BAND_SEEDS or not math.isfinite(iv.lo):  # too few seeds: no band
         return iv.mean, iv.mean, iv.mean
     return iv.mean, iv.lo, iv.hi
 
@@ -802,11 +996,31 @@ def _sweep_table(d: Path, x: str | None) -> tuple[Any, list[str], str | None]:
     return df, columns, axis
 
 
+def _seeds(df: Any, columns: Sequence[str]) -> int:
+    """Seeds per configuration of a sweep table (the fewest any configuration has)."""
+    if df.empty:
+        return 0
+    if not columns:
+        return int(df["seed"].nunique())
+    counts = df.groupby(list(columns), sort=False, dropna=False)["seed"].nunique()
+    return int(counts.min()) if len(counts) and not math.isnan(counts.min()) else 0
+
+
+def _seeds_text(n: int) -> str:
+    """What a curve or bar is, by the seeds behind it."""
+    if n >= MIN_BAND_SEEDS:
+        return f"mean of {n} seeds, 95% band over seeds"
+    if n == 2:
+        return "mean of 2 seeds; no band under 3 seeds"
+    return "one seed"
+
+
 def _draw_curves(
     axes: Sequence[Any], df: Any, columns: list[str], x: str, prefix: str, qs: Sequence[str]
 ) -> None:
-    """TTFT percentiles ``qs`` against the load axis, one curve per configuration: the
-    mean over seeds, and a band for its 95% interval when there are several seeds."""
+    """TTFT percentiles ``qs`` against the axis ``x``, one curve per configuration of the
+    other swept fields (named in full in the legend: "tiers.nvme.enabled = false"): the
+    mean over seeds, and a band for its 95% interval from 3 seeds on."""
     others = [c for c in columns if c != x]
     xs = df[x].map(_number)
     inverse = x.endswith("time_scale")  # a smaller time scale is more load
@@ -814,14 +1028,13 @@ def _draw_curves(
     groups = df.groupby(others, sort=False) if others else [((), df)]
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
-        label = prefix + (
-            ", ".join(f"{c.split('.')[-1]}={v}" for c, v in zip(others, key, strict=True)) or "all"
-        )
+        label = prefix + (config_text(others, key) or "all")
+        band = g.groupby("_x")["seed"].nunique().min() >= MIN_BAND_SEEDS
         for ax, q in zip(axes, qs, strict=True):
             pts = sorted((xv, *_spread(h[f"ttft_{q}_s"])) for xv, h in g.groupby("_x", sort=False))
             xv = [p[0] for p in pts]
-            (line,) = ax.plot(xv, [p[1] for p in pts], "o-", label=label, ms=3)
-            if g["seed"].nunique() > 1:
+            (line,) = ax.plot(xv, [p[1] for p in pts], "o-", label=wrap(label, 48), ms=3)
+            if band:
                 ax.fill_between(
                     xv, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15
                 )
@@ -913,29 +1126,43 @@ def sweep_plots(
 def _load_curves(
     tables: list[Any], path: Path, title: str, slo: Any, overlay: bool, qs: Sequence[str]
 ) -> Path:
-    """The TTFT-percentiles-against-load figure of one sweep table (or several, overlaid):
-    a panel per percentile of ``qs``."""
+    """The TTFT-percentiles figure of one sweep table (or several, overlaid) against its
+    axis (a load, or the field given with --x), a panel per percentile of ``qs``; the
+    axis in its field's unit, logarithmic where its values span more than 10x."""
     df, axis = tables[0][1], tables[0][3]
-    fig, axes = plt.subplots(1, len(qs), figsize=(5 * len(qs), 4), sharex=True)
+    fig, axes = plt.subplots(1, len(qs), figsize=(5 * len(qs), 4.4), sharex=True)
     for folder, t_df, t_cols, t_axis in tables:
         _draw_curves(axes, t_df, t_cols, t_axis, f"{folder.name}: " if overlay else "", qs)
     inverse = axis.endswith("time_scale")
-    xlabel = "load (x the source's arrival rate = 1 / time_scale)" if inverse else axis
+    xs = [v for _, t_df, _, t_axis in tables for v in t_df[t_axis].map(_number)]
+    if inverse:
+        xs = [1 / v for v in xs]
+    load = _load_axis([axis]) is not None
     _slo_line(axes, slo, qs)
     for ax, q in zip(axes, qs, strict=True):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"TTFT {q}")
+        if inverse:
+            unit_axis(ax, "x", None, xs, label=f"load (x the trace's rate = 1 / {axis})")
+        else:
+            unit_axis(ax, "x", field_unit_of(axis), xs, label=axis)
         values = pd_values(df, f"ttft_{q}_s")
-        if len(values) and values.min() > 0 and values.max() / values.min() > 20:
-            ax.set_yscale("log")  # tails that explode read better on a log axis
-        _seconds_axis(ax)
+        _seconds_axis(ax, values, f"TTFT {q}")
+        if len(values) and values.min() > 0 and values.max() / values.min() > LOG_SPAN:
+            unit_axis(ax, "y", "duration", values, label=f"TTFT {q}", log=True)
         ax.grid(alpha=0.3, which="both")
     if axes[-1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
         axes[-1].legend(fontsize=7)
-    seeds = "mean over seeds, 95% band" if df["seed"].nunique() > 1 else "one seed"
-    fig.suptitle(title or f"TTFT against load ({seeds})")
-    fig.tight_layout()
+    against = f"load ({axis})" if load else axis
+    seeds = _seeds_text(min(_seeds(t[1], t[2]) for t in tables))
+    _suptitle(fig, title or f"TTFT against {against} ({seeds})")
     return _save(fig, path, in_folder=True)
+
+
+def _suptitle(fig: Any, text: str) -> None:
+    """The figure's title, wrapped to its width, and a layout that keeps every text
+    inside the figure."""
+    width = int(fig.get_figwidth() * 11)
+    fig.suptitle(wrap(text, width), fontsize=11)
+    fig.tight_layout()
 
 
 def pd_values(df: Any, column: str) -> Any:
@@ -948,50 +1175,129 @@ def _config_bars(
     df: Any, columns: list[str], path: Path, title: str, slo: Any, qs: Sequence[str]
 ) -> Path:
     """TTFT percentiles ``qs`` per configuration of a sweep with no load axis: the mean
-    over seeds with its 95% interval as an error bar."""
+    over seeds, with its 95% interval as an error bar from 3 seeds on; each bar labelled
+    with its fields in full, a line each ("tiers.nvme.enabled = false")."""
     groups = list(df.groupby(columns, sort=False))
-    labels = [", ".join(str(v) for v in (k if isinstance(k, tuple) else (k,))) for k, _ in groups]
-    width = min(40, max(4 * len(qs), (0.5 * len(groups) + 2) * len(qs)))
-    fig, axes = plt.subplots(1, len(qs), figsize=(width, 4))
+    labels = [
+        "\n".join(value_text(c, v) for c, v in zip(columns, _key(k), strict=True))
+        for k, _ in groups
+    ]
+    per_bar = _bar_width(labels)
+    width = min(20, max(4.5 * len(qs), (per_bar * len(groups) + 1) * len(qs)))
+    fig, axes = plt.subplots(1, len(qs), figsize=(width, 4.4))
     for ax, q in zip(axes, qs, strict=True):
         stats = [_spread(g[f"ttft_{q}_s"]) for _, g in groups]
         means = [s[0] for s in stats]
         err = [[m - lo for m, (_, lo, _) in zip(means, stats, strict=True)]]
         err.append([hi - m for m, (_, _, hi) in zip(means, stats, strict=True)])
         ax.bar(range(len(groups)), means, yerr=err, capsize=4, color="#4c78a8")
-        ax.set_xticks(range(len(groups)), labels, rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel(f"TTFT {q}")
-        _seconds_axis(ax)
+        _seconds_axis(ax, [v for st in stats for v in st], f"TTFT {q}")
         ax.grid(alpha=0.3, axis="y")
     _slo_line(axes, slo, qs)
     if slo is not None:
         for ax in axes:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    fig.suptitle(title or f"TTFT per configuration ({', '.join(columns)}; mean over seeds, 95%)")
-    fig.tight_layout()
+    seeds = _seeds_text(_seeds(df, columns)).replace("band", "interval")
+    for ax in axes:
+        ax.set_xlabel(_fields_label(columns))
+    _suptitle(fig, title or f"TTFT per configuration of {', '.join(columns)} ({seeds})")
+    for ax in axes:
+        _fit_bar_labels(fig, ax, labels)
     return _save(fig, path, in_folder=True)
+
+
+def _key(k: Any) -> tuple[Any, ...]:
+    """A groupby key as a tuple (pandas gives a scalar for one column)."""
+    return k if isinstance(k, tuple) else (k,)
+
+
+def _fields_label(fields: Sequence[str]) -> str:
+    """The x label of bars labelled by their values, a line per field: the fields in
+    full, in the lines' order."""
+    if len(fields) == 1:
+        return fields[0]
+    return "; ".join(f"line {i}: {f}" for i, f in enumerate(fields, 1))
+
+
+def _split_configurations(configs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """capacity.csv's configuration labels ("tiers.host.capacity=600 GB, ...") as the
+    fields they set (the same for every row, else []) and each row's values, a line per
+    field; a label that is not such a list is kept whole."""
+    parsed = []
+    for c in configs:
+        parts = [p.partition("=") for p in c.split(", ")]
+        if not all(sep for _, sep, _ in parts):
+            return [], [wrap(c, 24) for c in configs]
+        parsed.append(([k.strip() for k, _, _ in parts], [v.strip() for _, _, v in parts]))
+    fields = parsed[0][0] if parsed else []
+    if any(f != fields for f, _ in parsed):
+        return [], ["\n".join(f"{k} = {v}" for k, v in zip(f, v, strict=True)) for f, v in parsed]
+    return fields, ["\n".join(v) for _, v in parsed]
+
+
+def _bar_width(labels: Sequence[str]) -> float:
+    """Inches per bar that hold its label upright at a small font (its longest line)."""
+    return max(0.8, 0.06 * max(len(line) for t in labels for line in t.split("\n")))
+
+
+def _fit_bar_labels(fig: Any, ax: Any, labels: Sequence[str]) -> None:
+    """Bar labels that fit: upright, then smaller, then turned, until no two overlap and
+    none leaves the figure (the layout redone at each try)."""
+    from itertools import pairwise
+
+    for rotation, size in ((0, 8), (0, 7), (0, 6), (30, 7), (30, 6), (60, 6), (90, 6), (90, 5)):
+        ax.set_xticks(
+            range(len(labels)),
+            labels,
+            rotation=rotation,
+            ha="right" if 0 < rotation < 90 else "center",
+            rotation_mode="anchor" if 0 < rotation < 90 else "default",
+            fontsize=size,
+        )
+        fig.tight_layout()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+        apart = all(a.x1 <= b.x0 + 1 for a, b in pairwise(boxes))
+        inside = all(
+            b.x0 >= fig.bbox.x0 - 1 and b.x1 <= fig.bbox.x1 + 1 and b.y0 >= fig.bbox.y0 - 1
+            for b in boxes
+        )
+        if apart and inside:
+            return
 
 
 def capacity_plot(
     cdf: Any, path: str | os.PathLike[str], title: str = "", in_folder: bool = False
 ) -> Path:
-    """Capacity (requests/s meeting the SLO) per configuration, with its 95% interval."""
-    fig, ax = plt.subplots(figsize=(min(40, max(5, 1.2 * len(cdf))), 4))
+    """Capacity (requests/s meeting the SLO) per configuration, with its 95% interval
+    from 3 replications on; each bar labelled with its fields, a line each."""
+    fields, labels = _split_configurations([str(c) for c in cdf["configuration"]])
+    fig, ax = plt.subplots(figsize=(min(16, max(5.0, _bar_width(labels) * len(cdf) + 1)), 4.4))
+    reps = cdf["replications"].to_numpy(float) if "replications" in cdf else None
+    ci = cdf["ci95_rps"].fillna(0).to_numpy(float)
+    if reps is not None:
+        ci = np.where(reps >= MIN_BAND_SEEDS, ci, 0.0)  # no interval under 3 replications
     ax.bar(
-        cdf["configuration"].astype(str),
+        range(len(cdf)),
         cdf["capacity_rps"],
         # the interval never below 0 (kvsim.results.uncertainty.mean_interval); none: no bar
-        yerr=[
-            np.minimum(cdf["ci95_rps"].fillna(0), cdf["capacity_rps"]),
-            cdf["ci95_rps"].fillna(0),
-        ],
+        yerr=[np.minimum(ci, cdf["capacity_rps"].to_numpy(float)), ci],
         capsize=4,
     )
     ax.set_ylabel("capacity (requests/s meeting the SLO)")
-    ax.set_title(title or f"capacity per configuration ({cdf['slo'].iloc[0]})")
-    ax.tick_params(axis="x", labelrotation=20)
+    if fields:
+        ax.set_xlabel(_fields_label(fields))
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tick_text(v)))
+    few = reps is not None and bool((reps < MIN_BAND_SEEDS).any())
+    note = "; no interval under 3 replications" if few else "; 95% interval"
+    text = title or f"capacity per configuration ({cdf['slo'].iloc[0]}{note})"
+    ax.set_title(wrap(text, int(fig.get_figwidth() * 11)), fontsize=10)
     ax.grid(alpha=0.3, axis="y")
+    _fit_bar_labels(fig, ax, labels)
     return _save(fig, path, in_folder)
 
 
@@ -1002,22 +1308,25 @@ def mrc_plot(
     kv_bytes: float | None = None,
 ) -> Path:
     """Hit ratio against cache capacity (log scale); the unlimited cache dashed."""
+    from matplotlib.ticker import FuncFormatter
+
     finite = [p for p in points if p["capacity_tokens"] is not None]
     unlimited = next(p["hit_ratio"] for p in points if p["capacity_tokens"] is None)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = [p["capacity_tokens"] for p in finite]
     ax.step(xs, [100 * p["hit_ratio"] for p in finite], where="post", label="LRU prefix cache")
     ax.axhline(100 * unlimited, ls="--", color="grey", label=f"unlimited: {100 * unlimited:.1f}%")
-    ax.set_xscale("log")
-    ax.set_xlabel("cache capacity (tokens)")
+    unit_axis(ax, "x", None, xs, label="cache capacity (tokens)", log=True)
     ax.set_ylabel("hit ratio (% of prompt tokens)")
     if kv_bytes:
         sec = ax.secondary_xaxis(
             "top", functions=(lambda t: t * kv_bytes / 1e9, lambda g: g * 1e9 / kv_bytes)
         )
         sec.set_xlabel("cache capacity (GB at this model's KV bytes/token)")
+        sec.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tick_text(v)))
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(title)
+    ax.set_title(wrap(title, 70))
+    fig.tight_layout()
     return _save(fig, path)

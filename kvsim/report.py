@@ -52,6 +52,17 @@ def _interval(ci: Any) -> str:
     return f"{_t(lo)} .. {_t(hi)}"
 
 
+def _pct_interval(ci: Any) -> str:
+    """A fraction's 95% interval after it ("  (95% interval 61.5% .. 65.6%)"), or nothing
+    without one (under 20 requests)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return ""
+    lo, hi = ci
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
+        return ""
+    return f"  (95% interval {_pct(lo)} .. {_pct(hi)})"
+
+
 def _cost_row(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The layout's price, when the scenario has a cost: section."""
     usd = s.get("usd_per_hour")
@@ -141,7 +152,7 @@ def summary_table(s: dict[str, Any]) -> str:
             f"{s['prompt_tokens_per_s']:,.0f} prompt tokens/s   "
             f"{s['requests_per_s']:.3g} requests/s",
         ),
-        ("hit ratio", _pct(s["hit_ratio"])),
+        ("hit ratio", _pct(s["hit_ratio"]) + _pct_interval(s.get("hit_ratio_ci"))),
         *_restore_rows(s),
         *_cost_row(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),

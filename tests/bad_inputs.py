@@ -1942,6 +1942,78 @@ CASES: list[Case] = [
         "tiers.peer.enabled",
         "two engines",
     ),
+    # ---- issue 28: prompt range ----
+    S(
+        "a prompt range with LO above HI",
+        "run:\n  prompt_range: 32k..8k\n",
+        "run.prompt_range",
+        "empty range",
+    ),
+    S(
+        "a negative prompt range",
+        "run:\n  prompt_range: -1k..8k\n",
+        "run.prompt_range",
+        "at least 0",
+    ),
+    S(
+        "a prompt range that is not one",
+        "run:\n  prompt_range: short\n",
+        "run.prompt_range",
+        "LO..HI",
+    ),
+    S("a prompt range as a number", "run:\n  prompt_range: 32000\n", "run.prompt_range", "LO..HI"),
+    S(
+        "a prompt range with no bound",
+        "run:\n  prompt_range: '..'\n",
+        "run.prompt_range",
+        "at least one bound",
+    ),
+    S(
+        "a prompt range no measured request falls in",
+        "run:\n  warmup: 0 s\n  prompt_range: 10M..\nworkload:\n  requests: 300\n",
+        "run.prompt_range",
+        "no measured request",
+    ),
+    C(
+        "--prompt-range that is not a range",
+        ["capacity", "{QS}", "--slo", "ttft_p99<=2s", "--prompt-range", "32k"],
+        "prompt_range",
+        "LO..HI",
+    ),
+    # ---- issue 28: gate ----
+    C(
+        "suite: a metric direction that is not one",
+        ["baseline", "{TMP}/suite.yaml", "--out", "{OUT}"],
+        "metrics.ttft_p99_s.direction",
+        "lower",
+        files={
+            "suite.yaml": "metrics: {ttft_p99_s: {direction: up}}\nentries:\n  - scenario: {QS}\n"
+        },
+    ),
+    C(
+        "suite: prompt_range and set run.prompt_range both",
+        ["baseline", "{TMP}/suite.yaml", "--out", "{OUT}"],
+        "entries[0]",
+        "not both",
+        files={
+            "suite.yaml": "entries:\n  - scenario: {QS}\n    prompt_range: 0..8k\n"
+            "    set: {run.prompt_range: 0..4k}\n"
+        },
+    ),
+    # ---- issue 28: sweeps ----
+    Case(
+        "sweep: a reference that matches no configuration",
+        "sweep",
+        "base: {QS}\ngrid: {cluster.load_policy: [sync, async]}\n"
+        "reference: {cluster.load_policy: recompute}\n",
+        ("reference", "matches no configuration"),
+    ),
+    Case(
+        "sweep: a reference on a field the sweep does not sweep",
+        "sweep",
+        "base: {QS}\ngrid: {cluster.load_policy: [sync, async]}\nreference: {cluster.engines: 2}\n",
+        ("reference.cluster.engines", "not a swept field"),
+    ),
 ]
 
 

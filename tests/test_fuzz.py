@@ -39,7 +39,12 @@ BASE: dict[str, Any] = {
     "name": "fuzz",
     "profile": "b300-pcp8-glm5",
     "seed": 1,
-    "run": {"warmup": "auto", "max_time": "600 s", "timeseries_window": "10 s"},
+    "run": {
+        "warmup": "auto",
+        "max_time": "600 s",
+        "timeseries_window": "10 s",
+        "prompt_range": "0..2M",  # issue 28: every prompt (the field, parsed)
+    },
     "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
     "node": {
         "nvme_write_per_drive": "7 GB/s",

@@ -301,6 +301,13 @@ def sweep_text(draw) -> str:
         spec["seeds"] = draw(st.lists(st.sampled_from([0, 1, 1, -1, "x", 2**70]), max_size=3))
     elif seeds == 2:
         spec["replications"] = draw(st.sampled_from([0, 1, 2, -1, 10**6, 10**12, "two"]))
+    if draw(st.integers(0, 3)) == 0:  # the configuration the others are compared with
+        spec["reference"] = draw(
+            st.one_of(
+                st.sampled_from(VALUES),
+                st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=2),
+            )
+        )
     text = json.dumps(spec, default=str, allow_nan=True)  # JSON is YAML
     text = text.replace("NaN", ".nan").replace("-Infinity", "-.inf").replace("Infinity", ".inf")
     if "2020-01-01" in text and draw(st.booleans()):

@@ -502,12 +502,12 @@ def test_synthetic_schedule_memory_per_request(scenario):
 
 
 def test_memory_error_is_one_line(capsys, monkeypatch):
-    import kvsim.cli as cli_module
+    import kvsim.cli.validate as validate_command
 
     def exhausted(args):
         raise MemoryError
 
-    monkeypatch.setattr(cli_module, "_cmd_validate", exhausted)
+    monkeypatch.setattr(validate_command, "_cmd_validate", exhausted)
     err = refused(capsys, "validate", QS)
     assert "out of memory" in err
 

@@ -1,4 +1,5 @@
-"""The CI regression gate: unchanged passes, a real change fails, noise passes; reports."""
+"""The CI regression gate: unchanged passes, a real change fails, noise passes; reports.
+(Power, paired differences and improvements: tests/test_gate_power.py.)"""
 
 import json
 import xml.etree.ElementTree as ET
@@ -62,8 +63,9 @@ def test_halving_remote_bandwidth_fails_with_readable_lines(gate, tmp_path, caps
     lines = [x for x in out.splitlines() if x.startswith("REGRESSION")]
     assert lines and all("remote-heavy @ 1x load" in x for x in lines)
     p50 = next(x for x in lines if "ttft_p50_s" in x)
-    # scenario, metric, by how much, and the baseline value, on one line
-    assert "0.8" in p50 and "%" in p50 and "baseline 95% CI" in p50
+    # scenario, metric, by how much, the baseline value and the paired interval, on one line
+    assert "0.8" in p50 and "%" in p50 and "paired difference" in p50 and "95% CI" in p50
+    assert "minimum detectable change" in p50 or "(exact)" in p50
     assert "note: entry 'remote-heavy'" in out  # the scenario changed: said, not hidden
 
 
@@ -86,6 +88,11 @@ def test_reports_are_valid_junit_and_markdown(gate, tmp_path, capsys):
     assert all(s.get("tests") == str(len(s.findall("testcase"))) for s in suites)
     md = (tmp_path / "kvsim-check.md").read_text()
     assert md.startswith("# kvsim check: gate-test FAILED") and "## Regressions" in md
+    assert "| 95% interval | MDC | tolerance | verdict |" in md and "paired:" in md.lower()
+    # every test case carries its figures; a failure's message its interval and MDC
+    for case in cases:
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert {"delta", "delta_ci", "mdc", "tolerance", "verdict"} <= props.keys()
 
 
 def test_a_baseline_from_another_suite_is_bad_input(gate, tmp_path, capsys):

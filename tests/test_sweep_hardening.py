@@ -256,9 +256,9 @@ def test_the_journal_is_never_appended_through_a_link(tmp_path, capsys, monkeypa
 
 
 def test_a_resampled_trace_keeps_its_limit(tmp_path):
-    d = trace_folder(tmp_path / "r", n=40, uneven=True)  # a draw held 17 to 33 of 20
+    d = trace_folder(tmp_path / "r", n=40, uneven=True)  # a windows draw held 17 to 33 of 20
     (d / "sw.yaml").write_text(
-        "base: s.yaml\nset: {workload.limit: 20}\nseeds: [0, 1, 2, 3, 4]\n"  # auto: windows
+        "base: s.yaml\nset: {workload.limit: 20}\nseeds: [0, 1, 2, 3, 4]\n"  # auto: sessions
     )
     assert sweep(d / "sw.yaml", tmp_path / "out") == 0
     df = pd.read_parquet(tmp_path / "out" / "results.parquet")

@@ -301,7 +301,7 @@ def test_timeseries_figure_artists(tmp_path, figures):
     (fig,) = figures
     ax_t, ax_hit, ax_gpu, ax_re = fig.axes
     assert ax_t.get_title() == "demo: over time"
-    assert ax_t.get_ylabel() == "TTFT"
+    assert ax_t.get_ylabel() == "TTFT (s)"  # issue 28: the unit named
     assert [line.get_label() for line in ax_t.get_lines()] == ["TTFT p50", "TTFT p95"]
     # points at the windows' middles; the empty window's TTFT is a gap (NaN)
     x, y = ax_t.get_lines()[1].get_data()
@@ -311,9 +311,9 @@ def test_timeseries_figure_artists(tmp_path, figures):
     assert ax_gpu.get_lines()[0].get_data()[1][0] == pytest.approx(35.0)  # percent
     assert [t.get_text() for t in ax_re.texts] == ["recomputed tokens: not recorded"]
     assert ax_re.get_xlabel().startswith("simulated time (s")
-    # TTFT ticks in human units
+    # TTFT ticks in human units: the axis's unit in its label (issue 28), plain numbers
     labels = [ax_t.yaxis.get_major_formatter()(v, 0) for v in (0.0, 0.5, 1.5)]
-    assert labels == ["0", "500 ms", "1.5 s"]
+    assert labels == ["0", "0.5", "1.5"]
 
 
 def test_kvsim_plot_draws_the_time_series_of_a_run(tmp_path, capsys, figures):
@@ -406,7 +406,8 @@ def test_sweep_results_and_plots_have_p95(tmp_path, capsys, figures):
     assert (csv["ttft_p95_s"] <= csv["ttft_p99_s"]).all()
     assert main(["plot", str(out), "--slo", "ttft_p95<=2s"]) == 0
     fig = figures[-1]
-    assert [ax.get_ylabel() for ax in fig.axes] == ["TTFT p50", "TTFT p95", "TTFT p99"]
+    labels = [ax.get_ylabel().rsplit(" (", 1)[0] for ax in fig.axes]  # (issue 28: "(ms)")
+    assert labels == ["TTFT p50", "TTFT p95", "TTFT p99"]
     shown = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert "SLO ttft_p95_s <= 2 s" in shown, shown
     # an older kvsim's table without p95: two panels, and no p95 SLO to draw
@@ -415,7 +416,8 @@ def test_sweep_results_and_plots_have_p95(tmp_path, capsys, figures):
     df.to_parquet(out / "results.parquet", index=False)
     (out / "ttft_vs_load.png").unlink()
     assert main(["plot", str(out)]) == 0
-    assert [ax.get_ylabel() for ax in figures[-1].axes] == ["TTFT p50", "TTFT p99"]
+    labels = [ax.get_ylabel().rsplit(" (", 1)[0] for ax in figures[-1].axes]
+    assert labels == ["TTFT p50", "TTFT p99"]
     capsys.readouterr()
     assert main(["plot", str(out), "--slo", "ttft_p95<=2s"]) == 2
     assert "--slo" in capsys.readouterr().err

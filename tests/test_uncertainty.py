@@ -153,10 +153,10 @@ def test_block_resample_keeps_the_count_order_and_salts_repeats():
 
 def test_a_trace_replay_with_three_replications_has_a_non_zero_interval():
     """Trace replications used to be identical (no random numbers: '+- 0'). With
-    replications, resample: auto becomes windows, one bootstrap draw per seed."""
+    replications, resample: auto becomes sessions, one bootstrap draw per seed."""
     sc = sample_trace()
     extra = replication_overrides(sc, 3)
-    assert extra == {"workload.resample": "windows"}
+    assert extra == {"workload.resample": "sessions"}
     assert replication_overrides(sc, 1) == {}
     p99 = [api.run(sc, extra, seed).summary["ttft_p99_s"] for seed in (0, 1, 2)]
     assert len(set(p99)) == 3

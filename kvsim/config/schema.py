@@ -10,6 +10,7 @@ paths so that the loader can point at the right line.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, get_args
@@ -797,12 +798,15 @@ class _Common(Record):
 
 
 class _Trace(_Common):
-    resample: Literal["auto", "none", "windows"] = Field(
+    resample: Literal["auto", "none", "windows", "sessions"] = Field(
         "auto",
-        description="windows: replay a block bootstrap of the trace drawn by the seed "
-        "(its span cut into 40 windows, as many drawn with replacement); none: the trace "
-        "as it is; auto: windows when a sweep, capacity search or baseline runs several "
-        "seeds (so replications differ), none in a single run",
+        description="sessions: replay a bootstrap of the trace drawn by the seed (whole "
+        "sessions, or prefix chains where the trace has no session ids, drawn with "
+        "replacement and laid at the trace's session start times; keeps prefix reuse); "
+        "windows: its span cut into 40 windows, as many drawn with replacement (cuts reuse "
+        "across window edges); none: the trace as it is; auto: sessions when a sweep, "
+        "capacity search or baseline runs several seeds (so replications differ), none in "
+        "a single run",
     )
 
 
@@ -957,6 +961,49 @@ _warmup.unit = "duration"  # type: ignore[attr-defined]
 Warmup = Annotated[Literal["auto"] | float, BeforeValidator(_warmup)]
 
 
+_PROMPT_BOUND = r"([-+]?[0-9][0-9_]*(?:\.[0-9]+)?)([kKM]?)"  # matched with spaces removed
+_PROMPT_RANGE = re.compile(rf"^(?:{_PROMPT_BOUND})?\.\.(?:{_PROMPT_BOUND})?$")
+PROMPT_RANGE_EXAMPLE = '"0..32k", "32k.." or "8k..64k" (tokens; k = 1,000, M = 1,000,000)'
+
+
+def prompt_bounds(text: str) -> tuple[int, int | None]:
+    """``run.prompt_range`` as token bounds: "0..32k" -> (0, 32000), "32k.." -> (32000,
+    None) (no upper bound), "..8k" -> (0, 8000). Both bounds are inclusive; k is 1,000 and
+    M 1,000,000 (as kvsim's kB). ValueError, saying what a valid range looks like, for
+    anything else: a negative or fractional token count, LO above HI, no bound at all."""
+    m = _PROMPT_RANGE.match("".join(text.split())) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"expected a token range LO..HI such as {PROMPT_RANGE_EXAMPLE}")
+    bounds: list[int | None] = []
+    for number, suffix in (m.group(1, 2), m.group(3, 4)):
+        if number is None:
+            bounds.append(None)
+            continue
+        value = float(number.replace("_", "")) * {"": 1, "k": 1e3, "K": 1e3, "M": 1e6}[suffix]
+        if value < 0:
+            raise ValueError(f"a prompt has at least 0 tokens, not {number}{suffix}")
+        if value != int(value) or value > 2**53:
+            raise ValueError(f"{number}{suffix} is not a whole number of tokens")
+        bounds.append(int(value))
+    lo, hi = bounds
+    if lo is None and hi is None:
+        raise ValueError(f"give at least one bound, e.g. {PROMPT_RANGE_EXAMPLE}")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"empty range: {lo} tokens is above {hi}")
+    return lo or 0, hi
+
+
+def _prompt_range(value: object) -> object:
+    """The range as the user wrote it (spaces dropped), after checking it parses."""
+    if not isinstance(value, str):
+        raise ValueError(
+            f"expected a token range LO..HI in quotes such as {PROMPT_RANGE_EXAMPLE}, "
+            f"not {type(value).__name__}"
+        )
+    prompt_bounds(value)
+    return "".join(value.split())
+
+
 class Run(Record):
     warmup: Warmup = Field(
         "auto",
@@ -971,6 +1018,15 @@ class Run(Record):
         "10 s",
         description="width of the windows of timeseries.parquet (kvsim run --out): one row "
         "per window of measured requests' arrival times",
+    )
+    prompt_range: Annotated[str, BeforeValidator(_prompt_range), Field(max_length=200)] | None = (
+        Field(
+            None,
+            description="measure only prompts of this many tokens, LO..HI inclusive (e.g. "
+            "0..32k, 32k..; k = 1,000): the summary's request outcomes (TTFT, queueing, "
+            "hit ratio, counts) cover only measured requests in range; throughput and "
+            "prices still count every request the cluster served. null: every prompt",
+        )
     )
 
 

@@ -26,6 +26,7 @@ token - first arrival). Without sessions there is no ``sessions_per_gpu``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -35,6 +36,7 @@ from typing import Any
 
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
+from kvsim.experiments.explain import Explanation, explain
 from kvsim.experiments.replicate import load_overrides, replication_overrides
 from kvsim.results.metrics import NUMERIC
 from kvsim.results.uncertainty import Interval, mean_interval
@@ -58,13 +60,32 @@ class SLO:
     metric: str
     op: str
     threshold: float
+    scope: str | None = None  # run.prompt_range the runs measure (None: every prompt)
 
     def met(self, summary: Mapping[str, Any]) -> bool:
         value = summary[self.metric]
         return value is not None and not math.isnan(value) and _OPS[self.op](value, self.threshold)
 
+    def scoped(self, sc: Scenario) -> SLO:
+        """This SLO as the runs of ``sc`` measure it: over its ``run.prompt_range``."""
+        return dataclasses.replace(self, scope=sc.run.prompt_range)
+
     def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.threshold:g}"
+        text = f"{self.metric} {self.op} {self.threshold:g}"
+        return f"{text} for prompts {self.scope} tokens" if self.scope else text
+
+
+class Infeasible(InputError):
+    """No point a search tried meets the SLO; ``explanation`` says why
+    (:class:`kvsim.experiments.explain.Explanation`), for the command to print before
+    its one-line refusal."""
+
+    def __init__(self, message: str, explanation: Explanation) -> None:
+        super().__init__(message)
+        self.explanation = explanation
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (raised in --sweep's worker processes)
+        return (Infeasible, (self.reason, self.explanation))
 
 
 def parse_slo(text: str) -> SLO:
@@ -194,6 +215,8 @@ class Capacity:
     sessions: list[SessionStats] = field(default_factory=list)
     # the summary of the run at the found load, per replication
     summaries: list[dict[str, Any]] = field(default_factory=list)
+    # the configuration of a --sweep the others are compared with (paired, per seed)
+    reference: bool = False
 
     @property
     def sessions_per_gpu(self) -> Interval:
@@ -231,20 +254,21 @@ def search(
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     evaluations = 0
+    slo = slo.scoped(sc)
 
     extra = replication_overrides(sc, reps)  # a trace: each replication resamples it
     if extra:
         log(
-            "replications resample the trace (workload.resample: windows, one draw per "
-            "seed); resampling breaks prefix reuse across windows, so hit ratios and "
-            "capacities run lower than the trace as it is (--set workload.resample=none "
-            "for that figure, without an interval)"
+            f"replications resample the trace (workload.resample: "
+            f"{extra['workload.resample']}, one draw per seed); --set workload.resample=none "
+            "replays the trace as it is (replications identical: no interval)"
         )
 
     # session workloads: Little's law from each run (kept per load and seed: the answer's
     # load is one the search ran)
     found: dict[tuple[float, int], SessionStats | None] = {}
     ran: dict[tuple[float, int], dict[str, Any]] = {}  # summaries by load and seed
+    floors: dict[int, Any] = {}  # the runs at vanishing load (Results), by seed
 
     def run(factor: float, seed: int) -> dict[str, Any]:
         nonlocal evaluations
@@ -256,6 +280,8 @@ def search(
         if sessions:
             found[factor, seed] = session_lifetime(res.scenario, res.requests)
         ran[factor, seed] = res.summary
+        if factor == FLOOR:
+            floors[seed] = res
         return res.summary
 
     def meets(factor: float, seed: int) -> bool:
@@ -282,9 +308,12 @@ def search(
         else:
             floor = run(FLOOR, seed)  # no queueing left: what the requests cost alone
             if not slo.met(floor):
-                raise InputError(
+                where = f"at 1/{1 / FLOOR:g} of the scenario's load"
+                why = explain(slo, where, [floors[seed]])
+                raise Infeasible(
                     f"the SLO ({slo}) fails even at vanishing load (1/{1 / FLOOR:g} of the "
-                    f"scenario's, seed {seed}): {floor_report(slo, floor)}"
+                    f"scenario's, seed {seed}): {floor_report(why)}",
+                    why,
                 )
             lo = 0.5
             while not meets(lo, seed):
@@ -347,29 +376,36 @@ def _has_sessions(sc: Scenario) -> bool:
 FLOOR = 2.0**-10  # "vanishing" load: the scenario's arrivals spread 1,024 times wider
 
 
-def floor_report(slo: SLO, summary: dict[str, Any]) -> str:
-    """What the SLO's metric is with no queueing, and what makes up the mean TTFT there."""
-    value = summary.get(slo.metric)
-    shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
-    parts = {
-        "compute": summary.get("compute_mean_s", math.nan),
-        "load (prefetch wait, restore)": summary.get("load_mean_s", math.nan),
-        "queueing": summary.get("queue_wait_mean_s", math.nan),
-        "staging before puts": summary.get("store_mean_s", math.nan),
-    }
-    known = {k: v for k, v in parts.items() if isinstance(v, float) and math.isfinite(v)}
-    top = max(known, key=lambda k: known[k]) if known else "unknown"
-    detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in known.items())
-    return (
-        f"{slo.metric} = {shown} there; of the mean TTFT "
-        f"({summary.get('ttft_mean_s', math.nan) * 1e3:.3g} ms): {detail}; {top} dominates"
-    )
+def floor_report(why: Explanation) -> str:
+    """The explanation in one line (the refusal's): the value reached, what dominates the
+    slowest requests, and the compute floor."""
+    slo, m = why.slo, why.slo.metric
+    text = f"{m} = {why.value:.4g} there"
+    tail = why.tail
+    if tail is not None and tail.requests:
+        top = tail.dominant
+        text += (
+            f"; of the slowest {100 - tail.q:g}%'s TTFT ({tail.ttft_mean:.3g} s) "
+            f"{top} dominates ({tail.share(top):.0%})"
+        )
+    if math.isfinite(why.floor):
+        text += f"; compute floor {why.floor:.4g}"
+        if why.floor_fails:
+            text += f" (alone on an idle engine the requests break {slo}: no load helps)"
+    return text
 
 
 def capacity_table(caps: list[Capacity]) -> Any:
-    """One row per configuration: capacity (mean, 95% half-width), factor, per-rep rates."""
+    """One row per configuration: capacity (mean, 95% half-width), factor, per-rep rates;
+    with several configurations, each one's paired difference from the reference (the one
+    marked :attr:`Capacity.reference`, else the first): ``delta_capacity_rps`` (mean of the
+    per-seed differences: every configuration searched on the same seeds, hence the same
+    workload draws) and ``delta_capacity_rps_ci`` (its 95% interval over seeds, JSON text
+    "[lo, hi]"; empty for the reference and with one replication), and the same for
+    ``sessions_per_gpu`` where the table has it."""
     import pandas as pd
 
+    ref = next((c for c in caps if c.reference), caps[0]) if len(caps) > 1 else None
     rows = []
     for c in caps:
         label = ", ".join(f"{k}={v}" for k, v in c.config.items()) or "scenario"
@@ -384,10 +420,36 @@ def capacity_table(caps: list[Capacity]) -> Any:
                 "evaluations": c.evaluations,
                 "rates_rps": " ".join(f"{r:.6g}" for r in c.rates),
                 **_session_columns(c, any(x.sessions for x in caps)),
+                **(_paired_columns(c, ref, any(x.sessions for x in caps)) if ref else {}),
                 **c.config,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any]:
+    """``delta_capacity_rps`` and its ``_ci`` against ``ref`` (and ``delta_sessions_per_gpu``
+    with its ``_ci`` when ``sessions``), from per-seed values; empty for ``ref`` itself."""
+    import json
+
+    from kvsim.results.uncertainty import IDENTICAL, paired_interval
+
+    pairs = {"capacity_rps": (c.rates, ref.rates)}
+    if sessions:
+        pairs["sessions_per_gpu"] = (
+            [s.per_gpu for s in c.sessions],
+            [s.per_gpu for s in ref.sessions],
+        )
+    out: dict[str, Any] = {}
+    for name, (new, base) in pairs.items():
+        out[f"delta_{name}"], out[f"delta_{name}_ci"] = math.nan, None
+        if c is ref or not new or len(new) != len(base):
+            continue
+        iv = paired_interval(new, base)
+        out[f"delta_{name}"] = iv.mean
+        if not iv.note or iv.note == IDENTICAL:
+            out[f"delta_{name}_ci"] = json.dumps([iv.lo, iv.hi])
+    return out
 
 
 def _session_columns(c: Capacity, wanted: bool) -> dict[str, Any]:
@@ -499,4 +561,5 @@ def sweep_capacity(
         pool.shutdown(wait=True)
     for cap, cfg in zip(caps, sweep.configurations(), strict=True):
         cap.config = cfg
+    caps[sweep.reference_index()].reference = True
     return caps

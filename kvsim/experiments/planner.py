@@ -15,6 +15,7 @@ those by ``usd_per_hour`` wins.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,10 @@ from typing import Any
 
 from kvsim.config.schema import REMOVED_FIELDS, Scenario, field_unit
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import SLO
+from kvsim.experiments.capacity import SLO, Infeasible
+from kvsim.experiments.explain import Explanation, RunFacts, explain, run_facts
 from kvsim.experiments.replicate import replication_overrides
-from kvsim.results.uncertainty import Interval, mean_interval
+from kvsim.results.uncertainty import IDENTICAL, Interval, mean_interval
 from kvsim.units import UNIT_WRITERS, parse_bandwidth, parse_duration, parse_rate, parse_size
 
 PARSERS: dict[str, Callable[[object], float]] = {
@@ -256,6 +258,8 @@ class Minimum:
         b = self.bounds()
         if b is not None:
             spread = f"95% interval {f.show(b[0])} .. {f.show(b[1])}"
+        elif self.interval.note == IDENTICAL:  # (the runs differed; their answers did not)
+            spread = "every replication found this same value: no spread for an interval"
         else:
             spread = self.interval.note or "no interval"
         if f.integer:  # a count: its answers and the interval, never a fractional mean
@@ -308,6 +312,7 @@ def minimize(
     from kvsim import api
 
     f = numeric_field(sc, path)
+    slo = slo.scoped(sc)
     lo, hi = parse_range(f, span)
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
@@ -315,6 +320,7 @@ def minimize(
     evaluations = 0
 
     prints: dict[float, tuple[Any, ...]] = {}  # the first replication's runs at lo and hi
+    tops: dict[int, Any] = {}  # the runs at the range's best end (Results), by seed
 
     def meets(x: float, seed: int) -> bool:
         nonlocal evaluations
@@ -327,6 +333,8 @@ def minimize(
             ) from None
         if seed == sc.seed and x in (lo, hi):
             prints[x] = fingerprint(res)
+        if x == hi:
+            tops[seed] = res
         return slo.met(res.summary)
 
     def does_nothing() -> bool:
@@ -354,9 +362,16 @@ def minimize(
         if not meets(hi, seed):
             if rep == 0 and does_nothing():
                 raise nothing
-            raise InputError(
-                f"the SLO ({slo}) fails even with {path} = {f.show(hi)} (seed {seed}); "
-                "widen --range, or the SLO depends on something else"
+            why = explain(slo, f"with {path} = {f.show(hi)}", [tops[seed]])
+            depends = (
+                "the SLO depends on something else (see the compute floor above)"
+                if why.floor_fails
+                else "widen --range, or the SLO depends on something else"
+            )
+            raise Infeasible(
+                f"the SLO ({slo}) fails even with {path} = {f.show(hi)} (seed {seed}): "
+                f"{slo.metric} = {why.value:.4g} there; {depends}",
+                why,
             )
         if meets(lo, seed):
             if rep == 0 and does_nothing():
@@ -391,6 +406,25 @@ class Layout:
     usd_per_million_prompt_tokens: float
     summaries: list[dict[str, Any]] = field(default_factory=list)
     interval: Interval | None = None  # the metric's mean over replications, its interval
+    # a layout that fails the SLO: what each replication says about why (explain.py)
+    facts: list[RunFacts] = field(default_factory=list, repr=False)
+    scope: str | None = None  # its run.prompt_range (the SLO's scope)
+    # paired differences from the reference layout (the sweep's first, or its
+    # `reference:`), per compared value (the SLO's metric, usd_per_hour,
+    # usd_per_million_prompt_tokens): the mean per-seed difference and its 95% interval
+    # over seeds (every layout ran the same seeds: the same workload draws); empty for the
+    # reference itself
+    deltas: dict[str, Interval] = field(default_factory=dict)
+    reference: bool = False
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.config.items()) or "the scenario"
+
+    def why(self, slo: SLO) -> Explanation:
+        """Why this layout fails ``slo``: its value, tail and compute floor."""
+        slo = dataclasses.replace(slo, scope=self.scope)
+        return Explanation(slo, f"with the closest layout ({self.label})", self.facts, self.scope)
 
 
 def layouts(
@@ -423,10 +457,11 @@ def layouts(
     out = []
     for cfg, sc in zip(configs, scenarios, strict=True):
         extra = replication_overrides(sc, reps)
-        sums = []
+        sums, runs = [], []
         for rep in range(reps):
             try:
-                sums.append(api.run(sc, extra or None, sc.seed + rep).summary)
+                runs.append(api.run(sc, extra or None, sc.seed + rep))
+                sums.append(runs[-1].summary)
             except InputError as e:
                 label = ", ".join(f"{k}={v}" for k, v in cfg.items())
                 raise InputError(f"configuration {label}: {e}") from None
@@ -438,8 +473,45 @@ def layouts(
         usd = sums[0]["usd_per_hour"]
         per_m = sum(s["usd_per_million_prompt_tokens"] for s in sums) / len(sums)
         # (no line per layout here: the command prints the list once, when all are run)
-        out.append(Layout(cfg, mean, half, slo.met(probe), usd, per_m, sums, iv))
+        layout = Layout(cfg, mean, half, slo.met(probe), usd, per_m, sums, iv)
+        layout.scope = sc.run.prompt_range
+        if not layout.meets:  # why not, kept small (the runs themselves are let go)
+            layout.facts = [run_facts(r, slo.scoped(sc)) for r in runs]
+        out.append(layout)
+    if len(out) > 1:
+        paired_deltas(out, slo.metric, sweep.reference_index())
     return out
+
+
+PRICES = ("usd_per_hour", "usd_per_million_prompt_tokens")
+
+
+def paired_deltas(found: list[Layout], metric: str, reference: int = 0) -> None:
+    """Mark ``found[reference]`` as the reference and give every other layout its paired
+    differences from it (:attr:`Layout.deltas`): per seed, its ``metric`` and prices minus
+    the reference's with the same seed (replication i of every layout ran seed base + i)."""
+    from kvsim.results.uncertainty import paired_interval
+
+    ref = found[reference]
+    ref.reference = True
+    for x in found:
+        if x is ref or len(x.summaries) != len(ref.summaries):
+            continue
+        for name in (metric, *PRICES):
+            new = [float(s.get(name, math.nan)) for s in x.summaries]
+            base = [float(s.get(name, math.nan)) for s in ref.summaries]
+            x.deltas[name] = paired_interval(new, base)
+
+
+def closest(found: list[Layout], slo: SLO) -> Layout | None:
+    """The layout whose mean metric comes nearest the SLO (lowest for ``<=``/``<``,
+    highest for ``>=``/``>``); None when no layout has a value."""
+    ok = [x for x in found if math.isfinite(x.metric)]
+    if not ok:
+        return None
+    if slo.op in ("<=", "<"):
+        return min(ok, key=lambda x: x.metric)
+    return max(ok, key=lambda x: x.metric)
 
 
 def cheapest(found: list[Layout]) -> Layout | None:

@@ -6,29 +6,42 @@ run at some load points (multiples of the scenario's own load) with a fixed set 
     name: kvsim-ci
     seeds: [0, 1, 2]
     metrics:                               # optional: these are the defaults
-      ttft_p99_s: {rel: 0.10, abs: 0.02}
+      ttft_p99_s: {rel: 0.10, abs: 0.02}   # direction: lower (by name; see below)
     entries:
       - scenario: ../scenarios/quickstart.yaml
         set: {workload.requests: 1500}
         loads: [0.5, 1.0, 2.0]
+        prompt_range: 0..32k               # optional: only these prompts are measured
       - sweep: ../scenarios/sweeps/load-policy.yaml
         loads: [1.0]
 
-``kvsim baseline`` stores, per entry and load point, each metric's mean over the seeds
-with a 95% Student-t interval (a bootstrap percentile interval is too narrow with the
-3-5 replications a CI job can afford), plus the kvsim version, a hash of each resolved
-scenario and a digest of the content of each file it reads by name (a trace, plugin
-files: :func:`kvsim.experiments.sweep.scenario_files`). ``kvsim check`` re-runs and
-compares: a metric fails when the gap between the new interval and the baseline's (0 when
-they overlap) exceeds its tolerance, max(rel x |baseline mean|, abs). Same seeds give
-identical numbers, so an unchanged model passes exactly. A baseline whose entries, load
-points or seeds differ from the suite's is bad input; a changed scenario hash or file is
-reported (and is bad input with ``strict``).
+``kvsim baseline`` stores, per entry and load point, each metric's value on every seed
+(``values``), their mean and 95% Student-t interval, plus the kvsim version, a hash of
+each resolved scenario and a digest of the content of each file it reads by name (a
+trace, plugin files: :func:`kvsim.experiments.sweep.scenario_files`).
+
+``kvsim check`` re-runs the suite on the same seeds, hence the same workload draws
+(common random numbers), and compares **paired** runs: per seed, d_i = new_i - base_i,
+their mean ``delta`` and its 95% Student-t interval over the seeds
+(:func:`kvsim.results.uncertainty.paired_interval`). A metric's tolerance is
+max(rel x |baseline mean|, abs); its ``direction`` says which way is better
+(:func:`default_direction`). A change is *significant* when |delta| exceeds the
+tolerance and the interval excludes 0 (differences identical on every seed are exact:
+beyond the tolerance suffices). A significant change is a REGRESSION (fails) in the
+worse direction, IMPROVED (passes, said) in the better one, CHANGED (fails) for a
+metric with no better direction. A move beyond the tolerance whose interval includes 0
+passes as noise, said in a note with its minimum detectable change
+(:func:`kvsim.results.uncertainty.detectable_change`: the true change the rule flags
+with 80% power). Same seeds give identical numbers, so an unchanged model passes
+exactly. A baseline whose entries, load points or seeds differ from the suite's is bad
+input; a changed scenario hash or file is reported (and is bad input with ``strict``).
 
 With fewer than :data:`MIN_SEEDS` seeds there is no usable interval (a two-seed baseline
 once passed a +146% change in p99): both commands say so, and the gate compares the means
-against the tolerance alone. With more, a mean that moved beyond its tolerance but
-passed inside overlapping intervals is reported in a note, never silently.
+against the tolerance alone (direction-aware). A baseline without per-seed values (made
+by an older kvsim) cannot be paired: the gap between the two intervals is compared, and
+a note says so. ``kvsim baseline`` warns when a gated metric's minimum detectable change
+is above :data:`POWER_LIMIT` of its mean (:func:`power_warnings`).
 
 A metric with no value (NaN: no measured request, e.g. every request dropped) fails the
 gate whatever its tolerance, and ``kvsim baseline`` refuses to record one: a baseline
@@ -40,15 +53,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from xml.sax.saxutils import escape, quoteattr
 
 from pydantic import Field
@@ -71,7 +86,13 @@ from kvsim.experiments.sweep import (
     scenario_files,
 )
 from kvsim.files import MAX_TABLE_BYTES, read_text
-from kvsim.results.uncertainty import mean_interval
+from kvsim.results.uncertainty import (
+    IDENTICAL,
+    Interval,
+    detectable_change,
+    mean_interval,
+    paired_interval,
+)
 
 BASELINE = "baseline.json"
 # fewer seeds than this give no usable 95% interval over seeds (Student-t with 1 degree of
@@ -79,6 +100,21 @@ BASELINE = "baseline.json"
 # tolerance alone, and says so
 MIN_SEEDS = 3
 MAX_MAGNITUDE = 1e300  # a baseline number larger than this is damage, not a measurement
+# `kvsim baseline` warns when a gated metric's minimum detectable change (80% power) is
+# above this share of its mean: the suite's seeds cannot tell a change that size from noise
+POWER_LIMIT = 0.10
+PAIRED = (
+    "paired: every configuration ran on the same seeds and workload draws (common random "
+    "numbers); differences are per seed, with 95% intervals over seeds"
+)
+# at baseline time there are no pairs: the differences' standard deviation is estimated by
+# the seeds' own, which holds when a seed's runs before and after a change correlate at
+# least 0.5 (Var(d) = 2 s^2 (1 - rho) <= s^2)
+ESTIMATE = (
+    "estimated from the seeds' standard deviation, which assumes that a seed's runs "
+    "before and after a change correlate at least 0.5 (Var(d) = 2 s^2 (1 - rho))"
+)
+Direction = Literal["lower", "higher", "both"]
 
 
 class Tolerance(Record):
@@ -88,6 +124,32 @@ class Tolerance(Record):
     abs: float = Field(
         0.0, ge=0, allow_inf_nan=False, description="absolute floor, in the metric's unit"
     )
+    direction: Direction | None = Field(
+        None,
+        description="which way is better: lower (a rise is a regression), higher (a fall "
+        "is), both (any significant change fails); default by the metric's name",
+    )
+
+
+# higher is better for these; lower for times, costs and lost work (default_direction)
+_HIGHER = ("hit_ratio", "requests_per_s", "tokens_per_s")
+_LOWER = ("dropped", "recompute", "unfinished", "stalled", "timeouts", "blocked")
+_EITHER = ("duration_s", "warmup_s")  # a run's own span: no better way
+
+
+def default_direction(metric: str) -> Direction:
+    """Which way a metric is better when the suite does not say: higher for the hit ratio
+    and rates (``requests_per_s``, ``*tokens_per_s``); lower for times (``_s``), costs
+    (``usd_*``) and lost work (dropped, recomputed, unfinished, stalled, timed out,
+    blocked); otherwise both (a significant change either way fails: ``gpu_busy_frac``
+    moves both ways for good reasons)."""
+    if metric.endswith(_HIGHER):
+        return "higher"
+    if metric in _EITHER:
+        return "both"
+    if metric.endswith("_s") or metric.startswith("usd_") or any(w in metric for w in _LOWER):
+        return "lower"
+    return "both"
 
 
 Load = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -111,6 +173,11 @@ class EntrySpec(Record):
     name: str | None = Field(None, description="entry name (default: the scenario's)")
     set: dict[str, Any] = Field({}, description="overrides")
     loads: list[Load] = Field([1.0], min_length=1, description="load multipliers (> 0)")
+    prompt_range: str | None = Field(
+        None,
+        description="only measured requests whose prompt lies in LO..HI tokens count, e.g. "
+        "0..32k (the override run.prompt_range)",
+    )
 
 
 class SuiteSpec(Record):
@@ -183,6 +250,10 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         # file names in `set` are relative to the suite file (as `scenario` is), never to
         # the current folder, so that a check run elsewhere runs (and hashes) the same files
         entry_set = absolute_paths(e.set, p.parent.resolve())
+        if e.prompt_range is not None:
+            if "run.prompt_range" in entry_set:
+                raise InputError("give prompt_range or set run.prompt_range, not both", where=where)
+            entry_set["run.prompt_range"] = e.prompt_range
         if e.scenario is not None:
             sp = (p.parent / e.scenario).resolve()
             configs.append((str(sp), entry_set, e.name or ""))
@@ -612,16 +683,27 @@ def _changed_files(e: Entry, b: dict[str, Any]) -> list[str]:
 
 @dataclass
 class Comparison:
-    """One metric at one load point of one entry."""
+    """One metric at one load point of one entry: the new runs against the baseline's.
+
+    ``base`` and ``new`` hold the mean, the 95% interval (``lo``, ``hi``) and, from
+    baselines that record them, the per-seed ``values``: with values on both sides the
+    seeds are compared pair by pair (:attr:`paired`); without them (a baseline made by an
+    older kvsim) the gap between the two intervals is."""
 
     entry: str
     load: float
     metric: str
-    base: dict[str, float]
-    new: dict[str, float]
+    base: dict[str, Any]
+    new: dict[str, Any]
     tolerance: float
     # fewer than MIN_SEEDS seeds: no usable interval, the means are compared
     means_only: bool = False
+    # which way is better (Tolerance.direction); None: default_direction(metric)
+    direction: Direction | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction is None:
+            self.direction = default_direction(self.metric)
 
     @property
     def missing(self) -> bool:
@@ -629,9 +711,83 @@ class Comparison:
         return not all(math.isfinite(self.new[k]) for k in ("mean", "lo", "hi"))
 
     @property
+    def paired(self) -> bool:
+        """Per-seed values on both sides, one per seed of the same seeds (common random
+        numbers): the comparison is of per-seed differences."""
+        b, n = self.base.get("values"), self.new.get("values")
+        return (
+            not self.means_only
+            and isinstance(b, list)
+            and isinstance(n, list)
+            and len(b) == len(n) >= 2
+        )
+
+    @property
+    def n(self) -> int:
+        """Seeds paired (0 when the comparison is not paired)."""
+        return len(self.base["values"]) if self.paired else 0
+
+    @functools.cached_property
+    def diff(self) -> Interval:
+        """The per-seed differences new - base: their mean and 95% interval (paired), or
+        the difference of the means with no interval."""
+        if self.paired:
+            return paired_interval(self.new["values"], self.base["values"])
+        return Interval(self.new["mean"] - self.base["mean"], math.nan, math.nan, 0, "unpaired")
+
+    @property
+    def delta(self) -> float:
+        """Mean change, new minus baseline, in the metric's unit."""
+        return self.diff.mean
+
+    @property
+    def exact(self) -> bool:
+        """Every seed moved by the same amount (a deterministic change, or a trace
+        replayed as is): the difference is exact, it has no noise to allow for."""
+        return self.paired and self.diff.note == IDENTICAL
+
+    @property
+    def sd(self) -> float:
+        """Standard deviation of the per-seed differences (NaN unpaired)."""
+        if not self.paired:
+            return math.nan
+        if self.exact:
+            return 0.0
+        d = [
+            float(a) - float(b)
+            for a, b in zip(self.new["values"], self.base["values"], strict=True)
+        ]
+        return statistics.stdev(d) if all(math.isfinite(x) for x in d) else math.nan
+
+    @property
+    def mdc_estimated(self) -> bool:
+        """Nothing moved on any seed while the seeds differ: the differences say nothing
+        of the noise a change would meet, so :attr:`mdc` comes from the baseline seeds'
+        spread instead (:data:`ESTIMATE`)."""
+        return self.exact and self.delta == 0 and len({float(v) for v in self.base["values"]}) > 1
+
+    @property
+    def mdc(self) -> float:
+        """Minimum detectable change: the true change this comparison's rule flags with
+        80% power (:func:`~kvsim.results.uncertainty.detectable_change`), in the metric's
+        unit. The tolerance itself for exact differences; NaN when not paired (means
+        compared with too few seeds, or a baseline without per-seed values)."""
+        if not self.paired or self.missing:
+            return math.nan
+        sd = statistics.stdev(self.base["values"]) if self.mdc_estimated else self.sd
+        return detectable_change(sd, self.n, self.tolerance)
+
+    @property
+    def mdc_rel(self) -> float:
+        """:attr:`mdc` as a share of the baseline mean (NaN for a mean of 0)."""
+        b = abs(self.base["mean"])
+        return self.mdc / b if b else math.nan
+
+    @property
     def gap(self) -> float:
         """Distance between the two intervals (0 when they overlap; inf with no value);
-        between the two means with too few seeds for intervals."""
+        between the two means with too few seeds for intervals. The rule of a baseline
+        without per-seed values."""
         if self.missing:
             return math.inf
         if self.means_only:
@@ -639,15 +795,47 @@ class Comparison:
         return max(self.new["lo"] - self.base["hi"], self.base["lo"] - self.new["hi"], 0.0)
 
     @property
-    def within_noise(self) -> bool:
-        """Passed although its mean moved beyond the tolerance: the seeds' intervals
-        overlap (a change kvsim cannot tell from noise; reported, never silent)."""
-        moved = abs(self.new["mean"] - self.base["mean"])
-        return not self.failed and not moved <= self.tolerance
+    def significant(self) -> bool:
+        """A change the gate acts on: beyond the tolerance, and (paired) with a 95%
+        interval that excludes 0; exact differences need only the tolerance, and so do
+        means compared with too few seeds. Unpaired: the intervals' gap beyond it."""
+        if self.missing:
+            return True
+        if not self.paired and not self.means_only:
+            return not self.gap <= self.tolerance
+        if not abs(self.delta) > self.tolerance:
+            return False
+        if self.means_only or self.exact:
+            return True
+        return self.diff.lo > 0 or self.diff.hi < 0
+
+    @property
+    def verdict(self) -> str:
+        """``ok``, ``REGRESSION`` (worse), ``IMPROVED`` (better), ``CHANGED`` (a metric
+        with no better direction) or ``no value``."""
+        if self.missing:
+            return "no value"
+        if not self.significant:
+            return "ok"
+        if self.direction == "both":
+            return "CHANGED"
+        worse = self.delta > 0 if self.direction == "lower" else self.delta < 0
+        return "REGRESSION" if worse else "IMPROVED"
 
     @property
     def failed(self) -> bool:
-        return self.missing or not self.gap <= self.tolerance
+        return self.verdict in ("no value", "REGRESSION", "CHANGED")
+
+    @property
+    def improved(self) -> bool:
+        return self.verdict == "IMPROVED"
+
+    @property
+    def within_noise(self) -> bool:
+        """Passed although its mean moved beyond the tolerance: the paired interval
+        includes 0 (or, unpaired, the seeds' intervals overlap): a change kvsim cannot
+        tell from noise; reported, never silent."""
+        return self.verdict == "ok" and not abs(self.delta) <= self.tolerance
 
     @property
     def change(self) -> float:
@@ -659,36 +847,88 @@ class Comparison:
     def change_text(self) -> str:
         return "no value" if self.missing else f"{self.change:+.1%}"
 
+    @property
+    def unit(self) -> str:
+        return " s" if self.metric.endswith("_s") else ""
+
+    def interval_text(self) -> str:
+        """The paired difference's 95% interval as the reports show it."""
+        if self.missing:
+            return "no value"
+        if self.exact:
+            return "exact"
+        if self.paired:
+            return f"[{self.diff.lo:+.3g}, {self.diff.hi:+.3g}]"
+        return "none (too few seeds)" if self.means_only else "unpaired"
+
+    def mdc_text(self) -> str:
+        """The minimum detectable change, absolute and relative ("-" without one)."""
+        if not math.isfinite(self.mdc):
+            return "-"
+        rel = f" ({self.mdc_rel:.0%})" if math.isfinite(self.mdc_rel) else ""
+        return f"{self.mdc:.3g}{self.unit}{rel}{' est.' if self.mdc_estimated else ''}"
+
+    def _head(self) -> str:
+        return (
+            f"{self.entry} @ {self.load:g}x load: {self.metric} {self.base['mean']:.4g}{self.unit}"
+        )
+
     def line(self) -> str:
         """One line a person can act on."""
-        unit = " s" if self.metric.endswith("_s") else ""
-        head = f"{self.entry} @ {self.load:g}x load: {self.metric} {self.base['mean']:.4g}{unit}"
+        head, unit = self._head(), self.unit
         if self.missing:
             return (
                 f"{head} -> no value (NaN: no measured request, e.g. every request dropped "
                 f"or unfinished); baseline 95% CI [{self.base['lo']:.4g}, {self.base['hi']:.4g}]"
             )
+        moved = f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%})"
+        beyond = "beyond" if not abs(self.delta) <= self.tolerance else "within"
         if self.means_only:
-            return (
-                f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}); means compared "
-                f"(too few seeds for intervals), gap {self.gap:.3g} > tolerance "
-                f"{self.tolerance:.3g}"
+            text = (
+                f"{moved}; means compared (too few seeds for intervals), change "
+                f"{self.delta:+.3g} {beyond} tolerance {self.tolerance:.3g}"
             )
-        return (
-            f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}); baseline 95% CI "
-            f"[{self.base['lo']:.4g}, {self.base['hi']:.4g}], new [{self.new['lo']:.4g}, "
-            f"{self.new['hi']:.4g}], gap {self.gap:.3g} > tolerance {self.tolerance:.3g}"
-        )
+        elif not self.paired:
+            text = (
+                f"{moved}; baseline 95% CI [{self.base['lo']:.4g}, {self.base['hi']:.4g}], new "
+                f"[{self.new['lo']:.4g}, {self.new['hi']:.4g}], gap {self.gap:.3g} "
+                f"{'>' if self.gap > self.tolerance else '<='} tolerance {self.tolerance:.3g} "
+                "(unpaired: the baseline records no per-seed values)"
+            )
+        elif self.exact:
+            text = (
+                f"{moved}; paired difference {self.delta:+.4g}{unit} on each of {self.n} seeds "
+                f"(exact), {beyond} tolerance {self.tolerance:.3g}"
+            )
+        else:
+            text = (
+                f"{moved}; paired difference {self.delta:+.4g}{unit}, 95% CI "
+                f"[{self.diff.lo:+.4g}, {self.diff.hi:+.4g}] over {self.n} seeds, {beyond} "
+                f"tolerance {self.tolerance:.3g}; minimum detectable change {self.mdc_text()}"
+            )
+        if self.improved:
+            text += "; a new baseline would record it"
+        elif self.verdict == "CHANGED":
+            text += " (no better direction: set the metric's direction to gate one way)"
+        return text
 
     def noise_line(self) -> str:
         """What a pass :attr:`within_noise` says."""
-        unit = " s" if self.metric.endswith("_s") else ""
+        head, unit = self._head(), self.unit
+        moved = (
+            f"{head} -> {self.new['mean']:.4g}{unit} ({self.change:+.1%}) moved beyond its "
+            f"tolerance {self.tolerance:.3g}"
+        )
+        if not self.paired:
+            return (
+                f"{moved} but within the seeds' 95% intervals (baseline "
+                f"[{self.base['lo']:.4g}, {self.base['hi']:.4g}], new [{self.new['lo']:.4g}, "
+                f"{self.new['hi']:.4g}]): passed as noise; more seeds would tell"
+            )
         return (
-            f"{self.entry} @ {self.load:g}x load: {self.metric} {self.base['mean']:.4g}{unit} -> "
-            f"{self.new['mean']:.4g}{unit} ({self.change:+.1%}) moved beyond its tolerance "
-            f"{self.tolerance:.3g} but within the seeds' 95% intervals (baseline "
-            f"[{self.base['lo']:.4g}, {self.base['hi']:.4g}], new [{self.new['lo']:.4g}, "
-            f"{self.new['hi']:.4g}]): passed as noise; more seeds would tell"
+            f"{moved} but the paired difference's 95% interval [{self.diff.lo:+.4g}, "
+            f"{self.diff.hi:+.4g}] includes 0: passed as noise (minimum detectable change with "
+            f"{self.n} seeds: {self.mdc_text()}); more seeds would tell"
         )
 
 
@@ -701,12 +941,22 @@ class CheckResult:
     def failures(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.failed]
 
+    @property
+    def improvements(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.improved]
+
+    @property
+    def paired(self) -> bool:
+        """Whether any comparison is of per-seed pairs."""
+        return any(c.paired for c in self.comparisons)
+
 
 def compare(
     suite: Suite, baseline: dict[str, Any], new: dict[str, Any], *, strict: bool = False
 ) -> CheckResult:
-    """Match the suite's entries to the baseline's and compare every metric. A metric the
-    new runs gave no value (NaN) fails, whatever the tolerance."""
+    """Match the suite's entries to the baseline's and compare every metric, seed by seed
+    (:class:`Comparison`). A metric the new runs gave no value (NaN) fails, whatever the
+    tolerance."""
     check_baseline_doc(baseline, "--baseline")
     notes = check_baseline(suite, baseline, strict=strict)
     if baseline.get("seeds") != new["seeds"]:
@@ -729,8 +979,24 @@ def compare(
                 base = bp["metrics"][m]
                 tolerance = max(tol.rel * abs(base["mean"]), tol.abs)
                 comparisons.append(
-                    Comparison(e["id"], p["load"], m, base, p["metrics"][m], tolerance, means_only)
+                    Comparison(
+                        e["id"],
+                        p["load"],
+                        m,
+                        base,
+                        p["metrics"][m],
+                        tolerance,
+                        means_only,
+                        tol.direction or default_direction(m),
+                    )
                 )
+    unpaired = sum(not c.paired for c in comparisons) if not means_only else 0
+    if unpaired:
+        notes.append(
+            f"{counted(unpaired, 'comparison')} unpaired: the baseline records no per-seed "
+            "values (made by an older kvsim), so the gap between the new and the baseline's "
+            "95% intervals is compared; make a new baseline to compare seed by seed"
+        )
     notes += [c.noise_line() for c in comparisons if c.within_noise]
     return CheckResult(comparisons, notes)
 
@@ -745,11 +1011,77 @@ def few_seeds_note(n: int) -> str:
     )
 
 
+def seeds_needed(sd: float, target: float, most: int = 100) -> int | None:
+    """The fewest seeds whose minimum detectable change (tolerance 0) for differences of
+    standard deviation ``sd`` is at most ``target``; None past ``most``."""
+    for n in range(MIN_SEEDS, most + 1):
+        if detectable_change(sd, n) <= target:
+            return n
+    return None
+
+
+def power_warnings(doc: dict[str, Any], suite: Suite) -> list[str]:
+    """What ``kvsim baseline`` warns about: one line per gated metric and load point whose
+    minimum detectable change is above :data:`POWER_LIMIT` of its mean, then a count.
+
+    There are no pairs yet: the differences' standard deviation is estimated by the seeds'
+    own (:data:`ESTIMATE`). The change counted is the seeds' alone (tolerance 0): a
+    tolerance is the suite's choice, the noise is what the seeds allow. Nothing with
+    fewer than :data:`MIN_SEEDS` seeds (no interval to have power; said elsewhere)."""
+    n = len(doc["seeds"])
+    if n < MIN_SEEDS:
+        return []
+    lines, total = [], 0
+    for e in doc["entries"]:
+        for pt in e["points"]:
+            for m in suite.metrics:
+                stats = pt["metrics"][m]
+                vals = [float(v) for v in stats.get("values", [])]
+                mean = float(stats["mean"])
+                total += 1
+                if len(vals) < 2 or mean == 0:
+                    continue
+                s = statistics.stdev(vals)
+                mdc = detectable_change(s, n)
+                if not mdc > POWER_LIMIT * abs(mean):
+                    continue
+                unit = " s" if m.endswith("_s") else ""
+                need = seeds_needed(s, POWER_LIMIT * abs(mean))
+                more = (
+                    f"about {need} seeds would bring it to {POWER_LIMIT:.0%}"
+                    if need
+                    else "more than 100 seeds would be needed to bring it to "
+                    f"{POWER_LIMIT:.0%}: widen the entry (more requests) instead"
+                )
+                lines.append(
+                    f"{e['id']} @ {float(pt['load']):g}x load: {m}: minimum detectable change "
+                    f"{mdc:.3g}{unit} ({mdc / abs(mean):.0%} of the mean {mean:.4g}{unit}) "
+                    f"with {n} seeds, above {POWER_LIMIT:.0%}: a smaller real change is caught "
+                    f"less than 80% of the time ({ESTIMATE}); {more}"
+                )
+    if lines:
+        lines.append(
+            f"{len(lines)} of {total} gated metrics (per entry and load point) cannot detect "
+            f"a {POWER_LIMIT:.0%} change with {n} seeds (minimum detectable change at 80% "
+            "power above it; docs/ci-regression-gate.md says how many seeds to use)"
+        )
+    return lines
+
+
 # ---- reports ---------------------------------------------------------------------------
 
 
+def _mark(c: Comparison) -> str:
+    if c.failed:
+        return "FAIL"
+    if c.improved:
+        return "IMPR"
+    return "noise" if c.within_noise else "ok"
+
+
 def terminal_table(result: CheckResult, metrics: Sequence[str]) -> str:
-    """Entry x load rows, a column per metric with its change and a mark."""
+    """Entry x load rows, a column per metric: a mark (ok, noise, IMPR, FAIL), the change
+    of the mean and the minimum detectable change relative to the baseline mean."""
     rows: dict[tuple[str, float], dict[str, Comparison]] = {}
     for c in result.comparisons:
         rows.setdefault((c.entry, c.load), {})[c.metric] = c
@@ -759,43 +1091,106 @@ def terminal_table(result: CheckResult, metrics: Sequence[str]) -> str:
         cells = [entry, f"{load:g}x"]
         for m in metrics:
             c = cs[m]
-            cells.append(f"{'FAIL' if c.failed else 'ok'} {c.change_text()}")
+            cell = f"{_mark(c)} {c.change_text()}"
+            if not c.missing and math.isfinite(c.mdc_rel):
+                cell += f" mdc {c.mdc_rel:.0%}"
+            cells.append(cell)
         body.append(cells)
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in [head, *body]]
+    if any(math.isfinite(c.mdc_rel) for c in result.comparisons):
+        lines.append(
+            "(change of the mean; mdc: minimum detectable change at 80% power, of the baseline "
+            "mean; paired over the same seeds)"
+        )
     return "\n".join(lines)
+
+
+def report_lines(result: CheckResult) -> list[str]:
+    """What ``kvsim check`` prints under its table: notes, one line per failure and per
+    improvement, and the verdict."""
+    out = [f"note: {n}" for n in result.notes]
+    out += [
+        f"{'REGRESSION' if c.verdict != 'CHANGED' else 'CHANGED'} {c.line()}"
+        for c in result.failures
+    ]
+    out += [f"IMPROVED {c.line()}" for c in result.improvements]
+    if result.paired:
+        out.append(PAIRED)
+    fails = len(result.failures)
+    better = len(result.improvements)
+    out.append(
+        f"{'FAILED' if fails else 'passed'}: {fails} of "
+        f"{counted(len(result.comparisons), 'comparison')} moved beyond tolerance the worse way"
+        + (f"; {better} improved" if better else "")
+    )
+    return out
+
+
+def _rule_text(suite: Suite) -> str:
+    return (
+        "A metric fails when its change is beyond its tolerance (max(rel x |baseline mean|, "
+        "abs)) in its worse direction and the 95% interval of the paired differences "
+        "excludes 0 (exact differences: beyond the tolerance suffices); the same in the "
+        "better direction is an improvement (passes). MDC: minimum detectable change, the "
+        "true change this rule flags with 80% power over "
+        f"{counted(len(suite.seeds), 'seed')}."
+    )
 
 
 def markdown_report(result: CheckResult, suite: Suite) -> str:
     status = "FAILED" if result.failures else "passed"
+    noise = sum(c.within_noise for c in result.comparisons)
     lines = [
         f"# kvsim check: {suite.name} {status}",
         "",
-        f"{len(result.comparisons)} comparisons, {len(result.failures)} regressions; "
-        f"seeds {suite.seeds}; 95% Student-t intervals over seeds.",
+        f"{len(result.comparisons)} comparisons: {len(result.failures)} failed, "
+        f"{len(result.improvements)} improved, {noise} moved within noise; seeds {suite.seeds}.",
         "",
     ]
+    if result.paired:
+        lines += [f"{PAIRED[0].upper()}{PAIRED[1:]}. {_rule_text(suite)}", ""]
     if result.notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in result.notes] + [""]
     if result.failures:
-        lines += ["## Regressions", ""] + [f"- {c.line()}" for c in result.failures] + [""]
+        lines += ["## Regressions", ""] + [f"- {c.verdict}: {c.line()}" for c in result.failures]
+        lines += [""]
+    if result.improvements:
+        lines += [
+            "## Improvements",
+            "",
+            "They pass; a new baseline (`kvsim baseline`) would record them.",
+            "",
+        ]
+        lines += [f"- {c.line()}" for c in result.improvements] + [""]
     lines += [
         "## All comparisons",
         "",
-        "| entry | load | metric | baseline | new | change | gap | tolerance | |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| entry | load | metric | baseline | new | delta | 95% interval | MDC | tolerance "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result.comparisons:
+        verdict = "ok (within noise)" if c.within_noise else c.verdict
+        new = "no value" if c.missing else f"{c.new['mean']:.4g}"
+        delta = "" if c.missing else f"{c.delta:+.3g} ({c.change:+.1%})"
         lines.append(
-            f"| {c.entry} | {c.load:g}x | {c.metric} | {c.base['mean']:.4g} | "
-            f"{c.new['mean']:.4g} | {c.change_text()} | {c.gap:.3g} | "
-            f"{c.tolerance:.3g} | {'FAIL' if c.failed else 'ok'} |"
+            f"| {c.entry} | {c.load:g}x | {c.metric} | {c.base['mean']:.4g} | {new} | {delta} "
+            f"| {c.interval_text()} | {c.mdc_text()} | {c.tolerance:.3g} | {verdict} |"
         )
+    if any(c.mdc_estimated for c in result.comparisons):
+        lines += ["", f"est.: nothing moved on any seed, so the MDC is {ESTIMATE}."]
     return "\n".join(lines) + "\n"
 
 
+def _num(x: float) -> str:
+    return repr(float(x)) if math.isfinite(x) else ""
+
+
 def junit_report(result: CheckResult, suite: Suite) -> str:
-    """JUnit XML: a testsuite per entry, a testcase per load point and metric."""
+    """JUnit XML: a testsuite per entry, a testcase per load point and metric, each with
+    its figures as <properties> (delta, interval, MDC, tolerance, verdict); a failure
+    message per regression, a <system-out> line per improvement or change within noise."""
     by_entry: dict[str, list[Comparison]] = {}
     for c in result.comparisons:
         by_entry.setdefault(c.entry, []).append(c)
@@ -810,14 +1205,42 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
             f'  <testsuite name={quoteattr(entry)} tests="{len(cs)}" '
             f'failures="{fails}" errors="0" skipped="0">'
         )
+        if result.paired:
+            out += [
+                "    <properties>",
+                f'      <property name="comparison" value={quoteattr(PAIRED)}/>',
+                "    </properties>",
+            ]
         for c in cs:
             name = quoteattr(f"{c.metric} @ {c.load:g}x load")
             out.append(f'    <testcase classname={quoteattr(entry)} name={name} time="0">')
+            props = {
+                "verdict": "ok (within noise)" if c.within_noise else c.verdict,
+                "baseline": _num(c.base["mean"]),
+                "new": _num(c.new["mean"]),
+                "delta": "" if c.missing else _num(c.delta),
+                "delta_ci": c.interval_text(),
+                "mdc": _num(c.mdc),
+                "mdc_rel": _num(c.mdc_rel),
+                "tolerance": _num(c.tolerance),
+                "direction": str(c.direction),
+                "seeds": str(len(suite.seeds)),
+            }
+            out.append("      <properties>")
+            out += [
+                f"        <property name={quoteattr(k)} value={quoteattr(v)}/>"
+                for k, v in props.items()
+            ]
+            out.append("      </properties>")
             if c.failed:
+                kind = {"no value": "no-value", "CHANGED": "changed"}.get(c.verdict, "regression")
                 out.append(
                     f"      <failure message={quoteattr(c.line())} "
-                    f'type="regression">{escape(c.line())}</failure>'
+                    f'type="{kind}">{escape(c.line())}</failure>'
                 )
+            elif c.improved or c.within_noise:
+                text = f"IMPROVED {c.line()}" if c.improved else c.noise_line()
+                out.append(f"      <system-out>{escape(text)}</system-out>")
             out.append("    </testcase>")
         out.append("  </testsuite>")
     out.append("</testsuites>")

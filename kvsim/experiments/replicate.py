@@ -84,10 +84,11 @@ def load_factor(sc: Scenario, overrides: dict[str, Any]) -> float | None:
 
 def replication_overrides(sc: Scenario, replications: int) -> dict[str, Any]:
     """What running ``replications`` seeds of a scenario adds: a trace replayed with
-    ``resample: auto`` is resampled (a block bootstrap per seed), so that replications
-    differ and their spread means something."""
+    ``resample: auto`` is resampled (whole sessions or prefix chains drawn per seed, which
+    keeps the trace's prefix reuse), so that replications differ and their spread means
+    something."""
     if replications > 1 and getattr(sc.workload, "resample", None) == "auto":
-        return {"workload.resample": "windows"}
+        return {"workload.resample": "sessions"}
     return {}
 
 

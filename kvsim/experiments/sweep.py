@@ -12,6 +12,7 @@ A sweep file::
       remote.capacity: ["8 TB", "1 TB"]
     set: {workload.requests: 2000}            # the same for every run
     replications: 2                           # seeds base, base+1 (or seeds: [...])
+    reference: {cluster.load_policy: sync}    # optional: compared with (default: the first)
 
 Each run is identified by a hash of the resolved base scenario, its overrides, its seed
 and the content of every file it reads by name (a trace, plugin files and modules, a
@@ -23,10 +24,13 @@ configuration registers is refused then. Finished runs (successful or not) are a
 to ``runs.jsonl`` in the output folder as they complete, so re-running the same command
 skips them: an interrupted sweep resumes without duplicates. At the end
 ``results.parquet`` and ``results.csv`` hold one row per run, in expansion order: the
-swept values, the seed, ``status`` and ``error``, and every scalar summary metric. A
-failing run is recorded with its error and does not stop the others. Runs execute on
-local worker processes, or on a Dask cluster given its scheduler address
-(``tcp://HOST:PORT``); each run is deterministic, so the rows do not depend on either.
+swept values, the seed, ``status`` and ``error``, every scalar summary metric, the run's
+own intervals (:data:`INTERVALS`, JSON text "[lo, hi]"), and the paired differences from
+the reference configuration (:func:`add_paired`: every configuration runs the same seeds,
+so seed s of each saw the same workload draw). A failing run is recorded with its error
+and does not stop the others. Runs execute on local worker processes, or on a Dask
+cluster given its scheduler address (``tcp://HOST:PORT``); each run is deterministic,
+so the rows do not depend on either.
 
 What is refused before any run (exit 2): a key that is not a scenario field path, ``seed``
 as a key (a sweep's seeds are ``seeds:`` or ``replications:``), a value listed twice, more
@@ -123,6 +127,12 @@ class SweepSpec(Record):
     set: dict[str, Any] = Field({}, description="overrides applied to every run")
     seeds: list[Seed] | None = Field(None, min_length=1, description="seeds of every configuration")
     replications: PosInt | None = Field(None, description="or: seeds base, base+1, ...")
+    reference: dict[str, Any] | None = Field(
+        None,
+        description="the configuration the others are compared with (paired differences "
+        "per seed): swept field -> value, matching exactly one configuration; default: the "
+        "first",
+    )
 
 
 @dataclass(frozen=True)
@@ -165,13 +175,35 @@ class Sweep:
     # name none of its plugins registers, a plugin that cannot be imported (a command that
     # adds plugins of its own, `capacity --sweep --plugin`, loads each configuration again)
     refused: list[InputError] = field(default_factory=list)
+    # the swept values of the configuration the others are compared with (the sweep
+    # file's `reference:`); () for the first configuration
+    reference: tuple[tuple[str, Any], ...] = ()
 
     def configurations(self) -> list[dict[str, Any]]:
         """The distinct parameter combinations (seeds folded), in order."""
-        seen: dict[tuple, dict[str, Any]] = {}
+        seen: dict[str, dict[str, Any]] = {}
         for r in self.runs:
-            seen.setdefault(r.params, dict(r.params))
+            seen.setdefault(_params_key(r.params), dict(r.params))
         return list(seen.values())
+
+    def configuration_of(self) -> dict[str, int]:
+        """Each run's configuration (its position in :meth:`configurations`), by run id."""
+        seen: dict[str, int] = {}
+        return {r.run_id: seen.setdefault(_params_key(r.params), len(seen)) for r in self.runs}
+
+    def reference_index(self) -> int:
+        """Position, in :meth:`configurations`, of the configuration the others are
+        compared with: the sweep file's ``reference:``, or the first."""
+        if not self.reference:
+            return 0
+        keys = list(dict.fromkeys(_params_key(r.params) for r in self.runs))
+        key = _params_key(self.reference)
+        return keys.index(key) if key in keys else 0
+
+
+def _params_key(params: tuple[tuple[str, Any], ...]) -> str:
+    """A configuration's swept values as a dictionary key (a value may be a mapping)."""
+    return json.dumps(params, sort_keys=True, default=str)
 
 
 def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Sweep:
@@ -279,6 +311,7 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
                     refused.append(e)
                 config = None
         configs.append((params, config))
+    reference = _reference(spec.reference, [p for p, _ in configs], folder, where)
     loaded = [c for _, c in configs if c is not None]
     if sc0 is None and not loaded:
         assert set_error is not None
@@ -313,7 +346,58 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
                     len(runs), _digest(key), str(base), params, both, seed, tuple(after), labelled
                 )
             )
-    return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs, fixed_set, refused)
+    return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs, fixed_set, refused, reference)
+
+
+def _reference(
+    given: dict[str, Any] | None,
+    configs: list[tuple[tuple[str, Any], ...]],
+    folder: Path,
+    where: str,
+) -> tuple[tuple[str, Any], ...]:
+    """The swept values of the configuration a sweep file's ``reference:`` names: its keys
+    must be swept fields, and its values must match exactly one configuration (numbers
+    compared as numbers: 1 is 1.0); () without one (the first configuration)."""
+    if given is None:
+        return ()
+    swept = [k for k, _ in configs[0]] if configs else []
+    if not given:
+        raise InputError("reference: name the configuration, e.g. {field: value}", where=where)
+    for key in given:
+        if key not in swept:
+            shown = ", ".join(swept) if swept else "none: a sweep of one configuration"
+            raise InputError(
+                f"reference.{json.dumps(key)[1:-1][:80]}: not a swept field (swept: {shown})",
+                where=where,
+            )
+    want = {k: _plain_value(absolute_paths({k: v}, folder)[k]) for k, v in given.items()}
+    found = [c for c in configs if all(_plain_value(dict(c)[k]) == v for k, v in want.items())]
+    if len(found) != 1:
+        shown = json.dumps(given, sort_keys=True, default=str)[:120]
+        many = "no configuration" if not found else f"{len(found)} configurations"
+        raise InputError(
+            f"reference: {shown} matches {many}; it must match exactly one (give a value "
+            "of each swept field that tells them apart)",
+            where=where,
+        )
+    return found[0]
+
+
+def _plain_value(value: Any) -> str:
+    """A value as compared with a ``reference:`` value: JSON, numbers as floats."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, dict):
+            return {str(k): norm(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [norm(x) for x in v]
+        return str(v)
+
+    return json.dumps(norm(value), sort_keys=True)
 
 
 # the fields through which a sweep changes a run's load (a swept mapping above one counts)
@@ -616,7 +700,9 @@ def _digest(obj: Any) -> str:
 
 
 def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The scalar summary metrics, nested ones as ``parent.child`` (per-tier lists out)."""
+    """The scalar summary metrics, nested ones as ``parent.child`` (per-tier lists out),
+    and the run's 95% intervals (``ttft_p50_ci_s``, ``ttft_p99_ci_s``, ``hit_ratio_ci``:
+    ``[lo, hi]``, JSON text "[lo, hi]" in the results tables)."""
     out: dict[str, Any] = {}
     for k, v in summary.items():
         if k == "tiers":
@@ -625,9 +711,12 @@ def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
             for k2, v2 in v.items():
                 if not isinstance(v2, (dict, list)):
                     out[f"{k}.{k2}"] = v2
-        elif not isinstance(v, list):
+        elif not isinstance(v, list) or k in INTERVALS:
             out[k] = v
     return out
+
+
+INTERVALS = ("ttft_p50_ci_s", "ttft_p99_ci_s", "hit_ratio_ci")  # a run's own, kept by a sweep
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -1168,6 +1257,7 @@ def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     df = df.sort_values("run", kind="stable").reset_index(drop=True)
     rest = [c for c in df.columns if c not in first]
     df = df[[c for c in first if c in df.columns] + rest]
+    df = add_paired(df, sweep)
     for col in df.columns:  # one type per column, or Parquet refuses it
         if col not in sweep.columns and df[col].dtype != object:
             continue
@@ -1179,6 +1269,57 @@ def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     # recorded in results.parquet's metadata: `kvsim plot` refuses a table missing one
     df.attrs["swept"] = list(sweep.columns)
     return df
+
+
+#: the metrics a sweep compares between configurations (paired, per seed)
+PAIRED_METRICS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "hit_ratio")
+#: how the commands that compare configurations say so
+PAIRED_NOTE = (
+    "paired: every configuration ran on the same seeds and workload draws (common random "
+    "numbers); differences are per seed, with 95% intervals over seeds"
+)
+
+
+def add_paired(df: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
+    """``df`` with the paired differences against the reference configuration
+    (:meth:`Sweep.reference_index`), per compared metric M (:data:`PAIRED_METRICS`):
+    ``delta_M``, per row, this run minus the reference's run with the same seed (every
+    configuration runs every seed, so the two saw the same workload draw), and
+    ``delta_M_ci``, the configuration's 95% interval of the mean difference over its
+    seeds (:func:`~kvsim.results.uncertainty.paired_interval`), JSON text "[lo, hi]"
+    on each of its rows. Both empty on the reference's rows, for a run that failed (or
+    whose reference run did), and the interval with fewer than two paired seeds. A
+    sweep of one configuration gets no columns."""
+    import numpy as np
+
+    from kvsim.results.uncertainty import IDENTICAL, paired_interval
+
+    conf_of = sweep.configuration_of()
+    if len(set(conf_of.values())) < 2 or df.empty:
+        return df
+    conf = df["run_id"].map(conf_of).fillna(-1).to_numpy(dtype=int)
+    ref = sweep.reference_index()
+    ok = (df["status"] == "ok").to_numpy()
+    seeds = df["seed"].to_numpy()
+    is_ref = conf == ref
+    added: dict[str, Any] = {}
+    for m in PAIRED_METRICS:
+        if m not in df.columns:
+            continue
+        values = np.where(ok, pd.to_numeric(df[m], errors="coerce").to_numpy(dtype=float), np.nan)
+        base = {s: v for s, v in zip(seeds[is_ref], values[is_ref], strict=True)}
+        paired = np.array([base.get(s, np.nan) for s in seeds], dtype=float)
+        delta = values - paired
+        delta[is_ref] = np.nan
+        cis: dict[int, str | None] = {}
+        for c in np.unique(conf[~is_ref & (conf >= 0)]):
+            mask = (conf == c) & np.isfinite(delta)
+            iv = paired_interval(values[mask], paired[mask])
+            good = not iv.note or iv.note == IDENTICAL
+            cis[int(c)] = json.dumps([iv.lo, iv.hi]) if good else None
+        added[f"delta_{m}"] = delta
+        added[f"delta_{m}_ci"] = [cis.get(int(c)) for c in conf]
+    return pd.concat([df, pd.DataFrame(added, index=df.index)], axis=1) if added else df
 
 
 def _kind(value: Any) -> str:

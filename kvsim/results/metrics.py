@@ -47,6 +47,9 @@ METRICS: dict[str, str] = {
     "ttft_cold_p95_s": "95th percentile of TTFT of the cold requests",
     "ttft_warm_p50_s": "median TTFT of the warm requests",
     "ttft_warm_p95_s": "95th percentile of TTFT of the warm requests",
+    "prompt_range": "run.prompt_range: the measured prompts' token range the request "
+    "outcomes cover (LO..HI; null: every prompt); throughput and prices count every request",
+    "requests_out_of_range": "measured requests left out of the outcomes by run.prompt_range",
     "queue_wait_mean_s": "mean time in engine queues",
     "queue_wait_p99_s": "99th percentile of the time in engine queues",
     "load_mean_s": "mean time waiting for KV: the wait for a prefetch into host (policies "
@@ -86,6 +89,8 @@ METRICS: dict[str, str] = {
     "remote_put_ops": "remote put operations over the whole run, warm-up included (one per "
     "chunk on each server written: an object store's billed PUT requests)",
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
+    "hit_ratio_ci": "[low, high] 95% interval of hit_ratio (a ratio of sums): the same "
+    "stationary block bootstrap of the measured requests in arrival order; within [0, 1]",
     "token_source_frac": "per source (gpu, host, nvme, remote, peer, compute): its prompt tokens "
     "/ all",
     "recomputed_tokens": "measured prompt tokens computed again: in blocks computed (or "
@@ -128,9 +133,11 @@ NUMERIC = tuple(
         "kvsim_version",
         "profile",
         "load_policy",
+        "prompt_range",
         "token_source_frac",
         "ttft_p50_ci_s",
         "ttft_p99_ci_s",
+        "hit_ratio_ci",
         "tier_read_bytes",
         "tier_write_bytes",
         "tier_dropped_on_backlog",

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from kvsim import __version__
-from kvsim.config.schema import Scenario
+from kvsim.config.schema import Scenario, prompt_bounds
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
-from kvsim.results.uncertainty import mser5, percentile_cis
+from kvsim.results.uncertainty import mser5, percentile_cis, ratio_ci
 from kvsim.rng import stream
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
 from kvsim.sim.rows import COLUMNS as COLUMNS
@@ -63,6 +63,15 @@ def summarize(
     if warmup is None:
         warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
     measured = df[~df["warmup"]]
+    everyone = measured[measured["decision"] != "dropped"]  # the cluster's throughput
+    measured = measured[in_prompt_range(measured, sc)]  # run.prompt_range: whose outcomes
+    out_of_range = int((~df["warmup"]).sum()) - len(measured)
+    if len(measured) == 0 and out_of_range:
+        raise InputError(
+            f"no measured request has a prompt in {sc.run.prompt_range} tokens (all "
+            f"{out_of_range} lie outside it: {prompt_spread(df[~df['warmup']])})",
+            where="run.prompt_range",
+        )
     m = measured[measured["decision"] != "dropped"]
     df = df[df["decision"] != "dropped"]  # the clock and the engines only saw these
     ttft = m["ttft_s"].to_numpy()
@@ -78,6 +87,7 @@ def summarize(
     blocked = sum(spans_overlap(a["blocked"], lo, hi) for a in act)
     copying = sum(spans_overlap(a["copy"], lo, hi, union=True) for a in act)
     prompt = float(m["input_tokens"].sum())
+    served = float(everyone["input_tokens"].sum())  # (= prompt without a prompt range)
     src = {s: float(m[f"tokens_{s}"].sum()) for s in SOURCES}
     got = m[(m["remote_get_s"] > 0) & (m["retries"] == 0)]  # one GET per row
     summary: dict[str, Any] = {
@@ -92,6 +102,8 @@ def summarize(
         "requests_unfinished": out.unfinished,
         "requests_dropped": int((measured["decision"] == "dropped").sum()),
         "requests_rerouted": int((measured["retries"] > 0).sum()),
+        "prompt_range": sc.run.prompt_range,
+        "requests_out_of_range": out_of_range,
         "duration_s": hi - first,
         "warmup_s": warmup,
         "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"),
@@ -110,9 +122,9 @@ def summarize(
         "gpu_busy_frac": ratio(busy, engines * span),
         "gpu_copy_busy_frac": ratio(copying, engines * span),
         "engine_blocked_frac": ratio(blocked, engines * span),
-        "prompt_tokens_per_s": ratio(prompt, span),
-        "requests_per_s": ratio(len(m), span),
-        **prices(sc, ratio(prompt, span), *remote_op_rates(out)),
+        "prompt_tokens_per_s": ratio(served, span),
+        "requests_per_s": ratio(len(everyone), span),
+        **prices(sc, ratio(served, span), *remote_op_rates(out)),
         "hit_ratio": ratio(prompt - src["compute"], prompt),
         "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
         "recomputed_tokens": int(m["recomputed_tokens"].sum()),
@@ -146,6 +158,23 @@ def summarize(
     if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
         summary["tenants"] = tenant_summary(m, out, tenants)
     return summary
+
+
+def in_prompt_range(df: pd.DataFrame, sc: Scenario) -> Any:
+    """Which rows' prompts (``input_tokens``) lie in ``run.prompt_range`` (every row when
+    it is unset): a boolean Series aligned with ``df``."""
+    if sc.run.prompt_range is None:
+        return pd.Series(True, index=df.index)
+    lo, hi = prompt_bounds(sc.run.prompt_range)
+    tokens = df["input_tokens"]
+    return (tokens >= lo) & (tokens <= hi) if hi is not None else tokens >= lo
+
+
+def prompt_spread(df: pd.DataFrame) -> str:
+    """The prompts' lengths as a reader checks a range against them: "prompts of 310 to
+    78,000 tokens"."""
+    tokens = df["input_tokens"]
+    return f"prompts of {int(tokens.min()):,} to {int(tokens.max()):,} tokens"
 
 
 def cold_warm(m: pd.DataFrame) -> dict[str, Any]:
@@ -266,11 +295,18 @@ def prices(
 
 
 def ttft_intervals(m: pd.DataFrame, seed: int) -> dict[str, list[float]]:
-    """95% intervals of TTFT p50 and p99 by a stationary block bootstrap of the measured
-    requests in arrival order (kvsim.results.uncertainty); [nan, nan] under 20."""
-    ttft = m.sort_values("arrival_s", kind="stable")["ttft_s"].to_numpy()
-    cis = percentile_cis(ttft, (50, 99), stream(seed, "ttft_ci"))
-    return {f"ttft_p{q}_ci_s": list(cis[q]) for q in (50, 99)}
+    """95% intervals of TTFT p50 and p99 and of the hit ratio (``hit_ratio_ci``: hit
+    prompt tokens over prompt tokens, a ratio of sums, within [0, 1]) by a stationary
+    block bootstrap of the measured requests in arrival order
+    (kvsim.results.uncertainty); [nan, nan] under 20."""
+    m = m.sort_values("arrival_s", kind="stable")
+    cis = percentile_cis(m["ttft_s"].to_numpy(), (50, 99), stream(seed, "ttft_ci"))
+    prompt = m["input_tokens"].to_numpy(dtype=float)
+    hits = prompt - m["tokens_compute"].to_numpy(dtype=float)
+    return {
+        **{f"ttft_p{q}_ci_s": list(cis[q]) for q in (50, 99)},
+        "hit_ratio_ci": list(ratio_ci(hits, prompt, stream(seed, "hit_ratio_ci"))),
+    }
 
 
 def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[str, Any]:

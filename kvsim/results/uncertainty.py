@@ -26,6 +26,9 @@ but its requests are still a sample of the traffic it stands for.
   requests is assumed to widen an interval, never to narrow it below that), and kept
   within the values measured (a TTFT interval never goes below 0). It has zero width
   only when the measured values around that percentile are all equal.
+- :func:`ratio_ci`: the same bootstrap for a ratio of sums (the hit ratio: hit tokens
+  over prompt tokens), kept within the per-request ratios' range (a hit ratio's within
+  [0, 1]).
 - :func:`mean_interval`: a mean over replications (seeds) with its 95% Student-t
   interval, never below 0 for a quantity that cannot be negative, and no interval at all
   (with the reason, :attr:`Interval.note`) from one replication or identical ones.
@@ -281,7 +284,9 @@ def paired_interval(new: Sequence[float], base: Sequence[float]) -> Interval:
     difference itself as both bounds."""
     if len(new) != len(base):
         raise ValueError(f"paired values need the same seeds: {len(new)} against {len(base)}")
-    return mean_interval([float(a) - float(b) for a, b in zip(new, base)], nonnegative=False)
+    return mean_interval(
+        [float(a) - float(b) for a, b in zip(new, base, strict=True)], nonnegative=False
+    )
 
 
 def detectable_change(sd: float, n: int, tolerance: float = 0.0) -> float:
@@ -297,3 +302,122 @@ def detectable_change(sd: float, n: int, tolerance: float = 0.0) -> float:
     t95 = _T95[df - 1] if df <= len(_T95) else 1.96
     t80 = _T80[df - 1] if df <= len(_T80) else 0.842
     return max(tolerance, t95 * se) + t80 * se
+
+
+# ---- the interval of a ratio of sums (the hit ratio) ----------------------------------
+
+CHUNK = 2_000_000  # resampled values handled at once (memory bound of :func:`_resample_sums`)
+RUNS_FROM = 5  # mean run length from which a resample's sums are taken run by run
+
+
+def _resample_sums(
+    series: tuple[np.ndarray, ...], draws: int, mean_block: float, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Sums of each of ``series`` (same length n) over ``draws`` stationary-bootstrap
+    resamples (the resamples of :func:`stationary_indices`), all draws at once: one long
+    stream of runs (geometric lengths, uniform circular starts) cut every n values, each
+    piece one resample (a run cut at a cut goes on in the next resample from a point as
+    uniform as a fresh start, and geometric lengths are memoryless, so the pieces are
+    independent resamples). A piece's sum comes from cumulative sums: the cost is the
+    number of runs, not of values, in chunks of at most :data:`CHUNK` values."""
+    n = len(series[0])
+    prefixes = [np.concatenate(([0.0], np.cumsum(x))) for x in series]
+    p = 1.0 / max(mean_block, 1.0)
+    out = [np.empty(draws) for _ in series]
+    per = max(1, CHUNK // n)
+    for first in range(0, draws, per):
+        k = min(per, draws - first)
+        total = k * n
+        lengths = rng.geometric(p, size=int(total * p * 1.1) + 16)
+        while lengths.sum() < total:  # (rare: the runs drawn fell short)
+            lengths = np.concatenate((lengths, rng.geometric(p, size=len(lengths) // 4 + 16)))
+        ends = np.cumsum(lengths)
+        used = int(np.searchsorted(ends, total)) + 1
+        ends = ends[:used]
+        ends[-1] = total
+        run_first = ends - lengths[:used]
+        run_first[-1] = ends[-2] if used > 1 else 0
+        starts = rng.integers(0, n, size=used)
+        # pieces: the runs cut at every multiple of n
+        marks = np.arange(n, total, n)  # (every run end is already a cut)
+        at = np.searchsorted(ends, marks)
+        cuts = np.insert(ends, at, marks)
+        cuts = cuts[np.concatenate((cuts[1:] != cuts[:-1], [True]))]  # a mark on a run end
+        piece_first = np.concatenate(([0], cuts[:-1]))
+        run = np.searchsorted(ends, piece_first, side="right")  # the run each piece is in
+        begin = (starts[run] + (piece_first - run_first[run])) % n
+        length = cuts - piece_first
+        draw = piece_first // n
+        for j, pre in enumerate(prefixes):
+            sums = _run_sums(pre, begin, length)
+            out[j][first : first + k] = np.bincount(draw, weights=sums, minlength=k)
+    return out
+
+
+def _stationary_matrix(n: int, mean_block: float, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` resamples of :func:`stationary_indices` at once (a k x n array of indices)."""
+    if mean_block <= 1:
+        return rng.integers(0, n, size=(k, n))
+    new = rng.random(k * n) < 1.0 / mean_block
+    new[::n] = True  # each resample starts a run
+    firsts = np.flatnonzero(new)
+    run = np.cumsum(new) - 1
+    starts = rng.integers(0, n, size=len(firsts))
+    return ((starts[run] + (np.arange(k * n) - firsts[run])) % n).reshape(k, n)
+
+
+def _run_sums(prefix: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sums of circular runs of a series (``prefix``: its cumulative sums, 0 first): run
+    ``i`` covers ``lengths[i]`` (at most n) values from ``starts[i]``, wrapping around the
+    end."""
+    n = len(prefix) - 1
+    end = starts + lengths
+    wrapped = np.where(end > n, prefix[np.clip(end - n, 0, n)], 0.0)
+    return prefix[np.minimum(end, n)] - prefix[starts] + wrapped
+
+
+def ratio_ci(
+    num: np.ndarray,
+    den: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    draws: int | None = None,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """The ``level`` interval of the ratio of sums ``sum(num) / sum(den)`` of values in
+    arrival order (the hit ratio: hit tokens over prompt tokens, per request), by the
+    stationary block bootstrap of :func:`percentile_cis` (runs of consecutive requests of
+    geometric lengths, their mean from the per-request ratios' own autocorrelation; each
+    resample's sums from cumulative sums, :func:`_resample_sums`). Widened to hold the
+    estimate and kept within the per-request ratios' range (a ratio of sums is a weighted
+    mean of them: a hit ratio stays within [0, 1]). NaNs under 20 values or without a
+    positive denominator."""
+    a = np.asarray(num, dtype=float)
+    d = np.asarray(den, dtype=float)
+    n = len(a)
+    if n < MIN_REQUESTS or not d.sum() > 0:
+        return (math.nan, math.nan)
+    point = float(a.sum() / d.sum())
+    each = a[d > 0] / d[d > 0]  # (a request without a prompt adds nothing to either sum)
+    low, high = float(each.min()), float(each.max())
+    if low == high:
+        return (point, point)
+    if draws is None:
+        draws = DRAWS if n <= LARGE else DRAWS_LARGE
+    b = block_length(each, stationary=True)
+    if b >= RUNS_FROM:
+        sa, sd = _resample_sums((a, d), draws, b, rng)
+        est = sa / sd
+    else:  # short runs: gathering the values is cheaper than a sum per run
+        est = np.empty(draws)
+        per = max(1, CHUNK // n)
+        for first in range(0, draws, per):
+            idx = _stationary_matrix(n, b, min(per, draws - first), rng)
+            est[first : first + len(idx)] = a[idx].sum(axis=1) / d[idx].sum(axis=1)
+    alpha = (1.0 - level) / 2.0
+    if draws >= DRAWS:
+        lo, hi = (float(x) for x in np.quantile(est, [alpha, 1.0 - alpha]))
+    else:  # few resamples (a large run): normal interval from their spread
+        half = NormalDist().inv_cdf(1.0 - alpha) * float(np.std(est, ddof=1))
+        lo, hi = point - half, point + half
+    return (max(min(lo, point), low), min(max(hi, point), high))

@@ -2,8 +2,9 @@
 
 ``open_workload`` maps a scenario's ``workload.kind`` to its source and applies, in this
 order: the time window (on source times, rebased to its start), ``time_scale``, ``limit``;
-then, for a trace that asks for it, a block-bootstrap resample (kvsim.workload.resample),
-which keeps exactly the ``limit`` requests kept (or the fewer the trace has).
+then, for a trace that asks for it, a resample (kvsim.workload.resample: whole sessions or
+prefix chains, or windows), which keeps exactly the ``limit`` requests kept (or the fewer
+the trace has).
 Sources are iterators, so a trace is read as the simulation consumes it.
 """
 
@@ -14,11 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 from kvsim.config.schema import AzureWorkload, MooncakeWorkload, SyntheticWorkload, Workload
 from kvsim.errors import InputError
-from kvsim.rng import stream
 from kvsim.workload.azure import read_azure
 from kvsim.workload.mooncake import read_mooncake
 from kvsim.workload.request import MAX_ARRIVAL_S, Request
-from kvsim.workload.resample import block_resample
+from kvsim.workload.resample import resampled
 from kvsim.workload.synthetic import generate
 
 __all__ = ["SOURCES", "Request", "open_workload", "shape"]
@@ -87,7 +87,7 @@ def _retimed(requests: Iterable[Request], start: float, time_scale: float) -> It
 
 def open_workload(cfg: Workload, seed: int) -> Iterator[Request]:
     """The shaped request stream a scenario's workload describes (for a trace with
-    ``resample: windows``, a block bootstrap of it drawn by ``seed``)."""
+    ``resample: sessions`` or ``windows``, a bootstrap of it drawn by ``seed``)."""
     source = SOURCES[cfg.kind](cfg, seed)
     shaped = shape(
         source,
@@ -96,8 +96,5 @@ def open_workload(cfg: Workload, seed: int) -> Iterator[Request]:
         start=cfg.window.start,
         end=cfg.window.end,
     )
-    if getattr(cfg, "resample", "none") == "windows":
-        # a trace cut at `limit` requests keeps that many (a draw holds about as many)
-        keep = cfg.limit is not None
-        return block_resample(shaped, stream(seed, "resample"), keep_count=keep)
-    return shaped
+    # a trace cut at `limit` requests keeps that many (a draw holds about as many)
+    return resampled(shaped, getattr(cfg, "resample", "none"), seed, cfg.limit is not None)

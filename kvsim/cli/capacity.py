@@ -1,0 +1,313 @@
+"""``kvsim capacity``: the highest arrival rate that meets an SLO, and its
+``--minimize`` and ``--cheapest`` modes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from kvsim.cli.common import _json_number
+from kvsim.errors import InputError
+
+if TYPE_CHECKING:
+    from kvsim.config.schema import Scenario
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from kvsim.experiments.capacity import capacity_table, parse_slo, search, sweep_capacity
+
+    if (args.scenario is None) == (args.sweep is None):
+        raise InputError("give a scenario or --sweep (one of them)", where="capacity")
+    if args.reps < 1:
+        raise InputError("must be >= 1", where="--reps")
+    if args.prompt_range is not None:  # every run (every mode) measures only those prompts
+        args.overrides = [*args.overrides, _prompt_range_override(args.prompt_range)]
+    log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    if args.minimize is not None or args.span is not None:
+        return _capacity_minimize(args, log)
+    if args.sweep is not None and not args.json:  # (a scenario's: below, once loaded)
+        _log_sweep_resampling(args, log)
+    if args.cheapest:
+        return _capacity_cheapest(args, log)
+    if args.out is not None:
+        from kvsim.results.writers import CAPACITY_FILES, check_out_folder
+
+        check_out_folder(args.out, flag="--out", owned=CAPACITY_FILES)
+    if args.sweep:
+        with _explained(args):
+            caps = sweep_capacity(
+                args.sweep,
+                args.slo,
+                reps=args.reps,
+                tol=args.tol,
+                workers=args.workers,
+                sets=args.overrides,
+                log=log,
+            )
+    else:
+        from kvsim.api import load
+
+        slo = parse_slo(args.slo)
+        sc = load(args.scenario, args.overrides)
+        if not args.json:
+            _log_resampling(sc, args.reps, log)
+        with _explained(args):
+            caps = [search(sc, slo, reps=args.reps, tol=args.tol, log=log)]
+        caps[0].config = {"scenario": sc.name}
+    df = capacity_table(caps)
+    if args.out is not None:
+        from kvsim.results.writers import CAPACITY_FILES, write_folder
+
+        files = {"capacity.csv": lambda p: df.to_csv(p, index=False)}
+        if args.sweep:
+            from kvsim.plots import capacity_plot
+
+            files["capacity.png"] = lambda p: capacity_plot(df, p)
+        paths = write_folder(args.out, files, flag="--out", owned=CAPACITY_FILES)
+        print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if args.json:
+        records = json.loads(df.to_json(orient="records"))
+        for r in records:  # the paired intervals as JSON lists, not text
+            for k, v in r.items():
+                if k.startswith("delta_") and k.endswith("_ci") and isinstance(v, str):
+                    r[k] = json.loads(v)
+        print(json.dumps(records, indent=2))
+        return 0
+    print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
+    for cap, (_, row) in zip(caps, df.iterrows(), strict=True):
+        spread = cap.interval.text()
+        print(
+            f"  {row['configuration']}: {row['capacity_rps']:.4g} requests/s offered {spread} "
+            f"({row['factor']:.3g}x the scenario's offered rate)"
+        )
+        if cap.sessions:  # a session workload: Little's law at that load
+            iv = cap.sessions_per_gpu
+            print(
+                f"    {iv.mean:.4g} concurrent sessions per GPU {iv.text()} (sessions/s x "
+                f"mean session lifetime {row['session_lifetime_s']:.4g} s / GPUs)"
+            )
+        if "delta_capacity_rps" in df.columns:
+            print(f"    {_capacity_delta(cap, row)}")
+    if "delta_capacity_rps" in df.columns:
+        from kvsim.experiments.sweep import PAIRED_NOTE
+
+        print(PAIRED_NOTE)
+    return 0
+
+
+def _capacity_delta(cap: object, row: dict) -> str:
+    """A configuration's paired difference in capacity from the reference configuration
+    ("delta +1.2 requests/s [0.4, 2] vs the reference"), or that it is the reference."""
+    if getattr(cap, "reference", False):
+        return "(reference)"
+    delta = float(row["delta_capacity_rps"])
+    if not math.isfinite(delta):
+        return "delta: n/a"
+    text = f"delta {delta:+.4g} requests/s"
+    ci = row["delta_capacity_rps_ci"]
+    bounds = json.loads(ci) if isinstance(ci, str) else None
+    if bounds is None:
+        return f"{text} vs the reference (one replication: no interval)"
+    return f"{text} [{bounds[0]:.4g}, {bounds[1]:.4g}] vs the reference"
+
+
+def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``kvsim capacity SCENARIO --slo ... --minimize FIELD [--range LO..HI]``."""
+    from kvsim.api import load
+    from kvsim.experiments.capacity import parse_slo
+    from kvsim.experiments.planner import minimize
+
+    if args.minimize is None:
+        raise InputError("--range needs --minimize FIELD", where="--range")
+    if args.sweep is not None or args.cheapest:
+        raise InputError("--minimize searches one scenario: no --sweep or --cheapest")
+    if args.out is not None:
+        raise InputError("--minimize prints its answer; it writes no folder", where="--out")
+    slo = parse_slo(args.slo)
+    sc = load(args.scenario, args.overrides)
+    if not args.json:
+        _log_resampling(sc, args.reps, log)
+    with _explained(args):
+        found = minimize(
+            sc, slo, args.minimize, span=args.span, reps=args.reps, tol=args.tol, log=log
+        )
+    if args.json:  # (kvsim.experiments.planner.Minimum: the interval, provision, counts)
+        print(json.dumps(found.as_json(), indent=2))
+        return 0
+    print("\n".join(found.lines()))
+    return 0
+
+
+def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``kvsim capacity --sweep SWEEP --slo ... --cheapest``."""
+    from kvsim.experiments.capacity import parse_slo
+    from kvsim.experiments.planner import cheapest, closest, layouts
+
+    if args.sweep is None:
+        raise InputError("--cheapest compares the configurations of a --sweep", where="--cheapest")
+    if args.out is not None:
+        raise InputError("--cheapest prints its answer; it writes no folder", where="--out")
+    slo = parse_slo(args.slo)
+    found = layouts(args.sweep, slo, reps=args.reps, sets=args.overrides, log=log)
+    best = cheapest(found)
+    slo = dataclasses.replace(slo, scope=found[0].scope) if found else slo
+    nearest = closest(found, slo) if best is None else None
+    why = nearest.why(slo) if nearest is not None else None
+    if args.json:
+        rows = [
+            {
+                **x.config,
+                slo.metric: x.metric,
+                "ci95": _json_number(x.metric_ci95),
+                "meets": x.meets,
+                "usd_per_hour": x.usd_per_hour,
+                "usd_per_million_prompt_tokens": x.usd_per_million_prompt_tokens,
+                "cheapest": x is best,
+                **_layout_deltas(x),
+                # when none meets the SLO, the closest layout says why (else no key)
+                **({"explanation": why.as_json()} if why is not None and x is nearest else {}),
+            }
+            for x in found
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0 if best is not None else 1
+    print(f"layouts at their own load, {slo} ({args.reps} replications, mean):")
+    for x in found:
+        label = ", ".join(f"{k}={v}" for k, v in x.config.items())
+        mark = "  <- cheapest" if x is best else ""
+        near = (
+            " (its 95% interval straddles the threshold)"
+            if x.interval is not None
+            and x.interval.ok
+            and x.interval.lo <= slo.threshold <= x.interval.hi
+            else ""
+        )
+        print(
+            f"  {label}: {slo.metric} {x.metric:.4g} {x.interval.text() if x.interval else ''} "
+            f"{'meets' if x.meets else 'fails'}{near}, "
+            f"${x.usd_per_hour:,.2f}/h, ${x.usd_per_million_prompt_tokens:,.4g} per million "
+            f"prompt tokens{mark}"
+        )
+        if len(found) > 1:
+            print(f"    {_layout_delta_text(x, slo.metric)}")
+    if len(found) > 1:
+        from kvsim.experiments.sweep import PAIRED_NOTE
+
+        print(PAIRED_NOTE)
+    if best is None:
+        print(f"no configuration meets {slo}")
+        if why is not None:
+            print("\n".join(why.lines()))
+        return 1
+    return 0
+
+
+def _layout_deltas(x: object) -> dict[str, object]:
+    """A layout's paired differences from the reference layout for --json:
+    ``delta_<name>`` and ``delta_<name>_ci`` ([lo, hi], null without an interval), and
+    ``reference`` (with several layouts)."""
+    from kvsim.results.uncertainty import IDENTICAL
+
+    out: dict[str, object] = {}
+    deltas = getattr(x, "deltas", {})
+    if deltas or getattr(x, "reference", False):
+        out["reference"] = bool(getattr(x, "reference", False))
+    for name, iv in deltas.items():
+        has = not iv.note or iv.note == IDENTICAL
+        out[f"delta_{name}"] = _json_number(iv.mean)
+        out[f"delta_{name}_ci"] = [_json_number(iv.lo), _json_number(iv.hi)] if has else None
+    return out
+
+
+def _layout_delta_text(x: object, metric: str) -> str:
+    """A layout's paired differences from the reference, one line: the SLO's metric and
+    the price per hour and per million prompt tokens, each with its 95% interval."""
+    from kvsim.results.uncertainty import IDENTICAL
+
+    if getattr(x, "reference", False):
+        return "(reference)"
+    deltas = getattr(x, "deltas", {})
+    if not deltas:
+        return "delta: n/a"
+
+    def usd(v: float) -> str:
+        return f"{'-' if v < 0 else '+'}${abs(v):.4g}"
+
+    shown: dict[str, tuple[Callable[[float], str], str]] = {
+        metric: (lambda v: f"{v:+.4g}", f" {metric}"),
+        "usd_per_hour": (usd, "/h"),
+        "usd_per_million_prompt_tokens": (usd, " per million prompt tokens"),
+    }
+    parts = []
+    for name, (show, unit) in shown.items():
+        iv = deltas.get(name)
+        if iv is None or not math.isfinite(iv.mean):
+            continue
+        text = show(iv.mean) + unit
+        if iv.note == IDENTICAL:
+            text += " (every replication)"
+        elif not iv.note:
+            text += f" [{show(iv.lo)}, {show(iv.hi)}]"
+        parts.append(text)
+    return "delta vs the reference: " + ", ".join(parts)
+
+
+def _log_resampling(sc: Scenario, reps: int, log: Callable[[str], None]) -> None:
+    """Log how the replications resample a trace and the prefix reuse that keeps (the
+    trace's as it is beside the draws'); nothing for a workload not resampled."""
+    from kvsim.workload.resample import resampling_note
+
+    note = resampling_note(sc, [sc.seed + r for r in range(reps)])
+    if note is not None:
+        log(note)
+
+
+def _log_sweep_resampling(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """:func:`_log_resampling` for a --sweep's first configuration (its configurations
+    replay one trace); a configuration that does not load says so in its own search."""
+    from kvsim.experiments.capacity import sweep_with_sets
+    from kvsim.experiments.sweep import load_sweep
+
+    try:
+        configs = sweep_with_sets(load_sweep(args.sweep), list(args.overrides or []))
+    except InputError:
+        return
+    if configs:
+        _log_resampling(configs[0][1], args.reps, log)
+
+
+def _prompt_range_override(text: str) -> str:
+    """``--prompt-range LO..HI`` as the ``--set run.prompt_range=...`` it stands for
+    (checked here, so that a bad range is refused naming the flag)."""
+    from kvsim.config.schema import prompt_bounds
+
+    try:
+        prompt_bounds(text)
+    except ValueError as e:
+        raise InputError(f"run.prompt_range: {e}", where=f"--prompt-range {text}") from None
+    return f"run.prompt_range={json.dumps(text.strip())}"
+
+
+@contextlib.contextmanager
+def _explained(args: argparse.Namespace) -> Iterator[None]:
+    """An SLO no point of the search meets: print why (the value reached, the slowest
+    requests' parts, the compute floor; as JSON with --json) before the one-line
+    refusal (exit 2)."""
+    from kvsim.experiments.capacity import Infeasible
+
+    try:
+        yield
+    except Infeasible as e:
+        why = e.explanation
+        if args.json:
+            print(json.dumps({"feasible": False, "explanation": why.as_json()}, indent=2))
+        else:
+            print(f"the SLO ({why.slo}) cannot be met:")
+            print("\n".join(why.lines()))
+        raise

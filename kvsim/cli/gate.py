@@ -1,0 +1,81 @@
+"""``kvsim baseline`` and ``kvsim check``: the CI regression gate (record a suite's
+baseline; re-run the suite and compare with it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvsim.errors import InputError
+
+
+def _cmd_baseline(args: argparse.Namespace) -> int:
+    from kvsim.experiments.regression import load_suite, measure, power_warnings, write_baseline
+    from kvsim.experiments.sweep import counted
+    from kvsim.results.writers import BASELINE_FILES, check_out_folder
+
+    if args.workers < 1:
+        raise InputError("must be >= 1", where="--workers")
+    from kvsim.config.loader import parse_override
+
+    check_out_folder(args.out, flag="--out", owned=BASELINE_FILES)
+    extra = {}
+    for expr in args.overrides:
+        parts, value = parse_override(expr)
+        extra[".".join(parts)] = value
+    suite = load_suite(args.suite, extra)
+    doc = measure(
+        suite,
+        workers=args.workers,
+        log=lambda m: print(m, file=sys.stderr),
+        require_finite=True,  # a baseline never records NaN
+    )
+    path = write_baseline(doc, args.out)
+    # a gated metric whose minimum detectable change is above 10% of its mean: said
+    for line in power_warnings(doc, suite):
+        print(f"warning: {line}", file=sys.stderr)
+    points = sum(len(e["points"]) for e in doc["entries"])
+    print(
+        f"baseline of {counted(len(doc['entries']), 'entry')}, {counted(points, 'load point')}, "
+        f"seeds {doc['seeds']}: {path}"
+    )
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from kvsim.config.loader import parse_override
+    from kvsim.experiments.regression import (
+        baseline_path,
+        check_baseline,
+        compare,
+        load_suite,
+        measure,
+        read_baseline,
+        report_lines,
+        terminal_table,
+        write_reports,
+    )
+
+    if args.workers < 1:
+        raise InputError("must be >= 1", where="--workers")
+    baseline = read_baseline(args.baseline)  # every field checked before anything runs
+    extra = {}
+    for expr in args.overrides:
+        parts, value = parse_override(expr)
+        extra[".".join(parts)] = value
+    suite = load_suite(args.suite, extra)
+    # the suite matches the baseline: checked before anything runs
+    check_baseline(suite, baseline, strict=args.strict, where=str(baseline_path(args.baseline)))
+    if args.report:
+        from kvsim.results.writers import REPORT_FILES, check_out_folder
+
+        check_out_folder(args.report, flag="--report", owned=REPORT_FILES)
+    new = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
+    result = compare(suite, baseline, new, strict=args.strict)
+    print(terminal_table(result, list(suite.metrics)))
+    # notes, a line per regression and per improvement (an improvement passes), the verdict
+    print("\n".join(report_lines(result)))
+    if args.report:
+        for p in write_reports(result, suite, args.report):
+            print(f"wrote {p}", file=sys.stderr)
+    return 1 if result.failures else 0

@@ -1,0 +1,58 @@
+"""``kvsim plot``: draw the figures of a run's or a sweep's ``--out`` folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kvsim.errors import InputError
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from kvsim.plots import run_plots, sweep_plots
+    from kvsim.results.writers import check_writable
+
+    folders = [Path(f) for f in args.folder]
+    for f in folders:
+        if not f.is_dir():
+            raise InputError("not a folder", where=str(f))
+    d = folders[0]
+    check_writable(d, folder=True, flag="")  # the figures are written into the folder
+    slo = None
+    if args.slo is not None:
+        from kvsim.experiments.capacity import parse_slo
+
+        slo = parse_slo(args.slo)
+        if slo.metric not in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s"):
+            raise InputError(
+                "plots draw TTFT p50, p95 and p99: give an SLO on one of them", where="--slo"
+            )
+    if (d / "summary.json").exists() or (d / "summary.json").is_symlink():
+        if len(folders) > 1:
+            raise InputError(
+                "overlays are of sweep folders; a run folder is plotted alone", where=str(d)
+            )
+        for flag, given in (("--slo", args.slo), ("--x", args.x)):
+            if given is not None:  # every option acts on the figures, or is refused
+                raise InputError(
+                    f"is for sweep folders; {d} is a run folder, whose figures have no "
+                    f"{'SLO line' if flag == '--slo' else 'load axis'}",
+                    where=flag,
+                )
+        paths = run_plots(d, args.format)
+    elif any((d / n).exists() for n in ("results.parquet", "capacity.csv")):
+        paths = sweep_plots(d, args.format, x=args.x, slo=slo, overlay=folders[1:])
+        if not paths:
+            raise InputError(
+                "nothing to plot: nothing swept (no grid) and no capacity.csv",
+                where=str(d),
+            )
+    else:
+        raise InputError(
+            "expected a run folder (summary.json) or a sweep folder "
+            "(results.parquet or capacity.csv)",
+            where=str(d),
+        )
+    for p in paths:
+        print(p)
+    return 0

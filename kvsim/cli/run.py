@@ -1,0 +1,45 @@
+"""``kvsim run``: run one scenario, print its summary and write its result files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from kvsim.api import expected_requests, load
+    from kvsim.report import summary_table
+    from kvsim.results.records import collect, json_ready
+    from kvsim.results.writers import RUN_FILES, check_out_folder, write_results
+    from kvsim.sim.simulation import Simulation
+
+    sc = load(args.scenario, args.overrides, args.seed)
+    if args.out is not None:
+        check_out_folder(args.out, flag="--out", owned=RUN_FILES)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=expected_requests(sc),
+            unit="req",
+            desc=sc.name,
+            disable=None,
+            file=sys.stderr,
+            leave=False,
+        )
+    try:
+        sim = Simulation(sc, progress=bar.update if bar is not None else None)
+        results = collect(sim.run(), sc)
+    finally:
+        if bar is not None:
+            bar.close()
+    paths = write_results(results, args.out, args.format) if args.out is not None else []
+    if args.json:
+        print(json.dumps(json_ready(results.summary), indent=2))
+    else:
+        print(summary_table(results.summary))
+    if paths:
+        print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
