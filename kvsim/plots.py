@@ -1178,6 +1178,8 @@ def _config_bars(
     over seeds, with its 95% interval as an error bar from 3 seeds on; each bar labelled
     with its fields in full, a line each ("tiers.nvme.enabled = false")."""
     groups = list(df.groupby(columns, sort=False))
+    if len(groups) > MAX_UPRIGHT_BARS:
+        return _config_rows(df, groups, columns, path, title, slo, qs)
     labels = [
         "\n".join(value_text(c, v) for c, v in zip(columns, _key(k), strict=True))
         for k, _ in groups
@@ -1204,6 +1206,60 @@ def _config_bars(
     _suptitle(fig, title or f"TTFT per configuration of {', '.join(columns)} ({seeds})")
     for ax in axes:
         _fit_bar_labels(fig, ax, labels)
+    return _save(fig, path, in_folder=True)
+
+
+MAX_UPRIGHT_BARS = 12  # more configurations than this: one row each (horizontal bars)
+
+
+def _config_rows(
+    df: Any,
+    groups: list[Any],
+    columns: list[str],
+    path: Path,
+    title: str,
+    slo: Any,
+    qs: Sequence[str],
+) -> Path:
+    """:func:`_config_bars` for many configurations (a grid of several fields): one row
+    per configuration, labelled on one line by its values in the fields' order (the
+    fields are named once, in the axis label), the panels sharing the rows."""
+    labels = [
+        " | ".join(
+            value_text(c, v).split(" = ", 1)[-1] for c, v in zip(columns, _key(k), strict=True)
+        )
+        for k, _ in groups
+    ]
+    longest = max(len(s) for s in labels)
+    height = 1.6 + 0.24 * len(groups)
+    width = min(22.0, 2.0 + 0.065 * longest + 3.6 * len(qs))
+    fig, axes = plt.subplots(1, len(qs), figsize=(width, height), sharey=True)
+    rows = np.arange(len(groups))
+    for ax, q in zip(axes, qs, strict=True):
+        stats = [_spread(g[f"ttft_{q}_s"]) for _, g in groups]
+        means = np.array([s[0] for s in stats])
+        err = np.array(
+            [
+                [m - lo for m, (_, lo, _) in zip(means, stats, strict=True)],
+                [hi - m for m, (_, _, hi) in zip(means, stats, strict=True)],
+            ]
+        )
+        ax.barh(rows, means, xerr=err, capsize=2, color="#4c78a8", height=0.7)
+        unit_axis(
+            ax, "x", "duration", [v for st in stats for v in st], label=f"TTFT {q}", log=False
+        )
+        ax.grid(alpha=0.3, axis="x")
+        if slo is not None and slo.metric == f"ttft_{q}_s":  # the axis is in seconds
+            from kvsim.units import fmt_duration
+
+            shown = f"SLO {slo.metric} {slo.op} {fmt_duration(slo.threshold)}"
+            ax.axvline(slo.threshold, color="red", ls="--", lw=1, label=shown)
+            ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_yticks(rows, labels, fontsize=7)
+    axes[0].invert_yaxis()  # the sweep's first configuration on top
+    axes[0].set_ylabel(wrap(" | ".join(columns), 60), fontsize=8)
+    seeds = _seeds_text(_seeds(df, columns)).replace("band", "interval")
+    _suptitle(fig, title or f"TTFT per configuration ({len(groups)} configurations, {seeds})")
     return _save(fig, path, in_folder=True)
 
 

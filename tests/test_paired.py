@@ -21,9 +21,9 @@ from kvsim.cli import main
 from kvsim.errors import InputError
 from kvsim.experiments.capacity import SLO, Capacity, capacity_table
 from kvsim.experiments.planner import Layout, paired_deltas
+from kvsim.experiments.replicate import PAIRED
 from kvsim.experiments.sweep import (
     PAIRED_METRICS,
-    PAIRED_NOTE,
     add_paired,
     load_sweep,
     results_table,
@@ -207,7 +207,7 @@ def test_the_printed_table_shows_the_paired_difference(tmp_path: Path, capsys) -
     assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "p99 95% interval" in out and "delta p99 [lo, hi]" in out
-    assert "(reference)" in out and PAIRED_NOTE in out
+    assert "(reference)" in out and PAIRED in out
 
 
 # ---- hit_ratio_ci ----------------------------------------------------------------------
@@ -311,7 +311,7 @@ def test_capacity_sweep_cli_prints_paired_deltas(tmp_path: Path, capsys) -> None
     args = ["capacity", "--sweep", str(p), "--slo", "ttft_p99<=1s", "--reps", "2"]
     assert main([*args, "--tol", "0.3", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert "(reference)" in out and PAIRED_NOTE in out and "vs the reference" in out
+    assert "(reference)" in out and PAIRED in out and "vs the reference" in out
     df = pd.read_csv(tmp_path / "o" / "capacity.csv")
     assert pd.isna(df.loc[0, "delta_capacity_rps_ci"])
     lo, hi = json.loads(df.loc[1, "delta_capacity_rps_ci"])

@@ -95,9 +95,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         if "delta_capacity_rps" in df.columns:
             print(f"    {_capacity_delta(cap, row)}")
     if "delta_capacity_rps" in df.columns:
-        from kvsim.experiments.sweep import PAIRED_NOTE
+        from kvsim.experiments.replicate import PAIRED
 
-        print(PAIRED_NOTE)
+        print(PAIRED)
     return 0
 
 
@@ -114,7 +114,7 @@ def _capacity_delta(cap: object, row: dict) -> str:
     bounds = json.loads(ci) if isinstance(ci, str) else None
     if bounds is None:
         return f"{text} vs the reference (one replication: no interval)"
-    return f"{text} [{bounds[0]:.4g}, {bounds[1]:.4g}] vs the reference"
+    return f"{text} [{bounds[0]:+.4g}, {bounds[1]:+.4g}] vs the reference"
 
 
 def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
@@ -197,9 +197,9 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
         if len(found) > 1:
             print(f"    {_layout_delta_text(x, slo.metric)}")
     if len(found) > 1:
-        from kvsim.experiments.sweep import PAIRED_NOTE
+        from kvsim.experiments.replicate import PAIRED
 
-        print(PAIRED_NOTE)
+        print(PAIRED)
     if best is None:
         print(f"no configuration meets {slo}")
         if why is not None:

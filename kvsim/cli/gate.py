@@ -4,6 +4,8 @@ baseline; re-run the suite and compare with it)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from kvsim.errors import InputError
@@ -72,10 +74,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
         check_out_folder(args.report, flag="--report", owned=REPORT_FILES)
     new = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
     result = compare(suite, baseline, new, strict=args.strict)
-    print(terminal_table(result, list(suite.metrics)))
-    # notes, a line per regression and per improvement (an improvement passes), the verdict
-    print("\n".join(report_lines(result)))
+    code = 1 if result.failures else 0
+    # the reports first, and the verdict's exit code whatever happens to the printing: a
+    # gate piped into `head` must still fail on a regression (main() reads a broken pipe
+    # as exit 0)
     if args.report:
         for p in write_reports(result, suite, args.report):
             print(f"wrote {p}", file=sys.stderr)
-    return 1 if result.failures else 0
+    try:
+        print(terminal_table(result, list(suite.metrics)))
+        # notes, a line per regression and per improvement (an improvement passes), the verdict
+        print("\n".join(report_lines(result)))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):  # nothing more can reach the closed pipe
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)
+    return code

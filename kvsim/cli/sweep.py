@@ -29,8 +29,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise sweep.refused[0]
     # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
     check_out_folder(args.out, flag="--out", owned=SWEEP_FILES)
-    if not args.quiet:
-        _log_resampling(sweep)
+    _log_resampling(sweep)  # what the seeds replay (--quiet drops only the progress bar)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -123,7 +122,7 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
     interval over seeds, and the line that says the comparison is paired."""
     import pandas as pd
 
-    from kvsim.experiments.sweep import PAIRED_NOTE
+    from kvsim.experiments.replicate import PAIRED
 
     ok = table[table["status"] == "ok"]
     if ok.empty:
@@ -160,7 +159,7 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
         for r in cells
     ]
     if paired:
-        lines.append(PAIRED_NOTE)
+        lines.append(PAIRED)
     return "\n".join(lines)
 
 
@@ -205,4 +204,7 @@ def _delta_text(g: Any, metric: str) -> str:
     if raw.empty:
         return f"{text} (one seed)"
     lo, hi = json.loads(raw.iloc[0])
-    return f"{text} {_bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) else text
+    if lo == hi:  # every seed moved by exactly this much: no interval to show
+        return f"{text} (every seed)"
+    # a difference's bounds carry their signs, as kvsim check and --cheapest write them
+    return f"{text} [{lo:+.4g}, {hi:+.4g}]" if math.isfinite(lo) and math.isfinite(hi) else text

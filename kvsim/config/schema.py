@@ -982,7 +982,9 @@ def prompt_bounds(text: str) -> tuple[int, int | None]:
         value = float(number.replace("_", "")) * {"": 1, "k": 1e3, "K": 1e3, "M": 1e6}[suffix]
         if value < 0:
             raise ValueError(f"a prompt has at least 0 tokens, not {number}{suffix}")
-        if value != int(value) or value > 2**53:
+        if value > 2**53:
+            raise ValueError(f"{number}{suffix} tokens is past any prompt (at most 2**53)")
+        if value != int(value):
             raise ValueError(f"{number}{suffix} is not a whole number of tokens")
         bounds.append(int(value))
     lo, hi = bounds

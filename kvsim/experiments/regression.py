@@ -71,10 +71,10 @@ from pydantic import Field
 from kvsim import __version__
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import load_record
-from kvsim.config.schema import Record
+from kvsim.config.schema import Record, prompt_bounds
 from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import OUTCOMES
-from kvsim.experiments.replicate import load_overrides, replication_overrides
+from kvsim.experiments.replicate import PAIRED, load_overrides, replication_overrides
 from kvsim.experiments.sweep import (
     MAX_RUNS,
     RunSpec,
@@ -103,10 +103,6 @@ MAX_MAGNITUDE = 1e300  # a baseline number larger than this is damage, not a mea
 # `kvsim baseline` warns when a gated metric's minimum detectable change (80% power) is
 # above this share of its mean: the suite's seeds cannot tell a change that size from noise
 POWER_LIMIT = 0.10
-PAIRED = (
-    "paired: every configuration ran on the same seeds and workload draws (common random "
-    "numbers); differences are per seed, with 95% intervals over seeds"
-)
 # at baseline time there are no pairs: the differences' standard deviation is estimated by
 # the seeds' own, which holds when a seed's runs before and after a change correlate at
 # least 0.5 (Var(d) = 2 s^2 (1 - rho) <= s^2)
@@ -253,6 +249,10 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         if e.prompt_range is not None:
             if "run.prompt_range" in entry_set:
                 raise InputError("give prompt_range or set run.prompt_range, not both", where=where)
+            try:  # named here, at the suite's entry, not as a --set the user never gave
+                prompt_bounds(e.prompt_range)
+            except ValueError as bad:
+                raise InputError(f"prompt_range: {bad}", where=where) from None
             entry_set["run.prompt_range"] = e.prompt_range
         if e.scenario is not None:
             sp = (p.parent / e.scenario).resolve()
@@ -1119,10 +1119,13 @@ def report_lines(result: CheckResult) -> list[str]:
         out.append(PAIRED)
     fails = len(result.failures)
     better = len(result.improvements)
+    noise = sum(c.within_noise for c in result.comparisons)
     out.append(
         f"{'FAILED' if fails else 'passed'}: {fails} of "
-        f"{counted(len(result.comparisons), 'comparison')} moved beyond tolerance the worse way"
+        f"{counted(len(result.comparisons), 'comparison')} failed (a sure change beyond "
+        "tolerance the worse way, or no value)"
         + (f"; {better} improved" if better else "")
+        + (f"; {noise} moved beyond tolerance within noise (passed)" if noise else "")
     )
     return out
 

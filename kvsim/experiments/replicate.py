@@ -30,6 +30,12 @@ from typing import Any
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.units import parse_rate
 
+#: how every command that compares configurations says that it pairs them
+PAIRED = (
+    "paired: every configuration ran on the same seeds and workload draws (common random "
+    "numbers); differences are per seed, with 95% intervals over seeds"
+)
+
 
 def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
     """Overrides that multiply the scenario's offered load by ``factor``. The run's time

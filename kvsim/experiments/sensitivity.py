@@ -48,13 +48,9 @@ from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.experiments.capacity import OUTCOMES
 from kvsim.experiments.planner import NumericField, fingerprint, numeric_field
-from kvsim.experiments.replicate import replication_overrides
-from kvsim.results.uncertainty import Interval, mean_interval, paired_interval
+from kvsim.experiments.replicate import PAIRED, replication_overrides
+from kvsim.results.uncertainty import IDENTICAL, Interval, mean_interval, paired_interval
 
-PAIRED = (
-    "paired: every configuration ran on the same seeds and workload draws (common random "
-    "numbers); differences are per seed, with 95% intervals over seeds"
-)
 ONE_SEED = (
     "one seed: no interval and no noise row, so a small swing cannot be told from noise "
     "(the event path moved); give --reps 3"
@@ -217,6 +213,8 @@ class Sensitivity:
         difference, which a swing can sit inside and still be sure. False with one seed
         (nothing to judge by: the report says so instead)."""
         iv = s.interval
+        if iv.note == IDENTICAL:  # exact: a sure swing, or (0) none at all; never noise
+            return False
         return math.isfinite(iv.lo) and iv.lo <= 0.0 <= iv.hi
 
 
@@ -429,7 +427,10 @@ def report_lines(result: Sensitivity) -> list[str]:
         hi = "refused" if "high" in s.refused else f"{s.metric_high:.4g}"
         one = " (one side: from the value as given)" if s.refused else ""
         iv = s.interval
-        ci = f", 95% interval {iv.lo:+.4g} .. {iv.hi:+.4g}" if math.isfinite(iv.lo) else ""
+        if iv.note == IDENTICAL:  # every seed swung by exactly this much: no interval to show
+            ci = ", the same on every seed"
+        else:
+            ci = f", 95% interval {iv.lo:+.4g} .. {iv.hi:+.4g}" if math.isfinite(iv.lo) else ""
         mark = "  within noise" if result.within_noise(s) else ""
         out.append(
             f"  {s.path:<{w}} ({s.mark})  {f.show(s.low)} -> {lo}   "
@@ -554,7 +555,9 @@ def tornado_figure(result: Sensitivity) -> Any:
     if not rows:
         ax.set_yticks([])
         ax.text(0.5, 0.5, f"no field moved {result.metric}", ha="center", transform=ax.transAxes)
-    unit_axis(ax, "x", metric_unit(result.metric), values, label=result.metric, log=False)
+    # "ttft_p99 (ms)", not "ttft_p99_s (ms)": the unit is the axis's, not the name's
+    label = result.metric.removesuffix("_s") if result.metric.endswith("_s") else result.metric
+    unit_axis(ax, "x", metric_unit(result.metric), values, label=label, log=False)
     seeds = (
         f"paired, mean of {result.reps} seeds"
         if result.reps > 1

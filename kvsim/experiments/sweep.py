@@ -1273,11 +1273,6 @@ def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 #: the metrics a sweep compares between configurations (paired, per seed)
 PAIRED_METRICS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "hit_ratio")
-#: how the commands that compare configurations say so
-PAIRED_NOTE = (
-    "paired: every configuration ran on the same seeds and workload draws (common random "
-    "numbers); differences are per seed, with 95% intervals over seeds"
-)
 
 
 def add_paired(df: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
