@@ -507,13 +507,40 @@ _signals = 0  # interrupts (SIGINT, SIGTERM, SIGHUP) that on_signal has seen
 _KVSIM_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+_held = False  # inside held_interrupts(): a signal is counted, and raised at its end
+_pending = False  # a signal arrived while held
+
+
 def on_signal(signum: int, frame: object) -> None:
     """A signal handler that counts the signal, then raises KeyboardInterrupt (the command
     line's, for SIGINT, SIGTERM and SIGHUP). Plugin code may raise KeyboardInterrupt too:
-    one is an interrupt only if a signal arrived meanwhile (:func:`interrupted`)."""
-    global _signals
+    one is an interrupt only if a signal arrived meanwhile (:func:`interrupted`). Inside
+    :func:`held_interrupts` the KeyboardInterrupt waits for the block's end."""
+    global _signals, _pending
     _signals += 1
+    if _held:
+        _pending = True
+        return
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[None]:
+    """Hold a signal's KeyboardInterrupt until the block ends, then raise it there. For
+    code where Python cannot let an exception through: forking worker processes runs the
+    at-fork hooks (logging's lock release), where a KeyboardInterrupt is only printed
+    ("Exception ignored ...", with a traceback) and dropped, so that Ctrl-C or SIGTERM at
+    that moment neither stopped the command nor left it quiet."""
+    global _held, _pending
+    outer = _held
+    _held = True
+    try:
+        yield
+    finally:
+        _held = outer
+        if not outer and _pending:
+            _pending = False
+            raise KeyboardInterrupt
 
 
 def signals() -> int:

@@ -1023,3 +1023,23 @@ def test_a_key_below_a_value_or_naming_no_field_is_refused_before_any_run(
     err = one_line_error(capsys)
     assert f"grid.{key}" in err and fragment in err
     assert not out.exists()
+
+
+def test_a_signal_while_workers_fork_stops_the_command_after_the_fork():
+    """A signal that lands while interrupts are held (worker processes forking: logging's
+    at-fork hook would print the KeyboardInterrupt as "Exception ignored" and drop it) is
+    counted at once and raised as the block ends, exactly once."""
+    from kvsim.cli import signals_as_interrupt
+    from kvsim.plugins import held_interrupts, signals
+
+    with signals_as_interrupt():
+        before = signals()
+        reached_end_of_block = False
+        with pytest.raises(KeyboardInterrupt), held_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # the handler runs here: counted, not raised
+            assert signals() == before + 1
+            reached_end_of_block = True
+        assert reached_end_of_block
+        with held_interrupts():  # nothing pending any more: a quiet block
+            pass

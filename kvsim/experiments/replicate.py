@@ -118,10 +118,22 @@ def _watch_parent(parent: int) -> None:
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """Local worker processes that exit when the parent process does."""
-    return ProcessPoolExecutor(
+    """Local worker processes that exit when the parent process does, started now with
+    interrupts held (:func:`kvsim.plugins.held_interrupts`): with the fork start method
+    the first submit forks every worker, and a signal landing in the fork's at-fork hooks
+    would be printed and lost rather than stop the command."""
+    from kvsim.plugins import held_interrupts
+
+    pool = ProcessPoolExecutor(
         max_workers=workers, initializer=_watch_parent, initargs=(os.getpid(),)
     )
+    try:
+        with held_interrupts():
+            pool.submit(int)  # a no-op task: the workers start here, not mid-run
+    except BaseException:
+        stop_pool(pool)
+        raise
+    return pool
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
