@@ -73,6 +73,10 @@ def block_resample(
         while count is not None:  # more windows until the draw holds `count` requests
             yield from (int(w) for w in rng.integers(0, k, size=k))
 
+    # a session's turns inside one drawn window stay one session; the same session in
+    # another window, or in a repeat of this one, is another (numbered as first seen), so
+    # that repeats do not merge into one session spanning the whole draw
+    sessions: dict[tuple[int, int, int], int] = {}
     for j, w in enumerate(draws()):
         if count is not None and rid >= count:
             return
@@ -86,7 +90,10 @@ def block_resample(
             if copy:
                 mask = (copy * _SALT) % MAX_HASH
                 ids = tuple(h ^ mask for h in ids)
-            yield r._replace(id=rid, arrival=t0 + j * length + offset, hash_ids=ids)
+            s = r.session
+            if s >= 0:
+                s = sessions.setdefault((r.tenant, s, j), len(sessions))
+            yield r._replace(id=rid, arrival=t0 + j * length + offset, hash_ids=ids, session=s)
             rid += 1
 
 
