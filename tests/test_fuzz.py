@@ -196,7 +196,10 @@ def rescale(value: Any, factor: float) -> Any:
     if isinstance(value, float):
         return value * factor
     m = re.fullmatch(r"([0-9.eE+-]+)\s*(.*)", value)
-    return f"{float(m.group(1)) * factor:g} {m.group(2)}".strip() if m else value
+    try:
+        return f"{float(m.group(1)) * factor:g} {m.group(2)}".strip() if m else value
+    except ValueError:  # not "number unit" (a range such as run.prompt_range's "0..2M")
+        return value
 
 
 @st.composite
