@@ -212,16 +212,14 @@ def _layout_deltas(x: object) -> dict[str, object]:
     """A layout's paired differences from the reference layout for --json:
     ``delta_<name>`` and ``delta_<name>_ci`` ([lo, hi], null without an interval), and
     ``reference`` (with several layouts)."""
-    from kvsim.results.uncertainty import IDENTICAL
 
     out: dict[str, object] = {}
     deltas = getattr(x, "deltas", {})
     if deltas or getattr(x, "reference", False):
         out["reference"] = bool(getattr(x, "reference", False))
     for name, iv in deltas.items():
-        has = not iv.note or iv.note == IDENTICAL
         out[f"delta_{name}"] = _json_number(iv.mean)
-        out[f"delta_{name}_ci"] = [_json_number(iv.lo), _json_number(iv.hi)] if has else None
+        out[f"delta_{name}_ci"] = [_json_number(iv.lo), _json_number(iv.hi)] if iv.bounded else None
     return out
 
 

@@ -173,7 +173,7 @@ def _p99_interval(g: Any) -> str:
     import json
     import math
 
-    from kvsim.results.uncertainty import IDENTICAL, mean_interval
+    from kvsim.results.uncertainty import mean_interval
 
     values = [float(v) for v in g["ttft_p99_s"] if isinstance(v, (int, float))]
     if len(values) == 1 and "ttft_p99_ci_s" in g.columns:
@@ -186,7 +186,7 @@ def _p99_interval(g: Any) -> str:
             pass
         return "n/a"
     iv = mean_interval(values)
-    return _bounds(iv.lo, iv.hi) if not iv.note or iv.note == IDENTICAL else "n/a"
+    return _bounds(iv.lo, iv.hi) if iv.bounded else "n/a"
 
 
 def _delta_text(g: Any, metric: str) -> str:

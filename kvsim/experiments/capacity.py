@@ -432,7 +432,7 @@ def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any
     with its ``_ci`` when ``sessions``), from per-seed values; empty for ``ref`` itself."""
     import json
 
-    from kvsim.results.uncertainty import IDENTICAL, paired_interval
+    from kvsim.results.uncertainty import paired_interval
 
     pairs = {"capacity_rps": (c.rates, ref.rates)}
     if sessions:
@@ -447,7 +447,7 @@ def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any
             continue
         iv = paired_interval(new, base)
         out[f"delta_{name}"] = iv.mean
-        if not iv.note or iv.note == IDENTICAL:
+        if iv.bounded:
             out[f"delta_{name}_ci"] = json.dumps([iv.lo, iv.hi])
     return out
 

@@ -1287,7 +1287,7 @@ def add_paired(df: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
     sweep of one configuration gets no columns."""
     import numpy as np
 
-    from kvsim.results.uncertainty import IDENTICAL, paired_interval
+    from kvsim.results.uncertainty import paired_interval
 
     conf_of = sweep.configuration_of()
     if len(set(conf_of.values())) < 2 or df.empty:
@@ -1310,8 +1310,7 @@ def add_paired(df: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
         for c in np.unique(conf[~is_ref & (conf >= 0)]):
             mask = (conf == c) & np.isfinite(delta)
             iv = paired_interval(values[mask], paired[mask])
-            good = not iv.note or iv.note == IDENTICAL
-            cis[int(c)] = json.dumps([iv.lo, iv.hi]) if good else None
+            cis[int(c)] = json.dumps([iv.lo, iv.hi]) if iv.bounded else None
         added[f"delta_{m}"] = delta
         added[f"delta_{m}_ci"] = [cis.get(int(c)) for c in conf]
     return pd.concat([df, pd.DataFrame(added, index=df.index)], axis=1) if added else df

@@ -219,6 +219,12 @@ class Interval:
         return not self.note
 
     @property
+    def bounded(self) -> bool:
+        """Whether ``lo`` and ``hi`` are bounds to store: an interval with spread, or
+        identical replications (the value itself, exactly)."""
+        return not self.note or self.note == IDENTICAL
+
+    @property
     def half(self) -> float:
         """Half-width of the Student-t interval before any clipping at 0 (NaN without
         an interval; 0 when the replications are identical)."""
