@@ -48,7 +48,9 @@ class CostAware(EvictionPolicy):
         if block.key in self.stamp:  # a use makes it the last of its score to go
             self._leaf(block.key)
 
-    def removed(self, key: Any) -> None:
+    refreshed = hit  # stored again (its prompt's blocks, after a prefill): a use as well
+
+    def removed(self, key: Any, reason: str) -> None:
         parent = self.parent.pop(key, None)
         self.score.pop(key, None)
         self.children.pop(key, None)

@@ -1,6 +1,9 @@
 """Least frequently used eviction: the block used the fewest times goes first (ties: the
 one stored or used longest ago). Use it as ``eviction: lfu`` on any tier.
 
+A use is a lookup hit (``hit``); a block stored again after the prefill that found it
+(``refreshed``) is the same use, not a second one, so it is not counted.
+
 Counts live as long as a block is resident (a block that comes back starts again at 1),
 so a burst of old popularity does not pin a block forever after it has left. A heap
 keyed by (uses, last touch) gives the victim in O(log n); entries made stale by a later
@@ -39,7 +42,7 @@ class LFU(EvictionPolicy):
         self.uses[block.key] += 1
         self._push(block.key)
 
-    def removed(self, key: Any) -> None:
+    def removed(self, key: Any, reason: str) -> None:
         self.uses.pop(key, None)
         self.stamp.pop(key, None)
 

@@ -47,12 +47,15 @@ def run(
     *,
     progress: Progress | None = None,
     requests: Iterable[Request] | None = None,
+    record_accesses: bool = False,
 ) -> Results:
     """Run one scenario and return its Results.
 
     ``requests`` replaces the scenario's workload (any iterable of Request in time order);
     ``progress`` is called with the number of requests finished since its last call
-    (None or False: no progress).
+    (None or False: no progress); ``record_accesses``: keep the access log as
+    ``Results.accesses`` (a DataFrame, :mod:`kvsim.results.accesses`; written as
+    accesses.parquet by :func:`kvsim.results.writers.write_results`).
     """
     if progress is False:  # "no progress", as the CLI's --quiet
         progress = None
@@ -62,8 +65,11 @@ def run(
             f"finished, got {type(progress).__name__}"
         )
     sc = load(scenario, overrides, seed)
-    sim = Simulation(sc, requests=requests, progress=progress)
-    return collect(sim.run(), sc)
+    sim = Simulation(sc, requests=requests, progress=progress, record_accesses=record_accesses)
+    results = collect(sim.run(), sc)
+    if sim.recorder is not None:
+        results.accesses = sim.recorder.frame()
+    return results
 
 
 def expected_requests(sc: Scenario) -> int | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import BinaryIO
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from kvsim.errors import InputError
 
@@ -128,3 +129,16 @@ __all__ = [
     "read_bytes",
     "read_text",
 ]
+
+
+def text_values(value: Any) -> Iterator[str]:
+    """Every text value inside a value, mappings and lists walked (what may name a file:
+    a scenario's plugins, a sweep's grid values)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from text_values(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from text_values(v)

@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from kvsim.errors import InputError
+from kvsim.errors import InputError, clean
 from kvsim.physics.costmodel import GIB, CostModel
 
 
@@ -493,7 +493,9 @@ def read_summary(path: Path) -> dict[str, Any]:
     return doc
 
 
-RUN_FIGURES = ("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline", "timeseries")
+RUN_FIGURES = (
+    "ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline", "timeseries", "tiers",
+)  # fmt: skip
 TIMESERIES_PLOT_COLUMNS = (
     "window_start_s", "window_end_s", "requests",
     "ttft_p50_s", "ttft_p95_s", "hit_ratio", "gpu_busy_frac", "gpu_recompute_frac",
@@ -563,9 +565,10 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
     name = summary["scenario"]
     engines = int(summary.get("engines", 1))
     series = _run_timeseries(d, df)
-    cdf, breakdown, sources, timeline, over_time = (d / f"{n}.{fmt}" for n in RUN_FIGURES)
-    _check_figure_paths([cdf, breakdown, sources, timeline, over_time])
-    return [
+    tiers = read_tier_counts(summary, d / "summary.json")  # {}: an older kvsim's summary
+    cdf, breakdown, sources, timeline, over_time, per_tier = (d / f"{n}.{fmt}" for n in RUN_FIGURES)
+    _check_figure_paths([cdf, breakdown, sources, timeline, over_time, per_tier])
+    drawn = [
         ttft_cdf_plot({name: m["ttft_s"]}, cdf, f"{name}: TTFT CDF", in_folder=True),
         ttft_breakdown_plot(m, breakdown, f"{name}: where the time goes", in_folder=True),
         token_sources_plot(
@@ -583,6 +586,10 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
         ),
         timeseries_plot(series, over_time, _timeseries_title(name, series), in_folder=True),
     ]
+    if tiers:
+        title = f"{name}: per tier and engine over the whole run (warm-up included)"
+        drawn.append(tiers_plot(tiers, per_tier, title, in_folder=True))
+    return drawn
 
 
 def _timeseries_title(name: str, series: Any) -> str:
@@ -608,6 +615,167 @@ def _run_timeseries(d: Path, df: Any) -> Any:
     # only the numeric columns it reads (a damaged optional one is left out, not read)
     keep = [c for c in df.columns if c == "decision" or pd.api.types.is_numeric_dtype(df[c])]
     return timeseries(df[keep], [], Run().timeseries_window, 1)
+
+
+# ---- per tier and engine -----------------------------------------------------------------
+
+#: the tiers in the order a lookup walks them
+TIER_ORDER = ("gpu", "host", "nvme", "peer", "remote")
+#: per-tier counters the tiers figure draws (summary["tiers"][tier] and its ``engines``)
+TIER_COUNTS = ("hits", "misses", "evictions", "write_bytes", "read_bytes")
+TIERS_ENGINE_BARS = 16  # more engines: one bar per tier (the mean engine, a min-max whisker)
+
+
+def read_tier_counts(summary: Mapping[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """The counters of summary["tiers"] the tiers figure draws, checked: per tier (in
+    lookup order) ``total`` (counter -> value) and ``engines`` (one counter -> value
+    mapping per engine; empty when the summary has none). Counters a summary lacks (an
+    older kvsim's) are left out; {} when it has none of them. A value kvsim never writes
+    (negative, not finite, not a number) is refused, naming its field."""
+    tiers = summary.get("tiers")
+    if tiers is None:
+        return {}
+    if not isinstance(tiers, dict):
+        raise InputError("field tiers: expected a mapping of tiers", where=str(path))
+
+    def counts(obj: Any, field: str) -> dict[str, float]:
+        if not isinstance(obj, dict):
+            raise InputError(f"field {field}: expected a mapping", where=str(path))
+        out = {}
+        for k in TIER_COUNTS:
+            if k not in obj:
+                continue
+            v = obj[k]
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not ok or not math.isfinite(v) or not 0 <= v <= 2.0**63:
+                raise InputError(
+                    f"field {field}.{k}: {clean(repr(v), 40)} is not a count kvsim writes",
+                    where=str(path),
+                )
+            out[k] = float(v)
+        return out
+
+    found: dict[str, dict[str, Any]] = {}
+    for name in (*TIER_ORDER, *sorted(set(tiers) - set(TIER_ORDER), key=str)):
+        if name not in tiers:
+            continue
+        shown = clean(str(name), 40)
+        total = counts(tiers[name], f"tiers.{shown}")
+        engines = tiers[name].get("engines", [])
+        if not isinstance(engines, list) or len(engines) > 1_000_000:
+            raise InputError(f"field tiers.{shown}.engines: expected a list", where=str(path))
+        per = [counts(e, f"tiers.{shown}.engines[{i}]") for i, e in enumerate(engines)]
+        if total or any(per):
+            found[shown] = {"total": total, "engines": per}
+    return found
+
+
+def _tier_values(tier: Mapping[str, Any], key: str) -> tuple[list[float] | None, float | None]:
+    """A counter of one tier: its value per engine (None: not kept per engine) and for
+    the tier as a whole (None: not kept)."""
+    per = [e[key] for e in tier["engines"] if key in e]
+    whole = tier["total"].get(key)
+    return (per if tier["engines"] and len(per) == len(tier["engines"]) else None), whole
+
+
+def tiers_plot(
+    tiers: Mapping[str, Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    title: str,
+    in_folder: bool = False,
+) -> Path:
+    """Per tier (in lookup order) and per engine, from :func:`read_tier_counts`: blocks
+    the lookups asked it for (hits solid, misses hatched above them; the tier's hit
+    ratio over its group), blocks evicted, bytes stored into it (``write_bytes``) and
+    read out of it (``read_bytes``). Up to :data:`TIERS_ENGINE_BARS` engines get a bar
+    each; with more, a tier gets one bar (the mean engine) with a whisker from the
+    smallest to the largest engine. A counter kept only for the tier as a whole (the
+    shared remote store's evictions; a summary without per-engine entries) is one
+    outlined bar; a tier without the counter says n/a."""
+    from matplotlib.patches import Patch
+
+    names = list(tiers)
+    n_eng = max((len(t["engines"]) for t in tiers.values()), default=0)
+    each = 0 < n_eng <= TIERS_ENGINE_BARS
+    # engine colours: tab20's, darker first, greys left out (grey: n/a)
+    cmap = plt.get_cmap("tab20")
+    palette = [cmap(i) for i in (*range(0, 20, 2), *range(1, 20, 2)) if i not in (14, 15)]
+    colors = [palette[i % len(palette)] for i in range(max(n_eng, 1))]
+    grey = "#8c8c8c"
+    whole_style: dict[str, Any] = {"facecolor": "none", "edgecolor": "black", "linewidth": 1.0}
+    x = np.arange(len(names), dtype=float)
+    width = 0.8 / n_eng if each else 0.6
+    whole_used = False
+
+    def bars(ax: Any, key: str, under: str | None = None, **kw: Any) -> list[float]:
+        """One counter's bars (stacked on ``under``'s); every bar top drawn."""
+        nonlocal whole_used
+        tops: list[float] = []
+        for i, name in enumerate(names):
+            per, whole = _tier_values(tiers[name], key)
+            base_per, base_whole = _tier_values(tiers[name], under) if under else (None, None)
+            if per is not None and each:
+                at = x[i] - 0.4 + width * (np.arange(len(per)) + 0.5)
+                bottom = np.asarray(base_per if base_per is not None else [0.0] * len(per))
+                ax.bar(at, per, width, bottom=bottom, color=colors[: len(per)], **kw)
+                tops += list(bottom + np.asarray(per))
+            elif per is not None:  # many engines: the mean engine, a whisker min..max
+                a = np.asarray(per, dtype=float)
+                b = float(np.mean(base_per)) if base_per is not None else 0.0
+                mean = float(a.mean())
+                err = [[mean - float(a.min())], [float(a.max()) - mean]]
+                ax.bar(x[i], mean, width, bottom=b, color=colors[0], yerr=err, capsize=3, **kw)
+                tops.append(b + float(a.max()))
+            elif whole is not None:  # kept for the tier as a whole only
+                b = base_whole if base_per is None and base_whole is not None else 0.0
+                ax.bar(x[i], whole, width, bottom=b, **{**kw, **whole_style})
+                tops.append(b + whole)
+                whole_used = True
+            else:
+                ax.annotate("n/a", (x[i], 0), textcoords="offset points", xytext=(0, 3),
+                            ha="center", fontsize=8, color=grey)  # fmt: skip
+        return tops
+
+    def finish(ax: Any, tops: list[float], unit: str | None, label: str, what: str) -> None:
+        ax.set_xticks(x, names)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        ax.set_xlabel("tier (in lookup order)")
+        ax.set_title(what, fontsize=10)
+        unit_axis(ax, "y", unit, tops or [0.0], label=label, log=False)
+        top = max([*tops, 0.0])
+        ax.set_ylim(0, top * 1.2 if top > 0 else 1.0)
+        ax.grid(alpha=0.3, axis="y")
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), layout="constrained")
+    look, evicted, into, out_of = axes.flat
+    tops = bars(look, "hits")
+    tops += bars(look, "misses", "hits", alpha=0.4, hatch="///", edgecolor="white")
+    finish(look, tops, None, "blocks looked up", "lookups: hits (solid), misses (hatched)")
+    for i, name in enumerate(names):
+        h, m = (tiers[name]["total"].get(k) for k in ("hits", "misses"))
+        if h is not None and m is not None and h + m > 0:
+            r = h / (h + m)
+            shown = "<1%" if 0 < r < 0.005 else ">99%" if 0.995 <= r < 1 else f"{r:.0%}"
+            look.annotate(f"{shown} hits", (x[i], max(tops) * 1.03),
+                          ha="center", va="bottom", fontsize=8)  # fmt: skip
+    finish(evicted, bars(evicted, "evictions"), None, "blocks evicted", "evictions")
+    finish(into, bars(into, "write_bytes"), "size", "bytes stored into the tier",
+           "bytes in (write_bytes)")  # fmt: skip
+    finish(out_of, bars(out_of, "read_bytes"), "size", "bytes read out of the tier",
+           "bytes out (read_bytes)")  # fmt: skip
+    if each:
+        handles = [Patch(color=colors[i], label=f"engine {i}") for i in range(n_eng)]
+    elif n_eng:
+        handles = [Patch(color=colors[0], label=f"mean of {n_eng} engines (whisker: min to max)")]
+    else:
+        handles = []
+    if whole_used:
+        handles.append(Patch(**whole_style, label="the tier as a whole"))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 9),
+                   fontsize=8, frameon=False)  # fmt: skip
+    fig.suptitle(wrap(title, 90))
+    return _save(fig, path, in_folder)
 
 
 SWEEP_COLUMNS = ("run_id", "seed", "status", "ttft_p50_s", "ttft_p99_s")
@@ -1358,23 +1526,52 @@ def capacity_plot(
 
 
 def mrc_plot(
-    points: Sequence[Mapping[str, float | None]],
+    points: Sequence[Mapping[str, Any]],
     path: str | os.PathLike[str],
     title: str,
     kv_bytes: float | None = None,
 ) -> Path:
-    """Hit ratio against cache capacity (log scale); the unlimited cache dashed."""
+    """Hit ratio against cache capacity (log scale), one step curve per ``policy`` of the
+    points (none: "LRU prefix cache"); the unlimited cache dashed. Capacities are
+    ``capacity_tokens`` (a second axis in GB when ``kv_bytes`` is given) or
+    ``capacity_bytes`` (a recorded run's stream)."""
     from matplotlib.ticker import FuncFormatter
 
-    finite = [p for p in points if p["capacity_tokens"] is not None]
-    unlimited = next(p["hit_ratio"] for p in points if p["capacity_tokens"] is None)
+    in_bytes = any("capacity_bytes" in p for p in points)
+    cap = "capacity_bytes" if in_bytes else "capacity_tokens"
+    curves: dict[str, list[Mapping[str, Any]]] = {}
+    for p in points:
+        curves.setdefault(str(p.get("policy", "LRU prefix cache")), []).append(p)
+    unlimited = next((p["hit_ratio"] for p in points if p[cap] is None), None)
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    xs = [p["capacity_tokens"] for p in finite]
-    ax.step(xs, [100 * p["hit_ratio"] for p in finite], where="post", label="LRU prefix cache")
-    ax.axhline(100 * unlimited, ls="--", color="grey", label=f"unlimited: {100 * unlimited:.1f}%")
-    unit_axis(ax, "x", None, xs, label="cache capacity (tokens)", log=True)
-    ax.set_ylabel("hit ratio (% of prompt tokens)")
-    if kv_bytes:
+    xs: list[float] = []
+    styles = ("-", "--", "-.", ":")
+    for i, (name, pts) in enumerate(curves.items()):
+        finite = sorted((p for p in pts if p[cap] is not None), key=lambda p: p[cap])
+        x = [p[cap] for p in finite]
+        xs += x
+        ax.step(
+            x,
+            [100 * p["hit_ratio"] for p in finite],
+            where="post",
+            label=name,
+            ls=styles[(i // 10) % len(styles)],
+        )
+    if unlimited is not None:
+        ax.axhline(
+            100 * unlimited, ls="--", color="grey", label=f"unlimited: {100 * unlimited:.1f}%"
+        )
+    if in_bytes:
+        unit_axis(ax, "x", "size", xs, label="cache capacity", log=True)
+        ax.set_ylabel("hit ratio (% of blocks asked)")
+    else:
+        unit_axis(ax, "x", None, xs, label="cache capacity (tokens)", log=True)
+        ax.set_ylabel("hit ratio (% of prompt tokens)")
+    if xs and max(xs) > 1e3 * max(min(xs), 1e-9):  # many decades: a tick a decade, readable
+        from matplotlib.ticker import LogLocator
+
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,)))
+    if kv_bytes and not in_bytes:
         sec = ax.secondary_xaxis(
             "top", functions=(lambda t: t * kv_bytes / 1e9, lambda g: g * 1e9 / kv_bytes)
         )
@@ -1383,6 +1580,32 @@ def mrc_plot(
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(wrap(title, 70))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def reuse_plot(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], title: str) -> Path:
+    """Reuse-distance histogram: the share of block references per power-of-two bin of
+    LRU stack distance (distinct blocks), first uses ("cold") as the last bar."""
+    bins = [r for r in rows if r["low"] is not None]
+    cold = next((r for r in rows if r["low"] is None), None)
+    labels = [tick_text(r["low"]) for r in bins]
+    shares = [100 * r["share"] for r in bins]
+    if cold is not None:
+        labels.append("cold")
+        shares.append(100 * cold["share"])
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.35 * len(labels) + 2), 4.2))
+    x = np.arange(len(labels))
+    colors = ["C0"] * len(bins) + (["grey"] if cold is not None else [])
+    ax.bar(x, shares, color=colors)
+    ax.set_xticks(x, labels, rotation=90 if len(labels) > 14 else 0, fontsize=8)
+    ax.set_xlabel(
+        "reuse distance (distinct blocks since the last use; a bar from the value shown to "
+        "twice it)"
+    )
+    ax.set_ylabel("block references (%)")
+    ax.grid(alpha=0.3, axis="y")
     ax.set_title(wrap(title, 70))
     fig.tight_layout()
     return _save(fig, path)

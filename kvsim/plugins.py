@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import difflib
 import hashlib
 import importlib
 import importlib.metadata
@@ -43,7 +44,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -110,7 +112,9 @@ class RequestView:
 
     @property
     def cached_tokens(self) -> int:
-        """Prompt tokens its engine's lookup found cached (0 before the lookup)."""
+        """Prompt tokens its engine's lookup found cached. Schedulers see it after a
+        lookup (a side-effect-free one while a request waits for its first); routers see
+        0 for a new request (it has not reached an engine)."""
         return int(self._job.cached)
 
     @property
@@ -273,8 +277,10 @@ class SimView:
 
 class Policy:
     """Base of every plugin policy. One instance is made per use (per store for eviction
-    and admission, per engine for scheduling, one per simulation otherwise), with no
-    arguments; ``setup`` is then called once with the :class:`SimView`."""
+    and admission, per engine for scheduling, one per simulation otherwise), with the
+    scenario's ``params`` as keyword arguments (``{name: NAME, params: {...}}``; none for
+    a bare name), checked against ``__init__``'s annotations; ``setup`` is then called
+    once with the :class:`SimView`."""
 
     kind: ClassVar[str] = ""
     required: ClassVar[tuple[str, ...]] = ()
@@ -286,22 +292,42 @@ class Policy:
 class EvictionPolicy(Policy):
     """Which resident block of a store goes first when room is needed (per tier:
     ``tiers.<tier>.eviction``, ``remote.eviction``). The store tells it what comes and
-    goes; it answers :meth:`victim`."""
+    goes (:meth:`inserted`, :meth:`hit`, :meth:`refreshed`, :meth:`removed`); it answers
+    :meth:`victim`.
+
+    Events reach the policy in the order they happened, each before the next
+    :meth:`victim` call; those of one store operation (a lookup's hits, a request's
+    blocks stored) are told at its end, a run of one kind at a time. A policy may also
+    define the batch methods ``inserted_many(blocks)``, ``hit_many(blocks)``,
+    ``refreshed_many(blocks)`` (a list of :class:`Block`) and ``removed_many(keys,
+    reason)``: kvsim then calls one per run instead of the one-block method per block
+    (the same events, fewer interpreted calls). docs/extending.md gives the order of
+    events along a request's chain of blocks."""
 
     kind = "eviction"
-    required = ("victim",)
+    required = ("victim|evict",)
 
     def inserted(self, block: Block) -> None:
-        """A block was stored."""
+        """A block was stored (it was not held)."""
 
     def hit(self, block: Block) -> None:
-        """A resident block was used (a hit) or stored again (a refresh)."""
+        """A resident block was found by a lookup (a hit in this store)."""
 
-    def removed(self, key: Any) -> None:
-        """A block left the store (evicted, deleted, or the store was emptied)."""
+    def refreshed(self, block: Block) -> None:
+        """A resident block was stored again: its prompt's blocks admitted after a
+        prefill, a demotion or write-through into a tier that still holds it."""
+
+    def removed(self, key: Any, reason: str) -> None:
+        """A block left the store: ``reason`` is ``evicted`` (this policy's victim, to
+        make room), ``deleted`` (its tenant or session deleted, or the store emptied by a
+        failure) or ``expired`` (the tenant's TTL). A ``removed(self, key)`` written
+        before reasons existed is still called, without the reason."""
 
     def victim(self, tier: TierView) -> Any:
-        """The key of a resident block to evict now."""
+        """The key of a resident block to evict now (the policy then hears it
+        ``removed``). A policy may define ``evict(tier)`` instead: the key of the block
+        to evict, which it forgets itself, so kvsim does not tell it the removal (one
+        interpreted call less per eviction)."""
         raise NotImplementedError
 
 
@@ -329,11 +355,18 @@ class RoutingPolicy(Policy):
 
 class SchedulingPolicy(Policy):
     """The order of an engine's waiting queue (``engine.scheduler``): a request's
-    priority is computed when it joins the queue; smaller goes first, ties in arrival
-    order. Requests already computing keep their place, as under fcfs."""
+    priority is computed when it joins the queue, after a lookup under every load
+    policy (a request not looked up yet is looked up without side effects first, so
+    ``request.cached_tokens`` is what its engine's tiers hold of its prefix now);
+    smaller goes first, ties in arrival order. Requests already computing keep their
+    place, as under fcfs. ``dynamic``: every waiting request's priority is computed
+    again at each pick (after a fresh lookup for those not looked up yet; a request back
+    from an asynchronous restore keeps the tokens it restored), at one call per waiting
+    request per pick."""
 
     kind = "scheduler"
     required = ("priority",)
+    dynamic: ClassVar[bool] = False
 
     def priority(self, request: RequestView, engine: EngineView) -> float:
         raise NotImplementedError
@@ -694,12 +727,16 @@ def add(name: str, cls: type, kind: str | None = None) -> None:
     base = INTERFACES[k]
     missing = [
         m
-        for m in base.required
-        if not callable(getattr(cls, m, None)) or getattr(cls, m) is getattr(base, m)
+        for m in base.required  # "a|b": either will do
+        if not any(
+            callable(getattr(cls, alt, None)) and getattr(cls, alt) is not getattr(base, alt, None)
+            for alt in m.split("|")
+        )
     ]
     if missing:
+        either = " or ".join(f"{alt}()" for alt in missing[0].split("|"))
         raise RegistrationError(
-            f"{k} {name!r} ({cls.__name__}) does not define {missing[0]}() (at {place})"
+            f"{k} {name!r} ({cls.__name__}) does not define {either} (at {place})"
         )
     if _loading:
         imp = _loading[-1]
@@ -993,10 +1030,13 @@ def registered(name: str, cls: type, kind: str | None = None) -> Iterator[None]:
             _REGISTRY[k].pop(name, None)
 
 
-def make(kind: str, name: str, specs: Sequence[str]) -> tuple[Any, str]:
+def make(
+    kind: str, name: str, specs: Sequence[str], params: Mapping[str, Any] | None = None
+) -> tuple[Any, str]:
     """A new instance of the plugin policy ``name`` of a scenario listing the plugins
-    ``specs``, and the plugin it came from (whatever its constructor raises is a
-    :class:`PluginError` naming it)."""
+    ``specs``, made with ``params`` as keyword arguments (checked and coerced by
+    :func:`check_params`), and the plugin it came from (whatever its constructor raises
+    is a :class:`PluginError` naming it)."""
     if disabled():
         raise PluginError(
             f"{LABELS[kind]} {name!r} needs plugin code, which --no-plugins does not run"
@@ -1004,14 +1044,215 @@ def make(kind: str, name: str, specs: Sequence[str]) -> tuple[Any, str]:
     entry = lookup(kind, name, specs)
     if entry is None:  # validated names only reach here
         raise KeyError(name)
+    where = f"plugin {entry.plugin} ({kind} {name!r})"
+    try:
+        kwargs = check_params(kind, name, params, specs) if params else {}
+    except ParamError as e:  # (a scenario's params are checked when it is validated)
+        raise PluginError(f"params.{e.param}: {e}" if e.param else str(e), where=where) from None
     before = signals()
     try:
-        return entry.cls(), entry.plugin
+        return entry.cls(**kwargs), entry.plugin
     except BaseException as e:  # SystemExit, KeyboardInterrupt too
         if interrupted(e, before):
             raise
         file = getattr(sys.modules.get(entry.cls.__module__), "__file__", None)
         raise PluginError(
             f"{entry.cls.__name__}() raised {describe(e)}{at(place_of(e, [file] if file else []))}",
-            where=f"plugin {entry.plugin} ({kind} {name!r})",
+            where=where,
         ) from e
+
+
+# ---- parameters --------------------------------------------------------------------------
+
+REQUIRED: Any = inspect.Parameter.empty  # a Param's default when it has none
+
+
+class Param(NamedTuple):
+    """One keyword parameter of a policy class's ``__init__``."""
+
+    name: str
+    annotation: Any  # its resolved annotation (Any: none, or one that cannot be resolved)
+    default: Any  # REQUIRED: none
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def type_text(self) -> str:
+        return type_text(self.annotation)
+
+
+class ParamError(ValueError):
+    """Params that do not fit a policy; ``param`` names the parameter at fault (None: the
+    params as a whole)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def type_text(annotation: Any) -> str:
+    """An annotation as messages and ``kvsim plugins`` write it (``float``, ``list[int]``)."""
+    if annotation is Any:
+        return "any"
+    if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def parameters(cls: type) -> tuple[list[Param], bool]:
+    """The parameters a policy class takes by keyword (from its ``__init__``'s signature,
+    annotations resolved by :func:`typing.get_type_hints`), and whether it takes any
+    keyword (``**kwargs``). ParamError if its signature cannot be read (plugin code may
+    refuse)."""
+    before = signals()
+    try:
+        sig = inspect.signature(cls)
+        try:
+            hints = typing.get_type_hints(cls.__init__, include_extras=True)  # type: ignore[misc]
+        except Exception:  # an annotation its module cannot resolve: that one is unchecked
+            hints = {}
+    except BaseException as e:
+        if interrupted(e, before):
+            raise
+        raise ParamError(f"cannot read the parameters of {cls.__name__} ({describe(e)})") from e
+    out: list[Param] = []
+    any_keyword = False
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            any_keyword = True
+        elif p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            out.append(Param(p.name, hints.get(p.name, Any), p.default))
+    return out, any_keyword
+
+
+def _is_plain(value: Any) -> bool:
+    """A value YAML and JSON write as they read it (what a scenario may keep)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if type(value) is list:
+        return all(_is_plain(v) for v in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
+
+
+def plain_params(checked: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """What a scenario keeps of params: each coerced value where YAML writes it as it
+    reads it (``1`` given for a float is kept as ``1.0``), else the value as given (a
+    list for a tuple), so that the scenario written back loads to the same one."""
+    return {k: v if _is_plain(v) else given[k] for k, v in checked.items()}
+
+
+def _coerce(kind: str, name: str, param: Param, value: Any) -> Any:
+    """One parameter's value, validated and coerced to its annotation by pydantic."""
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
+    from pydantic.errors import PydanticUserError
+
+    if param.annotation is Any:
+        return value
+    try:
+        try:
+            adapter: Any = TypeAdapter(
+                param.annotation,
+                config=ConfigDict(arbitrary_types_allowed=True, allow_inf_nan=False),
+            )
+        except PydanticUserError:  # (a model with its own config)
+            adapter = TypeAdapter(param.annotation)
+    except Exception:  # an annotation pydantic cannot check: the value goes as given
+        return value
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        at_ = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"])
+        raise ParamError(
+            f"{err['msg']}, got {show(err.get('input', value))}"
+            + (f" at {at_.lstrip('.')}" if at_ else "")
+            + f" ({LABELS[kind]} {name!r} takes {param.name}: {param.type_text()})",
+            param.name,
+        ) from None
+
+
+def check_params(
+    kind: str, name: str, params: Mapping[str, Any] | None, specs: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """``params`` checked against the ``__init__`` of the policy ``name`` and coerced to
+    its annotations (ParamError, a ValueError, naming the parameter at fault: an unknown
+    one, a value of the wrong type, a required one missing; the built-in policies take
+    none). Under ``no_plugins(inspect=True)`` a plugin's params are returned unchecked."""
+    given = dict(params or {})
+    if name in BUILTIN[kind]:
+        if given:
+            raise ParamError(
+                f"the built-in {LABELS[kind]} {name!r} takes no parameters", next(iter(given))
+            )
+        return {}
+    if disabled():
+        return given
+    entry = lookup(kind, name, specs)
+    if entry is None:
+        raise ParamError(f"unknown {LABELS[kind]} {name!r}")
+    accepted, any_keyword = parameters(entry.cls)
+    by_name = {p.name: p for p in accepted}
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        param = by_name.get(key)
+        if param is None:
+            if any_keyword and isinstance(key, str) and key.isidentifier():
+                out[key] = value
+                continue
+            choices = ", ".join(by_name) or "none"
+            near = difflib.get_close_matches(str(key), list(by_name), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f" (it takes: {choices})"
+            raise ParamError(f"unknown parameter of {LABELS[kind]} {name!r}{hint}", str(key))
+        out[key] = _coerce(kind, name, param, value)
+    for p in accepted:
+        if p.required and p.name not in given:
+            raise ParamError(
+                f"missing required parameter of {LABELS[kind]} {name!r} ({p.type_text()})",
+                p.name,
+            )
+    return out
+
+
+# one line on each built-in policy (kvsim plugins lists them)
+BUILTIN_DOCS: dict[tuple[str, str], str] = {
+    ("eviction", "lru"): "evicts the least recently used block (hits and refreshes count)",
+    ("eviction", "fifo"): "evicts the block stored first; hits do not reorder",
+    ("admission", "all"): "stores every block offered",
+    ("admission", "second_hit"): "stores a block offered once before (a ghost list remembers "
+    "first sightings, as long as the tier holds blocks)",
+    ("router", "round_robin"): "engines in turn",
+    ("router", "least_loaded"): "the engine with the fewest outstanding requests",
+    ("router", "cache_affinity"): "the engine holding the longest prefix, unless it has more "
+    "than cluster.affinity_slack requests more than the least loaded one",
+    ("scheduler", "fcfs"): "arrival order",
+    ("scheduler", "lpm"): "longest cached prefix first",
+    ("scheduler", "sjf"): "shortest remaining prompt first, with aging (engine.sjf_aging)",
+    ("load_policy", "sync"): "restores the whole hit; the engine waits for it",
+    ("load_policy", "async"): "restores the whole hit while the engine serves others",
+    ("load_policy", "recompute"): "looks only at the GPU prefix cache; lower tiers are ignored",
+    ("load_policy", "auto"): "as sync, but restores only the prefix whose live estimate "
+    "beats the others (recompute included)",
+    ("prefetch", "none"): "no prefetch: restores read NVMe and remote directly",
+    ("prefetch", "best_effort"): "fetches NVMe and remote blocks into host; uses what arrived "
+    "when the request is scheduled",
+    ("prefetch", "wait_complete"): "fetches into host; the request waits for its prefetch",
+    ("prefetch", "timeout"): "fetches into host; the request waits at most prefetch.timeout",
+}
+
+
+def visible(kind: str) -> list[tuple[str, Entry]]:
+    """The plugin policies of a kind that the scenario in scope (else: every one) may
+    name, with the entry each name means (a name two of its plugins register is left
+    out: naming it is refused)."""
+    out = []
+    for n in names(kind)[len(BUILTIN[kind]) :]:
+        try:
+            entry = lookup(kind, n)
+        except ValueError:
+            continue
+        if entry is not None:
+            out.append((n, entry))
+    return out

@@ -2014,6 +2014,139 @@ CASES: list[Case] = [
         "base: {QS}\ngrid: {cluster.load_policy: [sync, async]}\nreference: {cluster.engines: 2}\n",
         ("reference.cluster.engines", "not a swept field"),
     ),
+    # ---- issue 29: plugin parameters ----
+    S(
+        "params for a built-in policy (which takes none)",
+        """
+        tiers:
+          host:
+            eviction: {name: lru, params: {small_frac: 0.2}}
+        """,
+        "tiers.host.eviction.params.small_frac",
+        "the built-in eviction policy 'lru' takes no parameters",
+    ),
+    S(
+        "a policy field that is neither a name nor {name, params}",
+        """
+        cluster:
+          router: [round_robin]
+        """,
+        "cluster.router",
+        "expected a router's name or a mapping {name: NAME, params: {...}}",
+    ),
+    S(
+        "a misspelt params key in a policy field",
+        """
+        cluster:
+          load_policy: {name: sync, parms: {}}
+        """,
+        "cluster.load_policy.parms",
+        "did you mean 'params'",
+    ),
+    C(
+        "an unknown parameter of a plugin policy",
+        ["validate", "{TMP}/s.yaml"],
+        "s.yaml:4",
+        "tiers.gpu.eviction.params.small_frc",
+        "unknown parameter of eviction policy 'frac_lru'; did you mean 'small_frac'?",
+        files={
+            "s.yaml": "extends: {QS}\nplugins: [p.py]\ntiers:\n"
+            "  gpu: {eviction: {name: frac_lru, params: {small_frc: 0.2}}}\n",
+            "p.py": "from kvsim.plugins import EvictionPolicy, register\n"
+            "@register('frac_lru')\nclass F(EvictionPolicy):\n"
+            "    def __init__(self, small_frac: float, ways: int = 2): pass\n"
+            "    def victim(self, tier): return next(iter(tier))\n",
+        },
+    ),
+    C(
+        "a parameter of the wrong type, set on a bare name",
+        [
+            "run",
+            "{TMP}/s.yaml",
+            "--set",
+            "tiers.gpu.eviction.params.small_frac=a fifth",
+            "--out",
+            "{OUT}",
+            "--quiet",
+        ],
+        "--set tiers.gpu.eviction.params.small_frac=a fifth",
+        "tiers.gpu.eviction.params.small_frac: Input should be a valid number",
+        "takes small_frac: float",
+        files={
+            "s.yaml": "extends: {QS}\nplugins: [p.py]\ntiers: {gpu: {eviction: frac_lru}}\n",
+            "p.py": "from kvsim.plugins import EvictionPolicy, register\n"
+            "@register('frac_lru')\nclass F(EvictionPolicy):\n"
+            "    def __init__(self, small_frac: float, ways: int = 2): pass\n"
+            "    def victim(self, tier): return next(iter(tier))\n",
+        },
+    ),
+    C(
+        "a plugin policy's required parameter not given",
+        ["validate", "{TMP}/s.yaml"],
+        "tiers.gpu.eviction.params.small_frac",
+        "missing required parameter of eviction policy 'frac_lru' (float)",
+        files={
+            "s.yaml": "extends: {QS}\nplugins: [p.py]\ntiers: {gpu: {eviction: frac_lru}}\n",
+            "p.py": "from kvsim.plugins import EvictionPolicy, register\n"
+            "@register('frac_lru')\nclass F(EvictionPolicy):\n"
+            "    def __init__(self, small_frac: float, ways: int = 2): pass\n"
+            "    def victim(self, tier): return next(iter(tier))\n",
+        },
+    ),
+    # ---- issue 29: recording accesses ----
+    Case(
+        "--record-accesses without --out",
+        "args",
+        ["run", "{QS}", "--record-accesses"],
+        ("--record-accesses", "--out"),
+    ),
+    # ---- issue 29: mrc ----
+    C(
+        "trace mrc: an unknown eviction policy",
+        ["trace", "mrc", "{TMP}/t.jsonl", "--policy", "lru,mru"],
+        "--policy",
+        "unknown eviction policy 'mru'",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
+    ),
+    C(
+        "trace mrc: a policy's parameters not closed",
+        ["trace", "mrc", "{TMP}/t.jsonl", "--policy", "lfu(k=1"],
+        "--policy",
+        "NAME(k=v, ...)",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
+    ),
+    C(
+        "trace mrc: an accesses.parquet without the bytes and event columns",
+        ["trace", "mrc", "{TMP}/a.parquet"],
+        "a.parquet",
+        "missing column(s) bytes, event",
+        files={
+            "a.parquet": __import__("pandas")
+            .DataFrame({"time": [0.0], "engine": [0], "tier": ["gpu"], "key": [1], "request": [0]})
+            .to_parquet()
+        },
+    ),
+    C(
+        "trace mrc: a tier the accesses.parquet has no rows of",
+        ["trace", "mrc", "{TMP}/a.parquet", "--tier", "host"],
+        "a.parquet",
+        "no rows for tier 'host'",
+        files={
+            "a.parquet": __import__("pandas")
+            .DataFrame(
+                {"time": [0.0], "engine": [0], "tier": ["gpu"], "key": [1], "bytes": [1.0]}
+                | {"event": ["miss"], "request": [0]}
+            )
+            .to_parquet()
+        },
+    ),
+    C(
+        "trace reuse: --engine with a trace file",
+        ["trace", "reuse", "{TMP}/t.jsonl", "--engine", "0"],
+        "--engine",
+        "accesses.parquet",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
+    ),
 ]
 
 

@@ -137,7 +137,7 @@ def test_session_load_keeps_the_span_and_scales_the_requests(tmp_path):
 def test_study_scenarios_validate():
     for name in ("host-only", "host-nvme", "shared-nvme"):
         sc = api.load(CN / f"{name}.yaml")
-        assert sc.cluster.router == "round_robin" and sc.workload.sessions is not None
+        assert sc.cluster.router.name == "round_robin" and sc.workload.sessions is not None
     shared = api.load(CN / "shared-nvme.yaml")
     assert shared.remote.enabled and shared.remote.kind == "shared_nvme"
     assert not api.load(CN / "host-nvme.yaml").remote.enabled

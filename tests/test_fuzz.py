@@ -45,7 +45,13 @@ BASE: dict[str, Any] = {
         "timeseries_window": "10 s",
         "prompt_range": "0..2M",  # issue 28: every prompt (the field, parsed)
     },
-    "cluster": {"engines": 2, "router": "cache_affinity", "load_policy": "async"},
+    # a policy as {name, params} (issue 29: the built-ins take no params, so fuzzed ones
+    # are refused naming them) and as a bare name
+    "cluster": {
+        "engines": 2,
+        "router": {"name": "cache_affinity", "params": {}},
+        "load_policy": "async",
+    },
     "node": {
         "nvme_write_per_drive": "7 GB/s",
         "nvlink_per_gpu": "900 GB/s",
@@ -101,7 +107,7 @@ BASE: dict[str, Any] = {
             "connection_bandwidth": None,
         },
     },
-    "prefetch": {"policy": "timeout", "timeout": "50 ms", "on_session": True},
+    "prefetch": {"policy": {"name": "timeout"}, "timeout": "50 ms", "on_session": True},
     "cost": {
         "gpu_node_hour": 98.0,
         "dram_gb_month": 3.0,

@@ -195,6 +195,7 @@ FIGURES = {
         "token_sources.png",
         "engine_timeline.png",
         "timeseries.png",
+        "tiers.png",
     },
     "sweep": {"ttft_vs_load.png"},
     "capacity": {"capacity.png"},

@@ -421,3 +421,80 @@ def test_recompute_s_takes_a_block_depth(tiny, value):
         assert rc == 0, err
     else:
         plugin_failure(err, rc, tiny, "route", "raised ValueError: recompute_s(depth)")
+
+
+# ---- plugin parameters (issue 29) -------------------------------------------------------
+
+PARAMS_PLUGIN = """
+import math
+from typing import Literal
+from kvsim.plugins import EvictionPolicy, register
+
+
+@register("fz_params")
+class Params(EvictionPolicy):
+    def __init__(self, frac: float, n: int = 1, tags: list[int] = [],
+                 mode: Literal["a", "b"] = "a", anything=None):
+        # what kvsim passes is what the annotations say (coerced), never the raw value
+        assert type(frac) is float and math.isfinite(frac), frac
+        assert isinstance(n, int), n
+        assert type(tags) is list and all(isinstance(t, int) for t in tags), tags
+        assert mode in ("a", "b"), mode
+
+    def victim(self, tier):
+        return next(iter(tier))
+"""
+PARAM_KEYS = ["frac", "n", "tags", "mode", "anything", "fraq", "x", "", "with space"]
+PARAM_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=4),
+    st.sampled_from(["a", "b", "1", "0.5", "nan"]),
+    st.lists(st.integers(-5, 5) | st.text(max_size=2), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+@pytest.fixture(scope="module")
+def params_scenario(tiny) -> Path:
+    (tiny.parent / "fz_params.py").write_text(PARAMS_PLUGIN)
+    return tiny.parent
+
+
+@settings(
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    params=st.dictionaries(st.sampled_from(PARAM_KEYS), PARAM_VALUES, max_size=4),
+    form=st.sampled_from(["file", "set"]),
+)
+def test_fuzzed_params_run_or_are_refused_naming_the_parameter(params_scenario, params, form):
+    """Any params of a plugin policy: the run works (and the class gets values of its
+    annotated types), or exit 2 with one line naming ``tiers.gpu.eviction.params.<one of
+    the keys given, or the required frac>``; never a traceback."""
+    folder = params_scenario
+    child = folder / f"params_{form}.yaml"
+    body: dict[str, Any] = {"extends": "s.yaml", "plugins": ["fz.py", "fz_params.py"]}
+    argv = ["run", str(child), "--quiet"]
+    if form == "file":
+        body["tiers"] = {"gpu": {"eviction": {"name": "fz_params", "params": params}}}
+    else:  # a bare name, then one --set per parameter (a YAML value each)
+        body["tiers"] = {"gpu": {"eviction": "fz_params"}}
+        for k, v in params.items():
+            argv += ["--set", f"tiers.gpu.eviction.params.{k}={json.dumps(v)}"]
+    child.write_text(yaml.safe_dump(body))
+    with control():
+        rc, err = kvsim(*argv)
+    if rc == 0:
+        assert "frac" in params
+        return
+    assert rc == 2, err
+    assert "\n" not in err and "Traceback" not in err, err
+    if form == "set" and any(not k.strip() or k != k.strip() for k in params):
+        return  # an empty or spaced field name in a --set path: refused as such
+    named = [f"tiers.gpu.eviction.params.{k}: " for k in [*params, "frac"]]
+    assert any(n in err for n in named), err

@@ -201,7 +201,7 @@ def test_a_valid_merge_key_override_is_not_a_duplicate(tmp_path):
         ),
     )
     sc = load_scenario(f)
-    assert sc.tiers.nvme.capacity == 300e9 and sc.tiers.nvme.eviction == "lru"
+    assert sc.tiers.nvme.capacity == 300e9 and sc.tiers.nvme.eviction.name == "lru"
     data, origins = load_yaml(f)
     assert data["tiers"]["nvme"] == {"capacity": "300 GB", "eviction": "lru"}
     # an overriding key is placed on its own line; a merged one where it was written
@@ -708,7 +708,7 @@ def test_merge_list_in_a_scenario_takes_the_first_source(tmp_path):
         "  host: &a {capacity: 120 GB, eviction: lru}\n  nvme: {<<: [*b, *a]}\n",
     )
     sc = load_scenario(f)
-    assert sc.tiers.nvme.capacity == 40e9 and sc.tiers.nvme.eviction == "lru"
+    assert sc.tiers.nvme.capacity == 40e9 and sc.tiers.nvme.eviction.name == "lru"
 
 
 @pytest.mark.parametrize("text", ["1:0", "1:30", "-2:00", "1:30.5", "190:20:30"])

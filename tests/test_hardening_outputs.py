@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import kvsim
 from kvsim.cli import _parser, main
 from kvsim.errors import InputError
+from kvsim.plots import RUN_FIGURES
 from kvsim.results import writers
 from kvsim.results.writers import (
     RUN_FILES,
@@ -323,7 +324,7 @@ def test_cli_run_out_never_deletes_the_figures_kvsim_plot_drew(tmp_path, capsys)
     assert main(["plot", str(out), "--format", "svg"]) == 0
     before = {f.name: f.read_bytes() for f in out.iterdir()}
     figures = sorted(n for n in before if n.endswith(".svg"))
-    assert len(figures) == 5
+    assert len(figures) == len(RUN_FIGURES)
     capsys.readouterr()
     assert main([*argv, "--format", "csv"]) == 2
     err = capsys.readouterr().err.strip()

@@ -21,7 +21,7 @@ def test_run_plots(tmp_path, capsys, fmt):
     out = tmp_path / "run"
     assert main(["run", str(SCENARIOS / "mooncake-sample.yaml"), "--quiet", "--out", str(out)]) == 0
     assert main(["plot", str(out), "--format", fmt]) == 0
-    for name in ("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline"):
+    for name in ("ttft_cdf", "ttft_breakdown", "token_sources", "engine_timeline", "tiers"):
         f = out / f"{name}.{fmt}"
         assert f.stat().st_size > 5000, f
     if fmt == "svg":
@@ -227,6 +227,57 @@ def test_plot_refuses_token_fractions_kvsim_never_writes(made, tmp_path, capsys)
     (folder / "summary.json").write_text(json.dumps(doc))
     err = _refused(capsys, ["plot", str(folder)])
     assert "summary.json" in err and "token_source_frac" in err
+
+
+def test_the_tiers_figure_draws_every_tier_and_engine(made, tmp_path, monkeypatch):
+    """Per tier (remote's evictions kept for the shared store only) and engine: one bar
+    per engine and counter; the counters' numbers are the summary's."""
+    from kvsim import plots
+
+    drawn = {}
+
+    def keep(fig, path, in_folder=False):
+        drawn[Path(path).stem] = fig
+        return Path(path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    (folder,) = _copy(made, tmp_path, "run")
+    tiers = json.loads((folder / "summary.json").read_text())["tiers"]
+    assert main(["plot", str(folder)]) == 0
+    fig = drawn["tiers"]
+    look, evicted, into, out_of = fig.axes
+    heights = {id(ax): sorted(round(p.get_height()) for p in ax.patches) for ax in fig.axes}
+    names = [t.get_text() for t in look.get_xticklabels()]
+    assert names == [t for t in ("gpu", "host", "nvme", "peer", "remote") if t in tiers]
+    hits = sorted(round(e["hits"]) for t in names for e in tiers[t]["engines"])
+    misses = sorted(round(e["misses"]) for t in names for e in tiers[t]["engines"])
+    assert heights[id(look)] == sorted(hits + misses)
+    evictions = [e["evictions"] for t in names for e in tiers[t]["engines"] if "evictions" in e]
+    whole = [tiers["remote"]["evictions"]]  # the shared store: one bar for the tier
+    assert heights[id(evicted)] == sorted(round(v) for v in evictions + whole)
+    assert "(GB)" in into.get_ylabel() or "(MB)" in into.get_ylabel()
+    assert out_of.get_ylabel().startswith("bytes read out of the tier (")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["engine 0", "engine 1", "the tier as a whole"]
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_a_summary_without_tiers_plots_the_rest(made, tmp_path, capsys):
+    (folder,) = _copy(made, tmp_path, "run")
+    doc = json.loads((folder / "summary.json").read_text())
+    del doc["tiers"]  # an older kvsim's summary
+    (folder / "summary.json").write_text(json.dumps(doc))
+    assert main(["plot", str(folder)]) == 0
+    assert "tiers.png" not in _figures(folder) and "ttft_cdf.png" in _figures(folder)
+    doc["tiers"] = {"gpu": {"hits": 3, "misses": -1, "engines": []}}
+    (folder / "summary.json").write_text(json.dumps(doc))
+    for name in _figures(folder):
+        (folder / name).unlink()
+    err = _refused(capsys, ["plot", str(folder)])
+    assert "field tiers.gpu.misses: -1 is not a count kvsim writes" in err
+    assert _figures(folder) == []
 
 
 def test_plot_refuses_a_sweep_table_missing_a_swept_column(tmp_path, capsys):

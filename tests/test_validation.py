@@ -51,7 +51,7 @@ def test_the_study_is_known_to_reproduce_and_its_scenarios_load():
         assert sc.tiers.gpu.capacity == 0  # GPU prefix caching off
         assert sc.node.h2d_per_gpu == 50e9 and sc.node.d2h_per_gpu == 33.4e9
         assert not sc.remote.enabled and not sc.tiers.nvme.enabled
-        assert sc.cluster.load_policy == "async"
+        assert sc.cluster.load_policy.name == "async"
     assert api.load(VO / "llama-3.2-1b-no-offload.yaml").tiers.host.enabled is False
     assert api.load(VO / "kernel.yaml").node.copy_engine == "kernel"
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Final, cast
+
+import kvsim.plugins as _plugins
+from kvsim.plugins import Block
 
 # A block's cache key: an int (a tenant-namespaced hash id, or a server's shard key). It
 # is typed ``object`` on purpose: compiled code (see setup.py) then stores the caller's
@@ -103,6 +106,7 @@ class BlockStore:
         "spare",
         "spares",
         "used",
+        "watch",
         "written",
     )
     refresh_on_hit = True
@@ -124,6 +128,11 @@ class BlockStore:
         self.spare: list[Entry] = []
         self.spares = 0
         self.rules: Rules | None = None
+        # None, or what hears every event of this store (kvsim.results.accesses): its
+        # hit(store, keys), stored(store, keys, sizes, held) and removed(store, keys,
+        # sizes, reason); the stores call it from the _watched_* methods below only, so an
+        # unwatched store pays one attribute test per call
+        self.watch: Any = None
 
     def __contains__(self, key: Key) -> bool:
         return key in self.blocks
@@ -189,7 +198,9 @@ class BlockStore:
             self.head = 0
 
     def touch(self, keys: Sequence[Key]) -> None:
-        """Record a use of blocks that are present (hits), in order."""
+        """Record a use of blocks that are present (lookup hits), in order."""
+        if self.watch is not None:
+            self.watch.hit(self, keys)
         rules = self.rules
         refresh = self.refresh_on_hit
         blocks, order = self.blocks, self.order
@@ -229,6 +240,8 @@ class BlockStore:
         small."""
         if len(keys) != len(sizes):
             raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes")
+        if self.watch is not None:
+            return self._watched_insert(keys, sizes)
         if self.rules is not None:
             return self._insert_ruled(keys, sizes)
         # the hottest loop of a simulation: counters kept local, eviction inlined
@@ -343,6 +356,8 @@ class BlockStore:
         """Hold ``nbytes`` for blocks on their way in, evicting (oldest first) what no
         longer fits; return what was evicted. A reservation larger than what is free of
         other reservations takes everything there is (the caller admits one at a time)."""
+        if self.watch is not None:
+            return self._watched_reserve(nbytes)
         self.reserved += nbytes
         out_keys: list[Key] = []
         out_sizes: list[float] = []
@@ -371,8 +386,9 @@ class BlockStore:
         """Give back a reservation (its blocks arrived, or never will)."""
         self.reserved = max(self.reserved - nbytes, 0.0)
 
-    def _drop(self, key: Key) -> float:
-        """Remove a held block (any uses of it left in ``order`` turn stale); its bytes."""
+    def _drop(self, key: Key, reason: str = "evicted") -> float:
+        """Remove a held block (any uses of it left in ``order`` turn stale); its bytes.
+        ``reason``: evicted | deleted | expired (what a plugin policy is told)."""
         e = self.blocks.pop(key)
         e.live = False
         size = e.size
@@ -385,14 +401,27 @@ class BlockStore:
             rules.stamps.pop(key, None)
         return size
 
-    def remove(self, key: Key) -> bool:
-        """Drop a block if present; True when it was there."""
-        if key not in self.blocks:
+    def remove(self, key: Key, reason: str = "deleted") -> bool:
+        """Drop a block if present (``reason``: deleted, or expired by a TTL); True when
+        it was there."""
+        e = self.blocks.get(key)
+        if e is None:
             return False
-        self._drop(key)
+        size = e.size
+        self._drop(key, reason)
+        if self.watch is not None:
+            self.watch.removed(self, [key], [size], reason)
         return True
 
     def clear(self) -> None:
+        """Empty the store (its engine failed): every block is deleted."""
+        if self.watch is not None and self.blocks:
+            self.watch.removed(
+                self, list(self.blocks), [e.size for e in self.blocks.values()], "deleted"
+            )
+        self._clear()
+
+    def _clear(self) -> None:
         self.blocks.clear()
         self.order = []
         self.head = 0
@@ -402,6 +431,55 @@ class BlockStore:
             self.rules.used.clear()
             self.rules.order.clear()
             self.rules.stamps.clear()
+
+    def _watched_insert(self, keys: Sequence[Key], sizes: Sequence[float]) -> Spilled:
+        """insert_many, telling the watcher what was stored (each key: held just before
+        it was stored, or not) and what was evicted, in the order it happened: one key at
+        a time (a block held when the call began may be evicted by an earlier key of the
+        call and stored anew), runs of stored keys batched up to each eviction. A block
+        refused as too big (or over its tenant's quota) is neither stored nor evicted."""
+        watch = self.watch
+        blocks = self.blocks
+        out_keys: list[Key] = []
+        out_sizes: list[float] = []
+        run_k: list[Key] = []
+        run_s: list[float] = []
+        run_h: list[bool] = []
+        self.watch = None
+        try:
+            for key, nbytes in zip(keys, sizes):
+                held = key in blocks
+                evictions = self.evictions
+                ok, os_ = self.insert_many((key,), (nbytes,))
+                if ok:
+                    out_keys += ok
+                    out_sizes += os_
+                if len(ok) != self.evictions - evictions:  # refused: the key alone
+                    continue
+                run_k.append(key)
+                run_s.append(nbytes)
+                run_h.append(held)
+                if ok:
+                    watch.stored(self, run_k, run_s, run_h)
+                    run_k, run_s, run_h = [], [], []
+                    watch.removed(self, ok, os_, "evicted")
+            if run_k:
+                watch.stored(self, run_k, run_s, run_h)
+        finally:
+            self.watch = watch
+        return out_keys, out_sizes
+
+    def _watched_reserve(self, nbytes: float) -> Spilled:
+        """reserve, telling the watcher what it evicted."""
+        watch = self.watch
+        self.watch = None
+        try:
+            out_k, out_s = self.reserve(nbytes)
+        finally:
+            self.watch = watch
+        if out_k:
+            watch.removed(self, out_k, out_s, "evicted")
+        return out_k, out_s
 
     def copy_shifted(self, other: BlockStore, offset: int) -> None:
         """Become a copy of ``other`` whose keys are its keys + ``offset`` (a mirrored
@@ -429,74 +507,250 @@ class FIFO(BlockStore):
     refresh_on_hit = False
 
 
+# what a plugin policy hears, as the codes a Delegated store queues (kvsim.sim.hooks
+# turns them into the policy's methods): events of a held block, then removals by reason
+INSERTED: Final = 0
+HIT: Final = 1
+REFRESHED: Final = 2
+EVICTED: Final = 3
+DELETED: Final = 4
+EXPIRED: Final = 5
+EVENTS: Final = ("inserted", "hit", "refreshed", "evicted", "deleted", "expired")
+_REMOVALS: Final = {"evicted": EVICTED, "deleted": DELETED, "expired": EXPIRED}
+_new_tuple: Any = tuple.__new__  # a Block without its constructor's interpreted frame
+
+
 class Delegated(BlockStore):
     """A store whose victims a plugin policy chooses. ``hook`` (a
-    :class:`kvsim.sim.hooks.EvictionHook`) hears every block stored, used and removed,
-    names the victim when room is needed, and checks what the policy answers."""
+    :class:`kvsim.sim.hooks.EvictionHook`) knows the policy: the first event binds its
+    methods here (``fns``, by event code; None: it ignores the event), and the hook
+    checks the answers the fast path below cannot accept as they are and turns what
+    plugin code raises into one PluginError.
 
-    __slots__ = ("hook",)
+    The events are queued (``kinds``: event codes, ``queued``: the keys, oldest first)
+    and told to the policy in order, in runs of one kind, before each victim is asked
+    for and at the end of each store operation: a policy sees every event before it
+    chooses, with one interpreted call per run (a batch method, ``inserted_many``...)
+    instead of one per block. Lookup hits (:meth:`touch`) are one run of their own. This
+    loop is compiled with the stores: the only interpreted frames are the policy's."""
+
+    __slots__ = (
+        "bound",
+        "clock",
+        "fns",
+        "forgets",
+        "hook",
+        "kinds",
+        "many",
+        "queued",
+        "reason",
+        "static",
+        "victim_fn",
+        "view",
+    )
 
     def __init__(self, capacity: float, hook: Any) -> None:
         super().__init__(capacity)
         self.hook = hook
+        self.kinds: list[int] = []
+        self.queued: list[Key] = []
+        self.bound = False  # hook.bind has set what follows
+        self.fns: list[Any] = []  # event code -> the policy's method (None: not called)
+        self.many: list[bool] = []  # event code -> is it a batch method
+        self.reason = True  # its one-block removed() takes the reason
+        # key -> (depth, recompute_s, parent, tenant) of a block: what never changes
+        self.static: dict[Key, Any] = {}
+        self.clock: Any = None  # () -> simulated time
+        self.victim_fn: Any = None  # the policy's victim (or its evict)
+        # it chose by evict(): it forgets its victims itself, and hears no removal of them
+        self.forgets = False
+        self.view: Any = None  # the TierView victim() is given
 
     def keys(self) -> list[Key]:
         return list(self.blocks)
 
     def touch(self, keys: Sequence[Key]) -> None:
-        for key in keys:
-            self.hook.hit(self, key)
+        if self.watch is not None:
+            self.watch.hit(self, keys)
+        if keys:
+            if not self.bound:
+                self.hook.bind(self)
+            self._run(HIT, list(keys))
+            self._stamp(keys)
+
+    def _stamp(self, keys: Sequence[Key]) -> None:
+        """Tenancy TTL: the time of each block's last use (quotas are the built-in
+        stores' only)."""
+        rules = self.rules
+        if rules is not None and rules.clock is not None:
+            now = rules.clock()
+            stamps = rules.stamps
+            for key in keys:
+                if key in self.blocks:
+                    stamps[key] = now
+
+    def _tell(self) -> None:
+        """Tell the policy the queued events, in order, a run of one kind at a time."""
+        if not self.bound:
+            self.hook.bind(self)
+        kinds, keys = self.kinds, self.queued
+        n = len(keys)
+        i = 0
+        while i < n:
+            kind = kinds[i]
+            j = i + 1
+            while j < n and kinds[j] == kind:
+                j += 1
+            self._run(kind, keys[i:j])
+            i = j
+        kinds.clear()
+        keys.clear()
+
+    def _blocks(self, keys: list[Key]) -> list[Any]:
+        """The :class:`kvsim.plugins.Block` of each held key: what never changes of it
+        from ``static`` (the hook works it out the first time), its bytes, the time."""
+        static = self.static
+        held = self.blocks
+        now = float(self.clock())
+        out: list[Any] = []
+        for k in keys:
+            fixed = static.get(k)
+            size = held[k].size
+            if fixed is None:
+                fixed = self.hook.fixed(self, k, size)
+            out.append(_new_tuple(Block, (k, size, fixed[0], fixed[1], fixed[2], fixed[3], now)))
+        return out
+
+    def _run(self, kind: int, keys: list[Key]) -> None:
+        """One run of events of one kind, through the policy's method for it."""
+        fn = self.fns[kind]
+        if fn is None:
+            return
+        before = _plugins._signals
+        try:
+            if kind <= REFRESHED:
+                blocks = self._blocks(keys)
+                if self.many[kind]:
+                    fn(blocks)
+                else:
+                    for b in blocks:
+                        fn(b)
+            elif self.many[kind]:
+                fn(keys, EVENTS[kind])
+            elif self.reason:
+                why = EVENTS[kind]
+                for k in keys:
+                    fn(k, why)
+            else:
+                for k in keys:
+                    fn(k)
+        except BaseException as e:  # whatever plugin code raises
+            raise self.hook.failed(self, kind, e, before)  # noqa: B904 (it sets the cause)
+        if _plugins._signals != before:  # Ctrl-C came, and the plugin swallowed it
+            raise KeyboardInterrupt
+
+    def _victim(self) -> Key:
+        """The policy's victim, once it has heard every event so far."""
+        if not self.bound:
+            self.hook.bind(self)
+        if self.queued:
+            self._tell()
+        before = _plugins._signals
+        try:
+            got = self.victim_fn(self.view)
+        except BaseException as e:  # whatever plugin code raises
+            raise self.hook.failed(self, -1, e, before)  # noqa: B904 (it sets the cause)
+        if _plugins._signals != before:
+            raise KeyboardInterrupt
+        if type(got) is int and got in self.blocks:  # the usual answer: nothing to check
+            return got
+        return cast(Key, self.hook.checked_victim(self, got))
 
     def insert_many(self, keys: Sequence[Key], sizes: Sequence[float]) -> Spilled:
         if len(keys) != len(sizes):
             raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes")
+        if self.watch is not None:
+            return self._watched_insert(keys, sizes)
         blocks = self.blocks
-        hook = self.hook
+        kinds, queued = self.kinds, self.queued
         cap = self.capacity - self.reserved
         out_keys: list[Key] = []
         out_sizes: list[float] = []
         for key, nbytes in zip(keys, sizes):  # lengths checked above
-            if key in blocks:
-                hook.hit(self, key)
+            if key in blocks:  # stored again while held
+                kinds.append(REFRESHED)
+                queued.append(key)
                 continue
             if nbytes > cap:
                 out_keys.append(key)
                 out_sizes.append(nbytes)
                 continue
             while self.used + nbytes > cap and blocks:
-                victim = hook.victim(self)
+                victim = self._victim()  # (the events queued so far are told first)
                 out_keys.append(victim)
-                out_sizes.append(self._drop(victim))
-                self.evictions += 1
+                out_sizes.append(self._evict(victim))
             blocks[key] = Entry(key, nbytes)
             self.used += nbytes
             self.written += nbytes
             if self.used > self.peak:
                 self.peak = self.used
-            hook.inserted(self, key)
+            kinds.append(INSERTED)
+            queued.append(key)
+        if self.rules is not None:
+            self._stamp(keys)
+        if queued:
+            self._tell()
         return out_keys, out_sizes
 
     def reserve(self, nbytes: float) -> Spilled:
+        if self.watch is not None:
+            return self._watched_reserve(nbytes)
         self.reserved += nbytes
         out_keys: list[Key] = []
         out_sizes: list[float] = []
         while self.blocks and self.used + self.reserved > self.capacity:
-            victim = self.hook.victim(self)
+            victim = self._victim()
             out_keys.append(victim)
-            out_sizes.append(self._drop(victim))
-            self.evictions += 1
+            out_sizes.append(self._evict(victim))
+        if self.queued:
+            self._tell()
         return out_keys, out_sizes
 
-    def _drop(self, key: Key) -> float:
+    def _evict(self, key: Key) -> float:
+        """Evict the policy's victim (its removal queued, unless it chose by evict());
+        its bytes."""
+        self.evictions += 1
+        if not self.forgets:
+            return self._drop(key)
         size = self.blocks.pop(key).size
         self.used -= size
-        self.hook.removed(self, key)
+        if self.rules is not None:
+            self.rules.stamps.pop(key, None)
         return size
 
-    def clear(self) -> None:
+    def _drop(self, key: Key, reason: str = "evicted") -> float:
+        """Remove a held block; its removal (``reason``) is queued for the policy."""
+        size = self.blocks.pop(key).size
+        self.used -= size
+        if self.rules is not None:
+            self.rules.stamps.pop(key, None)
+        self.kinds.append(_REMOVALS[reason])
+        self.queued.append(key)
+        return size
+
+    def remove(self, key: Key, reason: str = "deleted") -> bool:
+        got = super().remove(key, reason)
+        if self.queued:
+            self._tell()
+        return got
+
+    def _clear(self) -> None:
         for key in list(self.blocks):
-            self.hook.removed(self, key)
-        super().clear()
+            self.kinds.append(DELETED)
+            self.queued.append(key)
+        if self.queued:
+            self._tell()
+        super()._clear()
 
 
 class Gate:

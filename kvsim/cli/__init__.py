@@ -25,6 +25,7 @@ from kvsim.cli import (
     trace,
     validate,
 )
+from kvsim.cli import plugins as plugins_cmd
 from kvsim.cli.common import _plugin_mode, _plugins_as_overrides, _say_import, signals_as_interrupt
 from kvsim.cli.parser import _parser
 from kvsim.errors import InputError, clean
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "validate": validate._cmd_validate,
         "trace": trace._cmd_trace,
         "profiles": profiles._cmd_profiles,
+        "plugins": plugins_cmd._cmd_plugins,
         "costmodel": costmodel._cmd_costmodel,
         "reproduce": reproduce._cmd_reproduce,
         "sweep": sweep._cmd_sweep,

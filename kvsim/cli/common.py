@@ -40,7 +40,7 @@ def _say_import(what: str) -> None:
 
 
 # commands that run no policy: with --no-plugins they accept (and list) plugin names
-_INSPECTING = ("validate", "trace", "costmodel")
+_INSPECTING = ("validate", "trace", "costmodel", "plugins")
 
 
 @contextlib.contextmanager

@@ -109,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         default="parquet",
         help="format of the per-request and time-series tables (default: parquet)",
     )
+    r.add_argument(
+        "--record-accesses",
+        action="store_true",
+        help="also write accesses.parquet (needs --out): every lookup (hit/miss per tier "
+        "and block) and every block store event, in simulation order",
+    )
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -131,28 +137,77 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_no_plugins(ts)
 
-    tm = tsub.add_parser("mrc", help="LRU hit ratio against cache capacity, in one pass")
-    tm.add_argument("trace", type=_path, help="Mooncake .jsonl, Azure .csv, or a scenario .yaml")
+    tm = tsub.add_parser(
+        "mrc", help="hit ratio against cache capacity, per eviction policy (LRU in one pass)"
+    )
+    tm.add_argument(
+        "trace",
+        type=_path,
+        help="Mooncake .jsonl, Azure .csv, a scenario .yaml, or a recorded accesses.parquet "
+        "(or the run folder holding it)",
+    )
     tm.add_argument(
         "--block-tokens",
         type=int,
         default=None,
         help="tokens per hash block of a trace file (default 512)",
     )
+    tm.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        type=_word,
+        metavar="NAME",
+        help="eviction policy to replay: lru, fifo, opt (Belady's bound) or a plugin's name, "
+        "with parameters as NAME(k=v,...); repeatable or a comma list (default: lru, in "
+        "one pass)",
+    )
+    _add_access_selection(tm)
     tm.add_argument("--points", type=int, default=24, help="capacities to report")
+    tm.add_argument(
+        "--capacities",
+        type=_word,
+        metavar="LIST",
+        help="report these capacities instead: a comma list of tokens (a trace) or of sizes "
+        "such as '4 GB' (an accesses.parquet)",
+    )
     tm.add_argument(
         "--profile",
         type=_word,
         help="express capacities in bytes of this profile's model "
         "(default: the scenario's, or b300-pcp8-glm5)",
     )
-    tm.add_argument("--plot", type=_path, metavar="FILE", help="draw the curve (.png/.svg)")
+    tm.add_argument("--plot", type=_path, metavar="FILE", help="draw the curves (.png/.svg/.pdf)")
     tm.add_argument(
         "--json",
         action="store_true",
-        help='print [{"capacity_tokens": ..., "hit_ratio": ...}, ...]',
+        help='print [{"capacity_tokens": ..., "hit_ratio": ...}, ...] (with --policy or an '
+        'accesses.parquet, one row per policy and capacity: "policy", "hit_blocks", '
+        '"miss_blocks" too)',
     )
-    _add_no_plugins(tm)
+    _add_plugins(tm)
+
+    tr = tsub.add_parser("reuse", help="reuse-distance histogram (LRU stack distances)")
+    tr.add_argument(
+        "trace",
+        type=_path,
+        help="Mooncake .jsonl, Azure .csv, a scenario .yaml, or a recorded accesses.parquet "
+        "(or the run folder holding it)",
+    )
+    tr.add_argument(
+        "--block-tokens",
+        type=int,
+        default=None,
+        help="tokens per hash block of a trace file (default 512)",
+    )
+    _add_access_selection(tr)
+    tr.add_argument("--plot", type=_path, metavar="FILE", help="draw the histogram")
+    tr.add_argument(
+        "--json",
+        action="store_true",
+        help='print [{"low": ..., "high": ..., "count": ..., "share": ...}, ...]',
+    )
+    _add_no_plugins(tr)
 
     tg = tsub.add_parser("generate", help="write a scenario's workload as a trace file")
     tg.add_argument("scenario", type=_path, help="scenario YAML (its workload is used)")
@@ -368,6 +423,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_no_plugins(rp)
 
+    pg = sub.add_parser(
+        "plugins",
+        help="list the policies a scenario (or this environment) may name: built-in ones, "
+        "plugin files and modules, entry points; kind, source, parameters, first docstring line",
+    )
+    pg.add_argument(
+        "scenario",
+        nargs="?",
+        type=_path,
+        help="scenario YAML file: its plugins, and which of its fields use each policy",
+    )
+    _add_plugins(pg)
+    pg.add_argument("--json", action="store_true", help="print JSON")
+
     pr = sub.add_parser(
         "profiles",
         help="list the shipped profiles, model cards and GPU cards; `show MODEL GPU` prints "
@@ -418,6 +487,24 @@ def _add_plugins(p: argparse.ArgumentParser) -> None:
         "plugins: (repeatable; docs/extending.md)",
     )
     _add_no_plugins(p)
+
+
+def _add_access_selection(p: argparse.ArgumentParser) -> None:
+    """--tier and --engine: which stream of a recorded accesses.parquet."""
+    p.add_argument(
+        "--tier",
+        choices=("gpu", "host", "nvme", "remote"),
+        default=None,
+        help="the tier whose stream an accesses.parquet replays (default gpu)",
+    )
+    p.add_argument(
+        "--engine",
+        type=int,
+        default=None,
+        metavar="N",
+        help="one engine's stream of an accesses.parquet (default: every engine, each in a "
+        "store of its own, summed)",
+    )
 
 
 def _add_no_plugins(p: argparse.ArgumentParser) -> None:

@@ -9,11 +9,18 @@ import sys
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from kvsim.api import expected_requests, load
+    from kvsim.errors import InputError
     from kvsim.report import summary_table
     from kvsim.results.records import collect, json_ready
     from kvsim.results.writers import RUN_FILES, check_out_folder, write_results
     from kvsim.sim.simulation import Simulation
 
+    record = getattr(args, "record_accesses", False)
+    if record and args.out is None:  # refused before anything runs
+        raise InputError(
+            "writes accesses.parquet into the run's folder: give --out DIR",
+            where="--record-accesses",
+        )
     sc = load(args.scenario, args.overrides, args.seed)
     if args.out is not None:
         check_out_folder(args.out, flag="--out", owned=RUN_FILES)
@@ -30,8 +37,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             leave=False,
         )
     try:
-        sim = Simulation(sc, progress=bar.update if bar is not None else None)
+        sim = Simulation(
+            sc, progress=bar.update if bar is not None else None, record_accesses=record
+        )
         results = collect(sim.run(), sc)
+        if sim.recorder is not None:
+            results.accesses = sim.recorder.frame()
     finally:
         if bar is not None:
             bar.close()

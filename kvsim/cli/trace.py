@@ -1,12 +1,14 @@
-"""``kvsim trace``: the trace tools (``stats``, ``mrc``, ``generate``) and the opening of
-a trace file or a scenario's workload they share."""
+"""``kvsim trace``: the trace tools (``stats``, ``mrc``, ``reuse``, ``generate``) and the
+opening of a trace file, a scenario's workload or a recorded accesses table they share."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvsim.cli.common import _check_plot_path
 from kvsim.errors import InputError
@@ -17,6 +19,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         return _cmd_trace_generate(args)
     if args.trace_command == "mrc":
         return _cmd_trace_mrc(args)
+    if args.trace_command == "reuse":
+        return _cmd_trace_reuse(args)
     return _cmd_trace_stats(args)
 
 
@@ -54,21 +58,87 @@ def _open_trace(path_text: str, block_tokens: int | None) -> tuple:
 
 def _cmd_trace_mrc(args: argparse.Namespace) -> int:
     from kvsim.api import profile_scenario
-    from kvsim.units import fmt_bytes
     from kvsim.workload.mrc import MAX_POINTS, miss_ratio_curve
 
     if not 2 <= args.points <= MAX_POINTS:
         raise InputError(f"must be between 2 and {MAX_POINTS:,}", where="--points")
     if args.plot:
         _check_plot_path(args.plot)  # before the pass over the trace, which may be long
+    if _is_accesses(args.trace):
+        return _mrc_accesses(args, _policies(args.policy, args.plugins) or None)
+    _trace_only(args)
+    capacities = _capacities(args.capacities, in_bytes=False)
     requests, block, sc = _open_trace(args.trace, args.block_tokens)
+    # a scenario's own plugins: may name the policies too
+    specs = [*args.plugins, *(sc.plugins if sc is not None else [])]
+    policies = _policies(args.policy, specs) or None
     if args.profile or sc is None:
         from kvsim.profiles import DEFAULT_PROFILE
 
         sc = profile_scenario(args.profile or DEFAULT_PROFILE)
     kv = sc.model.kv_bytes
-    curve = miss_ratio_curve(requests, block)
-    points = curve.points(args.points)
+    if policies is None:
+        return _mrc_lru(args, miss_ratio_curve(requests, block), capacities, block, sc)
+    replayed = [p for p in policies if p.name != "lru"]
+    if replayed:
+        from kvsim.workload.streams import TraceStreamBuilder
+
+        builder = TraceStreamBuilder(block)
+        curve = miss_ratio_curve(builder.passing(requests), block)
+        stream = builder.stream()
+    else:
+        curve = miss_ratio_curve(requests, block)
+    caps = capacities if capacities is not None else curve.capacities(args.points)
+    recompute = (
+        _recompute(sc, block)
+        if any(p.name not in ("lru", "fifo", "opt") for p in replayed)
+        else None
+    )
+    rows: list[dict] = []
+    asked = curve.asked_blocks
+    for p in policies:
+        got: list[tuple[float | None, float, int]]
+        if p.name == "lru":
+            got = [(c, curve.hit_ratio(c), curve.hit_blocks(c)) for c in caps]
+        else:
+            from kvsim.workload.streams import replay
+
+            got = [
+                (c, r["hit_ratio"], r["hit_blocks"])
+                for c, r in zip(caps, replay(stream, p, caps, recompute), strict=True)
+            ]
+        got.append((None, curve.unlimited, curve.hit_blocks(None)))
+        rows += [
+            {
+                "policy": str(p),
+                "capacity_tokens": c,
+                "hit_ratio": h,
+                "hit_blocks": b,
+                "miss_blocks": asked - b,
+            }
+            for c, h, b in got
+        ]
+    name = Path(args.trace).name
+    title = f"{name}: prefix-cache hit ratio by eviction policy"
+    head = (
+        f"Prefix-cache hit ratio (prompt tokens from the cache) on {args.trace} ({block}-token "
+        f"blocks; bytes at {kv:,.0f} B/token, {sc.profile})"
+    )
+    return _mrc_out(args, rows, "capacity_tokens", kv, title, head)
+
+
+def _mrc_lru(
+    args: argparse.Namespace, curve: Any, capacities: list[float] | None, block: int, sc: Any
+) -> int:
+    """The LRU curve alone (no --policy): one pass, ``[{capacity_tokens, hit_ratio}]``."""
+    from kvsim.units import fmt_bytes
+
+    kv = sc.model.kv_bytes
+    if capacities is None:
+        points = curve.points(args.points)
+    else:
+        points = [{"capacity_tokens": c, "hit_ratio": curve.hit_ratio(c)} for c in capacities]
+        points.append({"capacity_tokens": None, "hit_ratio": curve.unlimited})
     if args.plot:
         from kvsim.plots import mrc_plot
 
@@ -90,6 +160,266 @@ def _cmd_trace_mrc(args: argparse.Namespace) -> int:
         size = "" if c is None else fmt_bytes(c * kv)
         print(f"  {tokens:>18}  {size:>16}  {100 * p['hit_ratio']:8.2f}%")
     return 0
+
+
+def _mrc_accesses(args: argparse.Namespace, policies: list | None) -> int:
+    """Curves of a recorded run's stream (one tier; one engine or each in its own store)."""
+    from kvsim.workload.streams import PolicySpec, accesses_streams, replay_streams
+
+    _accesses_only(args)
+    if args.profile:
+        raise InputError(
+            "a recorded stream's capacities are bytes already; --profile is for trace files",
+            where="--profile",
+        )
+    tier = args.tier or "gpu"
+    streams = accesses_streams(args.trace, tier, args.engine)
+    caps = _capacities(args.capacities, in_bytes=True)
+    if caps is None:
+        import numpy as np
+
+        low = max(max((s.largest_block() for s in streams), default=1.0), 1.0)
+        top = max(max((s.working_set() for s in streams), default=low), low)
+        caps = [float(c) for c in np.unique(np.geomspace(low, top, args.points).round())]
+    policies = policies or [PolicySpec("lru")]
+    unlimited = replay_streams(streams, "lru", [math.inf])[0]
+    rows: list[dict] = []
+    for p in policies:
+        got = replay_streams(streams, p, caps)
+        rows += [
+            {
+                "policy": str(p),
+                "capacity_bytes": c,
+                "hit_ratio": r["hit_ratio"],
+                "hit_blocks": r["hit_blocks"],
+                "miss_blocks": r["miss_blocks"],
+            }
+            for c, r in zip(caps, got, strict=True)
+        ]
+        rows.append(
+            {
+                "policy": str(p),
+                "capacity_bytes": None,
+                "hit_ratio": unlimited["hit_ratio"],
+                "hit_blocks": unlimited["hit_blocks"],
+                "miss_blocks": unlimited["miss_blocks"],
+            }
+        )
+    which = f"engine {args.engine}" if args.engine is not None else (
+        "the shared store" if tier == "remote" else f"{len(streams)} engine(s), each its own store"
+    )  # fmt: skip
+    title = f"{Path(args.trace).name}: {tier} tier ({which}), hit ratio by eviction policy"
+    head = f"{tier} tier of {args.trace} ({which}): hit ratio = blocks found / blocks asked"
+    return _mrc_out(args, rows, "capacity_bytes", None, title, head)
+
+
+def _mrc_out(
+    args: argparse.Namespace,
+    rows: list[dict],
+    cap: str,
+    kv: float | None,
+    title: str,
+    head: str,
+) -> int:
+    """Plot, JSON or a table of ``rows`` (one per policy and capacity; one column per
+    policy in the table)."""
+    from kvsim.units import fmt_bytes
+
+    if args.plot:
+        from kvsim.plots import mrc_plot
+
+        mrc_plot(rows, args.plot, title, kv_bytes=kv)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    names = list(dict.fromkeys(r["policy"] for r in rows))
+    table: dict[Any, dict[str, float]] = {}
+    for r in rows:
+        table.setdefault(r[cap], {})[r["policy"]] = r["hit_ratio"]
+    width = max(9, *(len(n) for n in names))
+    print(head)
+    cols = "".join(f"  {n:>{width}}" for n in names)
+    if cap == "capacity_tokens":
+        print(f"  {'capacity (tokens)':>18}  {'capacity (bytes)':>16}{cols}")
+    else:
+        print(f"  {'capacity (bytes)':>18}{cols}")
+    for c, by in table.items():
+        ratios = "".join(f"  {100 * by[n]:>{width - 1}.2f}%" for n in names)
+        if cap == "capacity_tokens":
+            tokens = "unlimited" if c is None else f"{c:,}"
+            size = "" if c is None or kv is None else fmt_bytes(c * kv)
+            print(f"  {tokens:>18}  {size:>16}{ratios}")
+        else:
+            size = "unlimited" if c is None else fmt_bytes(c)
+            print(f"  {size:>18}{ratios}")
+    if "opt" in names:
+        print(
+            "opt: Belady's bound (the block needed farthest ahead goes first); the optimum "
+            "in blocks found when all blocks are the same size"
+        )
+    return 0
+
+
+def _cmd_trace_reuse(args: argparse.Namespace) -> int:
+    from kvsim.workload.streams import accesses_streams, reuse_histogram, trace_stream
+
+    if args.plot:
+        _check_plot_path(args.plot)
+    if _is_accesses(args.trace):
+        _accesses_only(args)
+        tier = args.tier or "gpu"
+        streams = accesses_streams(args.trace, tier, args.engine)
+        what = f"the {tier} tier of {args.trace}"
+    else:
+        _trace_only(args)
+        requests, block, _ = _open_trace(args.trace, args.block_tokens)
+        streams = [trace_stream(requests, block)]
+        what = f"{args.trace} ({block}-token blocks)"
+    rows = reuse_histogram(streams).rows()
+    if args.plot:
+        from kvsim.plots import reuse_plot
+
+        reuse_plot(rows, args.plot, f"{Path(args.trace).name}: reuse distances of blocks asked")
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(
+        f"Reuse distances in {what}: for each block asked, the distinct blocks used since its "
+        "last use (itself included); an LRU store of N equal blocks holds those at distance "
+        "<= N"
+    )
+    print(f"  {'distance':>15}  {'references':>12}  {'share':>7}  {'cumulative':>10}")
+    total = 0.0
+    for r in rows:
+        if r["low"] is None:
+            label = "cold (first use)"
+            cum = ""
+        else:
+            total += r["share"]
+            label = f"{r['low']:,}" if r["low"] == r["high"] else f"{r['low']:,}-{r['high']:,}"
+            cum = f"{100 * total:9.2f}%"
+        print(f"  {label:>15}  {r['count']:>12,}  {100 * r['share']:6.2f}%  {cum:>10}")
+    return 0
+
+
+def _is_accesses(path_text: str) -> bool:
+    """A recorded accesses table (or a run folder, where one would be)."""
+    path = Path(path_text)
+    return path.suffix.lower() == ".parquet" or path.is_dir()
+
+
+def _trace_only(args: argparse.Namespace) -> None:
+    for flag, value in (("--tier", args.tier), ("--engine", args.engine)):
+        if value is not None:
+            raise InputError("selects a stream of an accesses.parquet, not of a trace", where=flag)
+
+
+def _accesses_only(args: argparse.Namespace) -> None:
+    if args.block_tokens is not None:
+        raise InputError(
+            "a recorded stream has its blocks' bytes already; --block-tokens is for trace files",
+            where="--block-tokens",
+        )
+
+
+def _policies(values: list[str], specs: list[str]) -> list:
+    """--policy values (repeated, comma lists, NAME(k=v, ...)) as checked PolicySpecs, in
+    order, without repeats."""
+    from kvsim.workload.streams import PolicySpec, check_policy
+
+    out: list = []
+    for value in values:
+        for item in _split_top(value):
+            name, params = _policy_params(item)
+            spec = check_policy(PolicySpec(name, params or None, tuple(specs)))
+            if spec not in out:
+                out.append(spec)
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses, items stripped (none empty)."""
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "," and depth == 0:
+            items.append("".join(cur).strip())
+            cur = []
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur.append(ch)
+    items.append("".join(cur).strip())
+    if any(not i for i in items) or depth:
+        raise InputError(f"expected NAME or NAME(k=v, ...), comma-separated, got {text!r}",
+                         where="--policy")  # fmt: skip
+    return items
+
+
+def _policy_params(item: str) -> tuple[str, dict[str, Any]]:
+    """``NAME`` or ``NAME(k=v, ...)`` (values read as YAML: 0.2, true, [1, 2], text)."""
+    import yaml
+
+    if "(" not in item:
+        return item, {}
+    name, _, rest = item.partition("(")
+    if not rest.endswith(")") or not name.strip():
+        raise InputError(f"expected NAME(k=v, ...), got {item!r}", where="--policy")
+    params: dict[str, Any] = {}
+    for part in _split_top(rest[:-1]) if rest[:-1].strip() else []:
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip().isidentifier():
+            raise InputError(f"expected k=v in {item!r}, got {part!r}", where="--policy")
+        try:
+            params[k.strip()] = yaml.safe_load(v.strip())
+        except yaml.YAMLError:
+            params[k.strip()] = v.strip()
+    return name.strip(), params
+
+
+def _capacities(text: str | None, in_bytes: bool) -> list[float] | None:
+    """--capacities: tokens (a trace: whole numbers) or sizes ('4 GB'; a plain number is
+    bytes), sorted, without repeats."""
+    if text is None:
+        return None
+    from kvsim.units import parse_size
+
+    out: set[float] = set()
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = float(item)
+        except ValueError:
+            if not in_bytes:
+                raise InputError(
+                    f"a trace's capacities are tokens (whole numbers), got {item!r}",
+                    where="--capacities",
+                ) from None
+            try:
+                value = parse_size(item)
+            except ValueError as e:
+                raise InputError(str(e), where="--capacities") from None
+        if not math.isfinite(value) or value < 0 or (not in_bytes and value != int(value)):
+            raise InputError(
+                f"expected {'a size' if in_bytes else 'a whole number of tokens'} >= 0, "
+                f"got {item!r}",
+                where="--capacities",
+            )
+        out.add(value)
+    return sorted(int(v) if not in_bytes else v for v in out)
+
+
+def _recompute(sc: Any, block: int) -> Any:
+    """A block depth's recompute seconds (a lone request; the scenario's step model), as
+    plugins read ``Block.recompute_s`` in the simulation."""
+    from kvsim.physics.step import lone_seconds, make_step_model, per_step_tokens
+
+    steps = make_step_model(sc)
+    e = sc.engine
+    per = per_step_tokens(e.batching, e.max_batched_tokens, e.long_prefill_token_threshold)
+    return lambda depth: lone_seconds(steps, block, depth * block, per)
 
 
 def _cmd_trace_generate(args: argparse.Namespace) -> int:

@@ -2,23 +2,30 @@
 
 Unit-carrying fields become unit strings in base units ("288000000000.0 B", "0.33 s"),
 written with ``repr`` so every float round-trips exactly; the timing grid is written inline;
-paths are absolute. ``yaml.safe_dump`` of the result is a complete, self-contained
+paths are absolute; a policy is its bare name when it has no params (as scenarios were
+written before policies took any, so their hashes stay), ``{name, params}`` otherwise.
+``yaml.safe_dump`` of the result is a complete, self-contained
 scenario file (``kvsim run --out`` writes one next to the results).
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from kvsim.config.schema import Scenario, field_unit
+from kvsim.config.schema import PolicyRef, Scenario, field_unit
 from kvsim.plugins import canonical
 from kvsim.units import UNIT_WRITERS
 
 
 def _value(value: Any, unit: str | None) -> Any:
+    if isinstance(value, PolicyRef):
+        if not value.params:
+            return value.name
+        return {"name": value.name, "params": copy.deepcopy(value.params)}
     if isinstance(value, BaseModel):
         return record_to_dict(value)
     if isinstance(value, list):

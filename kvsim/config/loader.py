@@ -29,7 +29,13 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvsim.config.schema import REMOTE_KINDS, REMOVED_FIELDS, Scenario, cross_checks
+from kvsim.config.schema import (
+    POLICY_FIELDS,
+    REMOTE_KINDS,
+    REMOVED_FIELDS,
+    Scenario,
+    cross_checks,
+)
 from kvsim.errors import InputError, shown
 from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES, check_regular, read_text
 from kvsim.plugins import canonical, is_file_spec, load_plugins
@@ -390,12 +396,23 @@ def _dotted(path: Iterable[Any]) -> str:
 # ---- merging layers -------------------------------------------------------------------
 
 
+def promoted(path: Path_, value: Any, over: Any) -> Any:
+    """A policy field's bare name as the mapping ``{name: NAME}``, when what goes over it
+    is a mapping (``params`` given in an ``extends:`` layer or an override, for a name
+    the layer below gave); anything else as it is."""
+    if isinstance(value, str) and isinstance(over, dict) and tuple(path) in POLICY_FIELDS:
+        return {"name": value}
+    return value
+
+
 def deep_merge(base: Any, over: Any, _path: Path_ = (), _replaced: list | None = None) -> Any:
     """Merge ``over`` onto ``base``: mappings recursively, anything else replaced.
 
     A mapping whose tag (``kind``, ``dist`` or ``process``) differs is replaced whole; its
-    path is appended to ``_replaced`` when a list is given.
+    path is appended to ``_replaced`` when a list is given. A policy field's bare name
+    under a mapping is taken as ``{name: NAME}`` (:func:`promoted`).
     """
+    base = promoted(_path, base, over)
     if not isinstance(base, dict) or not isinstance(over, dict):
         return over
     changed = any(tag in over and tag in base and over[tag] != base[tag] for tag in _TAGS)
@@ -766,6 +783,8 @@ def apply_overrides(
             child = node.get(key)
             if child is None:
                 child = node[key] = {}
+            elif isinstance(child, str) and tuple(parts[: i + 1]) in POLICY_FIELDS:
+                child = node[key] = {"name": child}  # (its params, or its name, set below)
             if not isinstance(child, dict):
                 raise InputError(f"{_dotted(parts[: i + 1])} is not a mapping", where=where)
             node = child
@@ -775,9 +794,9 @@ def apply_overrides(
             # a new kind of record: the old one's fields do not carry over
             node.clear()
             path = path[:-1]
-        old = node.get(key)
+        old = promoted(path, node.get(key), value)
         if isinstance(old, dict) and isinstance(value, dict):
-            value = deep_merge(old, value)
+            value = deep_merge(old, value, path)
         elif path == ("plugins",) and isinstance(old, list) and isinstance(value, list):
             value = [*old, *(v for v in value if v not in old)]  # plugins add up
         node[key] = _unshared(value)  # never the caller's object, which later overrides edit

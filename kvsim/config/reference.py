@@ -44,6 +44,8 @@ def _type_name(ann: Any, metadata: list[Any] | None = None) -> str:
     args = get_args(ann)
     if origin is typing.Annotated:
         return _type_name(args[0], list(ann.__metadata__))
+    if ann is schema.PolicyRef:  # (a policy field: its name, or the name with params)
+        return "policy name, or mapping {name, params}"
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin in (typing.Union, types.UnionType):
@@ -73,6 +75,8 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
     d = field.default
+    if isinstance(d, schema.PolicyRef):
+        return f"`{d}`"
     if isinstance(d, BaseModel):
         return "(defaults)"
     return f"`{d}`" if d not in (None, "") else ("null" if d is None else '`""`')
@@ -86,7 +90,7 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
         ann = field.annotation
         desc = field.description or ("selects this variant" if name in _TAGS else "")
         out.append((path, _type_name(ann, list(field.metadata)), _default(field), desc))
-        subs = _models(ann)
+        subs = [m for m in _models(ann) if m is not schema.PolicyRef]
         for sub in subs:
             tag = next((t for t in _TAGS if t in sub.model_fields), None)
             label = ""
@@ -127,7 +131,10 @@ def render() -> str:
         "expected. Fields of `node`, `model`, `timing`, `tiers` and `remote` default to the",
         "chosen profile's values (see `kvsim profiles` and `kvsim/profiles/*.yaml`). A path",
         "such as `workload[kind=synthetic].requests` applies when `workload.kind` is",
-        "`synthetic`; write it as `workload.requests`.",
+        "`synthetic`; write it as `workload.requests`. A policy field takes a name or",
+        "`{name: NAME, params: {...}}`: a plugin class's keyword arguments, checked against its",
+        "`__init__` and set or swept as e.g. `tiers.host.eviction.params.small_frac`",
+        '(docs/extending.md, "Parameters"; `kvsim plugins` lists each policy\'s).',
         "",
         *_limits(),
         "",

@@ -21,13 +21,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationError,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kvsim.config import pools
-from kvsim.errors import UNSAFE_CATEGORIES
+from kvsim.errors import UNSAFE_CATEGORIES, shown
 from kvsim.physics.timing import TimingTable
-from kvsim.plugins import check_name
+from kvsim.plugins import LABELS, ParamError, check_name, check_params, plain_params
 from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
 
 # ---- unit-carrying field types -------------------------------------------------------
@@ -328,24 +330,115 @@ class Timing(Record):
 # ---- cache tiers -------------------------------------------------------------------
 
 
-def _policy_name(kind: str) -> Any:
-    """A policy name of one kind: a built-in one, or one a loaded plugin registered
-    (kvsim.plugins; the scenario's ``plugins`` are imported before it is validated)."""
+class PolicyRef(Record):
+    """A policy a scenario names: a built-in one or a plugin's, with the keyword
+    parameters its class is made with. YAML gives ``NAME`` or ``{name: NAME, params:
+    {...}}``; the params are checked against the class's ``__init__`` (kvsim.plugins)."""
 
-    def check(name: Any) -> Any:
-        if not isinstance(name, str):
-            return name  # the str type then refuses it
-        return check_name(kind, name)
+    name: str = Field(description="the policy's name: a built-in one or a plugin's")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of the plugin class's __init__ (the built-in "
+        "policies take none)",
+    )
 
-    return AfterValidator(check)
+    def __str__(self) -> str:
+        """``name``, or ``name(k=v, ...)`` with its params (for reports and messages)."""
+        if not self.params:
+            return self.name
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
 
 
-EvictionName = Annotated[str, _policy_name("eviction")]
-AdmissionName = Annotated[str, _policy_name("admission")]
-RouterName = Annotated[str, _policy_name("router")]
-SchedulerName = Annotated[str, _policy_name("scheduler")]
-LoadPolicyName = Annotated[str, _policy_name("load_policy")]
-PrefetchName = Annotated[str, _policy_name("prefetch")]
+def _ref(name: str) -> PolicyRef:
+    """A policy field's default: the built-in policy ``name``, no params."""
+    return PolicyRef(name=name)
+
+
+# the name a policy field of each kind takes by default (a mapping without a name, as an
+# override of one parameter makes, is for it)
+POLICY_DEFAULTS: dict[str, str] = {
+    "eviction": "lru",
+    "admission": "all",
+    "router": "round_robin",
+    "scheduler": "fcfs",
+    "load_policy": "sync",
+    "prefetch": "none",
+}
+
+
+def _promote(kind: str) -> Callable[[Any], Any]:
+    """A policy field's YAML as a PolicyRef's: ``NAME`` is ``{name: NAME}``; a mapping
+    without a name (an override of one parameter makes one) is for the kind's default."""
+
+    def promote(value: Any) -> Any:
+        if isinstance(value, str):
+            return {"name": value}
+        if isinstance(value, dict):
+            return value if "name" in value else {"name": POLICY_DEFAULTS[kind], **value}
+        if isinstance(value, PolicyRef):
+            return value
+        raise ValueError(
+            f"expected a {LABELS[kind]}'s name or a mapping {{name: NAME, params: {{...}}}}, "
+            f"got {shown(value)}"
+        )
+
+    return promote
+
+
+def _checked(kind: str) -> Callable[[PolicyRef], PolicyRef]:
+    """The check of a policy field: the name must be a built-in one or one a loaded plugin
+    registered (the scenario's ``plugins`` are imported before it is validated); the
+    params must fit its class, coerced to its annotations (an error names the parameter:
+    ``tiers.host.eviction.params.small_frac``)."""
+
+    def check(ref: PolicyRef) -> PolicyRef:
+        check_name(kind, ref.name)
+        try:
+            checked = check_params(kind, ref.name, ref.params)
+        except ParamError as e:
+            detail = InitErrorDetails(
+                type=PydanticCustomError("value_error", "{reason}", {"reason": str(e)}),
+                loc=("params", e.param) if e.param is not None else ("params",),
+                input=ref.params.get(e.param) if e.param is not None else ref.params,
+            )
+            raise ValidationError.from_exception_data("PolicyRef", [detail]) from None
+        if not ref.params:
+            return ref
+        return ref.model_copy(update={"params": plain_params(checked, ref.params)})
+
+    return check
+
+
+# a policy field: NAME or {name: NAME, params: {...}}, held as a PolicyRef
+EvictionName = Annotated[
+    PolicyRef, BeforeValidator(_promote("eviction")), AfterValidator(_checked("eviction"))
+]
+AdmissionName = Annotated[
+    PolicyRef, BeforeValidator(_promote("admission")), AfterValidator(_checked("admission"))
+]
+RouterName = Annotated[
+    PolicyRef, BeforeValidator(_promote("router")), AfterValidator(_checked("router"))
+]
+SchedulerName = Annotated[
+    PolicyRef, BeforeValidator(_promote("scheduler")), AfterValidator(_checked("scheduler"))
+]
+LoadPolicyName = Annotated[
+    PolicyRef, BeforeValidator(_promote("load_policy")), AfterValidator(_checked("load_policy"))
+]
+PrefetchName = Annotated[
+    PolicyRef, BeforeValidator(_promote("prefetch")), AfterValidator(_checked("prefetch"))
+]
+
+# every policy field of a scenario, by path, and its kind
+POLICY_FIELDS: dict[tuple[str, ...], str] = {
+    **{("tiers", t, k): k for t in ("gpu", "host", "nvme") for k in ("eviction", "admission")},
+    ("remote", "eviction"): "eviction",
+    ("remote", "admission"): "admission",
+    ("cluster", "router"): "router",
+    ("cluster", "load_policy"): "load_policy",
+    ("engine", "scheduler"): "scheduler",
+    ("prefetch", "policy"): "prefetch",
+}
 
 
 WritePolicy = Literal["write_back", "write_through", "write_through_selective"]
@@ -377,9 +470,11 @@ class GpuTier(Record):
     """Prefix cache in HBM (vLLM-style); hits cost nothing to load."""
 
     capacity: Size = Field(description="KV capacity per engine (all GPUs of the node)")
-    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo | a plugin's")
+    eviction: EvictionName = Field(
+        _ref("lru"), description="eviction policy: lru | fifo | a plugin's"
+    )
     admission: AdmissionName = Field(
-        "all",
+        _ref("all"),
         description="all: cache every block offered; second_hit: only one offered before "
         "(a ghost list as long as the tier holds blocks remembers first sightings); or a "
         "plugin's name",
@@ -398,9 +493,11 @@ class LocalTier(Record):
         "rest only the request waits. sync: the engine waits all of t0",
     )
     streams: bool = Field(True, description="restores can be read layer by layer (layerwise)")
-    eviction: EvictionName = Field("lru", description="eviction policy: lru | fifo | a plugin's")
+    eviction: EvictionName = Field(
+        _ref("lru"), description="eviction policy: lru | fifo | a plugin's"
+    )
     admission: AdmissionName = Field(
-        "all",
+        _ref("all"),
         description="all: cache every block offered; second_hit: only one offered before "
         "(a ghost list as long as the tier holds blocks remembers first sightings); or a "
         "plugin's name",
@@ -564,10 +661,10 @@ class Remote(Record):
         description="GETs can be read layer by layer (LMCache's remote connectors cannot)",
     )
     eviction: EvictionName = Field(
-        "lru", description="eviction policy of each server: lru | fifo | a plugin's"
+        _ref("lru"), description="eviction policy of each server: lru | fifo | a plugin's"
     )
     admission: AdmissionName = Field(
-        "all",
+        _ref("all"),
         description="all: store every block a request computed; second_hit: only blocks "
         "offered to the store before (a ghost list as long as the store holds blocks); or a "
         "plugin's name",
@@ -611,10 +708,10 @@ REMOVED_FIELDS: dict[tuple[str, str], str] = {
 class Cluster(Record):
     engines: Bounded(4096) = Field(1, description="prefill engines (nodes)")
     router: RouterName = Field(
-        "round_robin", description="round_robin | least_loaded | cache_affinity | a plugin's"
+        _ref("round_robin"), description="round_robin | least_loaded | cache_affinity | a plugin's"
     )
     load_policy: LoadPolicyName = Field(
-        "sync", description="sync | async | recompute | auto | a plugin's"
+        _ref("sync"), description="sync | async | recompute | auto | a plugin's"
     )
     affinity_slack: NonNegInt = Field(
         4, description="cache_affinity: max extra queued requests accepted for a better hit"
@@ -626,7 +723,7 @@ class Prefetch(Record):
     (SGLang HiCache's prefetch; docs/data-path.md)."""
 
     policy: PrefetchName = Field(
-        "none",
+        _ref("none"),
         description="none: restores read NVMe and remote directly. Otherwise a request's "
         "blocks in NVMe or remote are fetched into host when it reaches its engine, and "
         "its restore reads GPU and host only: best_effort (uses what has arrived when "
@@ -663,7 +760,7 @@ class Engine(Record):
         0, description="most tokens one prompt may take per step (0: no cap; vLLM's knob)"
     )
     scheduler: SchedulerName = Field(
-        "fcfs",
+        _ref("fcfs"),
         description="fcfs: arrival order; lpm: longest cached prefix first; "
         "sjf: shortest remaining prompt first, with aging; or a plugin's name",
     )
@@ -1172,30 +1269,30 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     out += _peer_checks(sc)
     out += _cost_checks(sc)
     ten = sc.tenancy
-    if ten.quota or ten.ttl is not None:  # kept by the built-in stores' bookkeeping
+    if ten.quota:  # kept by the built-in stores' bookkeeping (a ttl: by plugins' too)
         tiers = [("tiers", t) for t in ("gpu", "host", "nvme")] + [("remote",)]
         for where in tiers:
             tier = sc.remote if where == ("remote",) else getattr(sc.tiers, where[1])
-            if tier.eviction not in ("lru", "fifo"):
-                rule = "quotas" if ten.quota else "a ttl"
+            if tier.eviction.name not in ("lru", "fifo"):
+                rule = "quotas"
                 out.append(
                     (
                         (*where, "eviction"),
                         f"tenancy {rule} need a built-in eviction policy (lru | fifo); "
-                        f"{tier.eviction!r} is a plugin's",
+                        f"{tier.eviction.name!r} is a plugin's",
                     )
                 )
     if sc.tiers.host.enabled and sc.tiers.host.capacity > n.host_dram:
         out.append((("tiers", "host", "capacity"), "exceeds the node's host_dram"))
     nvme_cap = n.nvme_drives * n.nvme_drive_capacity
     pf = sc.prefetch
-    if pf.policy != "none" or pf.on_session:
-        what = ("prefetch", "policy" if pf.policy != "none" else "on_session")
+    if pf.policy.name != "none" or pf.on_session:
+        what = ("prefetch", "policy" if pf.policy.name != "none" else "on_session")
         if not sc.tiers.host.enabled:
             out.append((what, "prefetches into host memory, and the host tier is disabled"))
         elif not sc.tiers.nvme.enabled and not sc.remote.enabled:
             out.append((what, "fetches from NVMe or the remote store; both are disabled"))
-    if pf.policy == "timeout" and pf.timeout is None:
+    if pf.policy.name == "timeout" and pf.timeout is None:
         out.append((("prefetch", "timeout"), "policy timeout needs a timeout (e.g. 200 ms)"))
     if sc.tiers.nvme.path == "gds" and not sc.tiers.nvme.enabled:
         out.append((("tiers", "nvme", "path"), "gds reads from the NVMe tier, which is disabled"))
@@ -1384,7 +1481,7 @@ def _peer_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append(
             (("tiers", "peer", "t0_engine"), f"is larger than t0 ({peer.t0:g} s): lower it too")
         )
-    if sc.engine.layerwise and sc.cluster.load_policy != "recompute" and not peer.streams:
+    if sc.engine.layerwise and sc.cluster.load_policy.name != "recompute" and not peer.streams:
         out.append(
             (
                 ("engine", "layerwise"),
@@ -1454,7 +1551,7 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     if e.layerwise:
         if sc.model.kv_layout is None:
             out.append((("engine", "layerwise"), "needs model.kv_layout (its layer count)"))
-        if sc.cluster.load_policy != "recompute":
+        if sc.cluster.load_policy.name != "recompute":
             for where in tiers:
                 tier = sc.remote if where == ("remote",) else getattr(sc.tiers, where[1])
                 if tier.enabled and not tier.streams:

@@ -18,7 +18,10 @@ run at some load points (multiples of the scenario's own load) with a fixed set 
 ``kvsim baseline`` stores, per entry and load point, each metric's value on every seed
 (``values``), their mean and 95% Student-t interval, plus the kvsim version, a hash of
 each resolved scenario and a digest of the content of each file it reads by name (a
-trace, plugin files: :func:`kvsim.experiments.sweep.scenario_files`).
+trace, plugin files: :func:`kvsim.experiments.sweep.scenario_files`), and the
+``provenance`` of the code that measured (:func:`kvsim.results.provenance.environment`:
+commit, core, Python and package versions), which ``kvsim check`` notes when it differs
+from its own (never a failure).
 
 ``kvsim check`` re-runs the suite on the same seeds, hence the same workload draws
 (common random numbers), and compares **paired** runs: per seed, d_i = new_i - base_i,
@@ -60,7 +63,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -86,6 +89,7 @@ from kvsim.experiments.sweep import (
     scenario_files,
 )
 from kvsim.files import MAX_TABLE_BYTES, read_text
+from kvsim.results.provenance import differences, environment
 from kvsim.results.uncertainty import (
     IDENTICAL,
     Interval,
@@ -419,6 +423,9 @@ def measure(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seeds": suite.seeds,
         "interval": "95% Student-t over seeds",
+        # the code that measured (the entries' files have their digests): kvsim check
+        # notes what differs from its own
+        "provenance": environment(),
         "entries": doc_entries,
     }
 
@@ -519,6 +526,8 @@ def check_baseline_doc(doc: Any, where: str) -> None:
     if "entries" not in doc:
         bad("", "not a kvsim baseline (no entries)")
     need(doc, "kvsim_version", str, "kvsim_version")
+    if "provenance" in doc:  # (absent from a baseline made before kvsim recorded it)
+        need(doc, "provenance", dict, "provenance")
     seeds = need(doc, "seeds", list, "seeds")
     for i, s in enumerate(seeds):
         if isinstance(s, bool) or not isinstance(s, int):
@@ -936,6 +945,9 @@ class Comparison:
 class CheckResult:
     comparisons: list[Comparison]
     notes: list[str]
+    # how the code that made the baseline differs from this one's (:func:`provenance_note`):
+    # said, never a failure, and apart from the notes about the comparison itself
+    provenance: list[str] = field(default_factory=list)
 
     @property
     def failures(self) -> list[Comparison]:
@@ -998,7 +1010,22 @@ def compare(
             "95% intervals is compared; make a new baseline to compare seed by seed"
         )
     notes += [c.noise_line() for c in comparisons if c.within_noise]
-    return CheckResult(comparisons, notes)
+    return CheckResult(comparisons, notes, provenance_note(baseline))
+
+
+def provenance_note(baseline: dict[str, Any]) -> list[str]:
+    """A note (a list of at most one) when the baseline's recorded provenance differs
+    from this process's (:func:`kvsim.results.provenance.differences`: version, commit
+    and uncommitted changes, core, Python, package versions): numbers may move for that
+    reason alone. A baseline without provenance (an older kvsim's) gets none."""
+    changed = differences(baseline.get("provenance"), environment())
+    if not changed:
+        return []
+    return [
+        "the baseline was made by other code than this check (provenance: "
+        + "; ".join(changed)
+        + "); differences may come from that"
+    ]
 
 
 def few_seeds_note(n: int) -> str:
@@ -1109,7 +1136,7 @@ def terminal_table(result: CheckResult, metrics: Sequence[str]) -> str:
 def report_lines(result: CheckResult) -> list[str]:
     """What ``kvsim check`` prints under its table: notes, one line per failure and per
     improvement, and the verdict."""
-    out = [f"note: {n}" for n in result.notes]
+    out = [f"note: {n}" for n in (*result.provenance, *result.notes)]
     out += [
         f"{'REGRESSION' if c.verdict != 'CHANGED' else 'CHANGED'} {c.line()}"
         for c in result.failures
@@ -1153,8 +1180,9 @@ def markdown_report(result: CheckResult, suite: Suite) -> str:
     ]
     if result.paired:
         lines += [f"{PAIRED[0].upper()}{PAIRED[1:]}. {_rule_text(suite)}", ""]
-    if result.notes:
-        lines += ["Notes:", ""] + [f"- {n}" for n in result.notes] + [""]
+    if result.notes or result.provenance:
+        notes = [*result.provenance, *result.notes]
+        lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
     if result.failures:
         lines += ["## Regressions", ""] + [f"- {c.verdict}: {c.line()}" for c in result.failures]
         lines += [""]

@@ -59,7 +59,7 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -79,7 +79,7 @@ from kvsim.experiments.replicate import (
     stop_pool,
     worker_pool,
 )
-from kvsim.files import check_regular, is_regular, open_regular
+from kvsim.files import check_regular, is_regular, open_regular, text_values
 from kvsim.plugins import is_file_spec
 from kvsim.results.writers import clean_leftovers
 
@@ -484,7 +484,7 @@ def _config_files(
     named = {
         str(f): file_digest(f, cache)
         for v in params
-        for s in _strings(v[1])
+        for s in text_values(v[1])
         if (f := _file_named(s, folder)) is not None
     }
     files.update(named)
@@ -503,7 +503,7 @@ def scenario_files(sc: Scenario, cache: dict[tuple[Any, ...], str] | None = None
     d = scenario_to_dict(sc)
     root = Path(sc.source).parent if sc.source else Path.cwd()
     out: dict[str, str] = {}
-    for s in _strings(d):
+    for s in text_values(d):
         f = _file_named(s, root)
         if f is not None:
             out[str(f)] = file_digest(f, cache)
@@ -514,18 +514,6 @@ def scenario_files(sc: Scenario, cache: dict[tuple[Any, ...], str] | None = None
             if isinstance(origin, str) and is_regular(origin):
                 out[f"plugin module {spec}"] = file_digest(Path(origin), cache)
     return out
-
-
-def _strings(value: Any) -> Iterator[str]:
-    """Every text value inside a value (mappings and lists walked)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
 
 
 def _file_named(text: str, root: Path) -> Path | None:
@@ -705,7 +693,7 @@ def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
     ``[lo, hi]``, JSON text "[lo, hi]" in the results tables)."""
     out: dict[str, Any] = {}
     for k, v in summary.items():
-        if k == "tiers":
+        if k in ("tiers", "provenance"):  # per-tier lists; no provenance column either
             continue
         if isinstance(v, dict):
             for k2, v2 in v.items():

@@ -123,6 +123,11 @@ METRICS: dict[str, str] = {
     "misses (blocks the lookup asked the tier for that it held in the usable prefix, or "
     "not); and per engine (engines: engine, hits, misses, evictions, read_bytes, "
     "write_bytes; peer: served_bytes), which sum to the tier's totals",
+    "provenance": "what produced the run (no clock time): kvsim_version, git_commit and "
+    "git_dirty of the checkout kvsim ran from (null for an installed kvsim), core (compiled "
+    "or pure), python, platform, packages (versions of kvsim's dependencies) and files "
+    "(role, path and sha256 of the scenario file, the files it extends, its profile, timing "
+    "table, trace and plugin files)",
 }
 NUMERIC = tuple(
     k
@@ -144,6 +149,7 @@ NUMERIC = tuple(
         "link_utilisation",
         "decisions",
         "tiers",
+        "provenance",
     }
 )
 

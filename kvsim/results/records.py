@@ -18,6 +18,7 @@ from kvsim import __version__
 from kvsim.config.schema import Scenario, prompt_bounds
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
+from kvsim.results.provenance import provenance
 from kvsim.results.uncertainty import mser5, percentile_cis, ratio_ci
 from kvsim.rng import stream
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
@@ -38,6 +39,8 @@ class Results:
     # SimOutput.activity), for timeseries.parquet's gpu_busy_frac; only these are kept, and
     # compactly: a kept Results must not hold the run's every span as Python floats
     activity: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # the access log (run --record-accesses: kvsim.results.accesses), or None
+    accesses: pd.DataFrame | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -95,7 +98,7 @@ def summarize(
         "seed": sc.seed,
         "kvsim_version": __version__,
         "profile": str(sc.profile),
-        "load_policy": sc.cluster.load_policy,
+        "load_policy": sc.cluster.load_policy.name,
         "engines": engines,
         "requests": len(m),
         "requests_warmup": int(df["warmup"].sum()),
@@ -157,6 +160,8 @@ def summarize(
     tenants = sorted(measured["tenant"].unique())
     if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
         summary["tenants"] = tenant_summary(m, out, tenants)
+    # last: what produced the run (code, core, packages, input files' SHA-256)
+    summary["provenance"] = provenance(sc)
     return summary
 
 

@@ -63,6 +63,7 @@ RUN_FILES = (
     "timeseries.parquet",
     "timeseries.csv",
     "scenario.yaml",
+    "accesses.parquet",
 )
 CAPACITY_FILES = ("capacity.csv", "capacity.png")
 REPRODUCTION_FILES = ("reproduction.csv", "reproduction.md", "ttft_cdf_*.png")
@@ -202,8 +203,9 @@ def check_out_folder(path: str | os.PathLike[str], *, flag: str, owned: Collecti
         except OSError as e:
             raise InputError(e.strerror or str(e), where=_where(flag, path)) from None
         if foreign:
-            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-            shown = ", ".join(foreign[:5]) + more
+            # (up to 8 named: every figure `kvsim plot` draws into a run folder)
+            more = f" and {len(foreign) - 8} more" if len(foreign) > 8 else ""
+            shown = ", ".join(foreign[:8]) + more
             raise InputError(
                 f"holds files this command does not write ({shown}); kvsim replaces the "
                 "whole folder and never deletes files it did not write: move them away "
@@ -393,30 +395,32 @@ def write_results(
     results: Results, out_dir: str | os.PathLike[str], fmt: Format = "parquet"
 ) -> list[Path]:
     """Write summary.json, requests.<fmt>, timeseries.<fmt> (one row per
-    ``run.timeseries_window`` of arrivals: :func:`kvsim.results.timeseries.timeseries`) and
-    scenario.yaml as the folder ``out_dir`` (all or nothing; a folder holding anything
-    else, figures of an earlier run included, is refused); return the paths. The time
-    series is computed before anything is written, so a window it refuses (too many rows)
-    leaves no folder."""
+    ``run.timeseries_window`` of arrivals: :func:`kvsim.results.timeseries.timeseries`),
+    scenario.yaml and, when the run recorded it, accesses.parquet (always Parquet:
+    :mod:`kvsim.results.accesses`) as the folder ``out_dir`` (all or nothing; a folder
+    holding anything else, figures of an earlier run included, is refused); return the
+    paths. The time series is computed before anything is written, so a window it refuses
+    (too many rows) leaves no folder."""
     from kvsim.results.timeseries import of_results
 
     series = of_results(results)
-    return write_folder(
-        out_dir,
-        {
-            "summary.json": lambda p: p.write_text(
-                json.dumps(json_ready(results.summary), indent=2) + "\n", encoding="utf-8"
-            ),
-            f"requests.{fmt}": lambda p: _write_table(results.requests, p, fmt),
-            f"timeseries.{fmt}": lambda p: _write_table(series, p, fmt),
-            "scenario.yaml": lambda p: p.write_text(
-                yaml.safe_dump(scenario_to_dict(results.scenario), sort_keys=False),
-                encoding="utf-8",
-            ),
-        },
-        flag="--out",
-        owned=RUN_FILES,
-    )
+    files: dict[str, Writer] = {
+        "summary.json": lambda p: p.write_text(
+            json.dumps(json_ready(results.summary), indent=2) + "\n", encoding="utf-8"
+        ),
+        f"requests.{fmt}": lambda p: _write_table(results.requests, p, fmt),
+        f"timeseries.{fmt}": lambda p: _write_table(series, p, fmt),
+        "scenario.yaml": lambda p: p.write_text(
+            yaml.safe_dump(scenario_to_dict(results.scenario), sort_keys=False),
+            encoding="utf-8",
+        ),
+    }
+    accesses = results.accesses
+    if accesses is not None:
+        from kvsim.results.accesses import FILE, write
+
+        files[FILE] = lambda p: write(accesses, p)
+    return write_folder(out_dir, files, flag="--out", owned=RUN_FILES)
 
 
 def _write_table(df: pd.DataFrame, path: Path, fmt: Format) -> None:

@@ -62,6 +62,14 @@ from kvsim.sim.scheduler import Waiting
 from kvsim.sim.shared import Shared
 
 
+def cached_tokens(blocks: int, block_tokens: int, prompt_tokens: int) -> int:
+    """Tokens a usable prefix of ``blocks`` blocks serves (as ``Engine._account``
+    counts them: the prompt's last token is always computed)."""
+    if blocks <= 0:
+        return 0
+    return min(blocks * block_tokens, prompt_tokens - 1)
+
+
 class Engine:
     """One prefill instance (a node of ``pcp`` ranks) with its local tiers and links."""
 
@@ -122,12 +130,17 @@ class Engine:
         self.blocked_spans: list[float] = []  # a step waiting on restores / lookups
         self.copy_spans: list[float] = []  # copy engines: restores into HBM, staging out
         self.puts = Puts(self)  # to the remote store
-        custom = ctx.hooks.scheduler(ctx.scheduler)  # a plugin's priority, or None
+        custom = ctx.hooks.scheduler(ctx.scenario.engine.scheduler)  # a plugin's priority, or None
+        # a plugin scheduler ranks requests after a lookup: one not looked up yet is
+        # peeked at (Engine._peek) when it joins the queue, and at each pick if dynamic
+        self._peeks = custom is not None
         self.waiting = Waiting(
             ctx.scheduler,
             ctx.aging,
             self._cached_prefix,
             custom.bind(self) if custom is not None else None,
+            custom.dynamic if custom is not None else False,
+            self._peek if custom is not None else None,
         )
         self.running: list[Job] = []  # computing: picked for a step, chunks left
         self._fetching: list[Job] = []  # waiting for their prefetch, out of the queue
@@ -212,8 +225,31 @@ class Engine:
         now = self.env.now
         self._tick(now)
         job.enqueued = now
+        if self._peeks:
+            self._peek(job)
         self.waiting.push(job)
         self._poke()
+
+    def _peek(self, job: Job) -> None:
+        """``job.cached`` of a request not looked up yet, as the lookup ``_plan`` would
+        make now would find it, for a plugin scheduler's priority: the same tiers asked,
+        no block touched, no hit counted, no load policy's cut. A request looked up
+        already (back from an asynchronous restore) keeps the tokens it restored."""
+        if job.state != NEW:
+            return
+        ctx = self.ctx
+        local = self.local
+        host = local.host is not None
+        nvme = local.nvme is not None
+        remote = ctx.remote is not None
+        if not ctx.policy.lower_tiers:
+            host = nvme = remote = False
+        elif ctx.prefetching:  # as _plan: NVMe and remote are read through prefetches
+            nvme = remote = False
+        holders = self._holders  # (_locate_peers sets them: the last real lookup's)
+        src = self._locate(job.keys, host, nvme, remote, ctx.peer and host)
+        self._holders = holders
+        job.cached = cached_tokens(len(src), ctx.block_tokens, job.req.input_tokens)
 
     def _tick(self, now: float) -> None:
         """Add the queue's length since the last change to its time integral."""
@@ -443,7 +479,13 @@ class Engine:
         """Hold ``need`` bytes of the working pool for the request until it finishes."""
         job.reserved += need
         self.working += need
-        self._press()
+        rec = self.ctx.recorder
+        if rec is not None:  # the access log: what the reservation evicts is the job's
+            rec.request = job.req.id
+            self._press()
+            rec.request = -1
+        else:
+            self._press()
 
     def _release(self, job: Job) -> None:
         if job.reserved:
@@ -679,7 +721,9 @@ class Engine:
         # other engines' host tiers: looked at with this engine's own (tiers.peer)
         peer = ctx.peer and host is not None
         src = self._locate(blocks, host is not None, nvme is not None, remote is not None, peer)
-        self._count_lookup(src, len(blocks), host is not None, nvme is not None, remote is not None)
+        self._count_lookup(
+            src, len(blocks), host is not None, nvme is not None, remote is not None, job
+        )
         lower = src.count(GPU) != len(src)
         if lower:
             src = src[: ctx.policy.restore_blocks(src, lambda k: self._estimate(job, src, k), job)]
@@ -704,6 +748,8 @@ class Engine:
             else:
                 stores[t].touch(blocks[i:j])  # type: ignore[union-attr]
             i = j
+        if ctx.recorder is not None:  # the lookup's own events are over (_count_lookup)
+            ctx.recorder.request = -1
 
     def _assign_peers(self, job: Job) -> None:
         """The holders of the job's peer blocks (``job.holders``, one per block of
@@ -834,12 +880,17 @@ class Engine:
         self._holders = holders
         return src
 
-    def _count_lookup(self, src: list[int], n: int, host: bool, nvme: bool, remote: bool) -> None:
+    def _count_lookup(
+        self, src: list[int], n: int, host: bool, nvme: bool, remote: bool, job: Job
+    ) -> None:
         """Count one lookup's hits and misses per tier, in blocks. The tiers asked are
         walked in the lookup order (gpu, host, nvme, peer, remote); a block reaches a tier
         when no earlier one served it, and is a hit there when that tier serves it in the
         located prefix ``src`` (before the load policy's cut), else a miss: a block past
-        the prefix misses in every tier asked. One pass over ``src``."""
+        the prefix misses in every tier asked. One pass over ``src``. With
+        ``--record-accesses``, the same rows go to the access log (kvsim.results.accesses)."""
+        if self.ctx.recorder is not None:
+            self._record_lookup(src, host, nvme, remote, job)
         g = h = v = p = r = 0  # blocks found per tier: one pass, no temporaries
         for t in src:
             if t == GPU:
@@ -872,6 +923,27 @@ class Engine:
             hits[REMOTE] += r
             left -= r
             misses[REMOTE] += left
+
+    def _record_lookup(
+        self, src: list[int], host: bool, nvme: bool, remote: bool, job: Job
+    ) -> None:
+        """The lookup's rows in the access log; its request is the cause of what the
+        lookup does to the stores until ``_plan`` ends."""
+        ctx = self.ctx
+        asked = [GPU]
+        if host:
+            asked.append(HOST)
+        if nvme:
+            asked.append(NVME)
+        if host and self._peer_asked:
+            asked.append(PEER)
+        if remote:
+            asked.append(REMOTE)
+        rec = ctx.recorder
+        sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
+        shards = ctx.remote.shards if ctx.remote is not None else 1
+        rec.lookup(self.index, job.req.id, job.keys, sizes, src, asked, ctx.ratio, shards)
+        rec.request = job.req.id
 
     def _account(self, job: Job, src: list[int]) -> None:
         """Tokens per source for restoring the blocks ``src`` (at least one token computed),
@@ -1000,7 +1072,13 @@ class Engine:
         job.puts = None
         if ctx.keeps(job):
             sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
-            self.local.admit(job.keys, sizes)
+            rec = ctx.recorder
+            if rec is not None:  # the access log: what its admission does is the job's
+                rec.request = job.req.id
+                self.local.admit(job.keys, sizes)
+                rec.request = -1
+            else:
+                self.local.admit(job.keys, sizes)
             # computed and kept: a later compute is a recompute (the blocks it found were
             # seen before: only the computed ones are new)
             if ctx.track_seen:

@@ -14,6 +14,7 @@ plugins are interpreted anyway.
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import sys
@@ -25,6 +26,7 @@ import numpy as np
 
 import kvsim.plugins as _plugins
 from kvsim.cache.eviction import (
+    EVENTS,
     POLICIES,
     BlockStore,
     Delegated,
@@ -57,6 +59,7 @@ from kvsim.sim.router import ROUTERS, Router
 from kvsim.sim.router import Delegated as DelegatedRouter
 
 if TYPE_CHECKING:
+    from kvsim.config.schema import PolicyRef
     from kvsim.sim.shared import Shared
 
 TIER_NAMES = ("gpu", "host", "nvme", "remote", "peer")  # by tier code (kvsim.cache.local)
@@ -216,22 +219,101 @@ class StoreHook(Hook):
 
 
 class EvictionHook(StoreHook):
-    """What a :class:`~kvsim.cache.eviction.Delegated` store calls."""
+    """What a :class:`~kvsim.cache.eviction.Delegated` store asks of its plugin policy's
+    side: on its first event, :meth:`bind` gives it the policy's methods by event code
+    (the batch method ``inserted_many``, ``hit_many``, ``refreshed_many`` or
+    ``removed_many`` when the policy has one, else the one-block method; None for an
+    event the policy does not hear: a one-block method it inherits unchanged from
+    :class:`kvsim.plugins.EvictionPolicy`, which does nothing). The store then calls the
+    policy itself (compiled: no interpreted frame but the policy's); the hook works out
+    what never changes of a block the first time it is seen (:meth:`fixed`), checks a
+    victim the store cannot take as it is (:meth:`checked_victim`), and turns what the
+    policy raises into one PluginError (:meth:`failed`). A ``removed`` that takes only
+    the key (the interface before reasons) is called without the reason."""
 
-    def _block(self, store: BlockStore, key: Any) -> Block:
-        return self.hooks.block(key, store.blocks[key].size, self.shards)
+    def __init__(
+        self, hooks: Any, policy: Any, plugin: str, kind: str, name: str, tier: str, shards: int
+    ) -> None:
+        super().__init__(hooks, policy, plugin, kind, name, tier, shards)
+        # what never changes of a block, per key, shared by the stores with as many
+        # shards (a stand-in ``hooks`` that only has ``block``: one per hook)
+        statics = getattr(hooks, "_static", None)
+        self._static: dict[Any, tuple[int, float, Any, int]] = (
+            statics.setdefault(shards, {}) if isinstance(statics, dict) else {}
+        )
 
-    def inserted(self, store: BlockStore, key: Any) -> None:
-        self.call("inserted", self._block(store, key))
+    def bind(self, store: Delegated) -> None:
+        """Give the store the policy's methods (its attributes are plugin code: read once)."""
+        fns: list[Any] = []
+        many: list[bool] = []
+        base = _plugins.EvictionPolicy
+        cls = type(self.policy)
+        for event in EVENTS[: REMOVED_FROM + 1]:
+            name = "removed" if event == "evicted" else event
+            fn = self.attr(name + "_many", None)
+            if fn is not None and callable(fn):
+                fns.append(fn)
+                many.append(True)
+                continue
+            fn = self.attr(name, None)
+            if fn is None or not callable(fn):
+                fn = None if name == "refreshed" else _missing(self, name)
+            elif getattr(cls, name, None) is getattr(base, name):
+                fn = None  # the interface's own: it does nothing
+            fns.append(fn)
+            many.append(False)
+        fns += [fns[-1]] * (len(EVENTS) - len(fns))  # every reason: removed
+        many += [many[-1]] * (len(EVENTS) - len(many))
+        store.fns = fns
+        store.many = many
+        store.reason = _takes_reason(fns[-1]) if not many[-1] else True
+        evict = self.attr("evict", None)
+        victim = self.attr("victim", None)
+        store.forgets = evict is not None and callable(evict)
+        if store.forgets:
+            store.victim_fn = evict
+        else:
+            store.victim_fn = (
+                victim if victim is not None and callable(victim) else _missing(self, "victim")
+            )
+        store.view = self._view(store)
+        store.static = self._static
+        hooks = self.hooks
+        ctx = getattr(hooks, "ctx", None)
+        if ctx is not None:
+            env = ctx.env
+            store.clock = lambda: env.now
+        else:  # a replay's stand-in: its own time
+            store.clock = lambda: getattr(hooks, "now", 0.0)
+        store.bound = True
 
-    def hit(self, store: BlockStore, key: Any) -> None:
-        self.call("hit", self._block(store, key))
+    def fixed(self, store: Delegated, key: Any, nbytes: float) -> tuple[int, float, Any, int]:
+        """What never changes of a block seen for the first time (depth, recompute
+        seconds, parent, tenant), kept once its depth is known."""
+        b = self.hooks.block(key, nbytes, self.shards)
+        fixed = (b.depth, b.recompute_s, b.parent, b.tenant)
+        if b.depth >= 0:  # (an unknown depth may be learnt later)
+            self._static[key] = fixed
+        return fixed
 
-    def removed(self, store: BlockStore, key: Any) -> None:
-        self.call("removed", key)
+    def failed(self, store: Delegated, event: int, e: BaseException, before: int) -> BaseException:
+        """What to raise for ``e`` out of the policy's method for ``event`` (an event
+        code; -1: victim): kvsim's own errors and a real interrupt as they are, anything
+        else as one PluginError naming the method."""
+        if type(e) is PluginError or interrupted(e, before):
+            return e
+        if event < 0:
+            method = "evict" if store.forgets else "victim"
+        else:
+            method = "removed" if event >= REMOVED_FROM else EVENTS[event]
+            if store.many[event]:
+                method += "_many"
+        err = self.raised(f"{method}()", e)
+        err.__cause__ = e
+        return err
 
-    def victim(self, store: BlockStore) -> Any:
-        got = self.call("victim", self._view(store))
+    def checked_victim(self, store: Delegated, got: Any) -> int:
+        """A victim that is not plainly an int key held (a NumPy int, or a broken rule)."""
 
         def check(value: Any) -> int:
             key = _whole(value)  # keys are ints: the core never sees the plugin's object
@@ -241,7 +323,40 @@ class EvictionHook(StoreHook):
                 )
             return key
 
-        return self.answer("victim", got, check)
+        return int(self.answer("evict" if store.forgets else "victim", got, check))
+
+
+REMOVED_FROM = EVENTS.index("evicted")  # the first removal event (all go to removed)
+
+
+def _missing(hook: Hook, method: str) -> Callable[..., Any]:
+    """A stand-in for a method the policy lacks: calling it stops the run, naming it."""
+
+    def missing(*args: Any) -> Any:
+        raise PluginError(f"it has no method {method}()", where=hook.where)
+
+    return missing
+
+
+def _takes_reason(fn: Any) -> bool:
+    """Does a policy's ``removed`` take (key, reason)? False only when its signature
+    takes just the key (a plugin written before reasons)."""
+    if fn is None:
+        return True
+    try:
+        sig = inspect.signature(fn)
+    except Exception:  # (a builtin or a callable object without one: assume the new form)
+        return True
+    try:
+        sig.bind(0, "evicted")
+        return True
+    except TypeError:
+        pass
+    try:
+        sig.bind(0)
+        return False
+    except TypeError:
+        return True
 
 
 class AdmissionHook(StoreHook):
@@ -340,11 +455,13 @@ class PrefetchHook(Hook):
 
 
 class SchedulerHook(Hook):
-    """A plugin scheduler: a request's priority when it joins an engine's queue."""
+    """A plugin scheduler: a request's priority when it joins an engine's queue (and, for
+    a policy with ``dynamic = True``, at each pick)."""
 
     def __init__(self, hooks: Hooks, policy: Any, plugin: str, name: str) -> None:
         super().__init__(policy, plugin, "scheduler", name)
         self.hooks = hooks
+        self.dynamic = _flag(self, "dynamic", False)
 
     def bind(self, engine: Any) -> Callable[[Any], float]:
         view = self.hooks.engine_view(engine)
@@ -370,27 +487,30 @@ class Hooks:
         self._views: dict[int, EngineView] = {}
         self._recompute: dict[int, float] = {}  # block depth -> seconds (memoised)
         self.tenant_of: Callable[[Any], int] = lambda key: -1
+        # shards -> store key -> (depth, recompute_s, parent, tenant) (EvictionHook.fixed)
+        self._static: dict[int, dict[Any, tuple[int, float, Any, int]]] = {}
 
-    def _make(self, kind: str, name: str) -> tuple[Any, str]:
-        policy, plugin = make(kind, name, self.ctx.scenario.plugins)
-        self.made.append(Hook(policy, plugin, kind, name))
+    def _make(self, kind: str, ref: PolicyRef) -> tuple[Any, str]:
+        policy, plugin = make(kind, ref.name, self.ctx.scenario.plugins, ref.params)
+        self.made.append(Hook(policy, plugin, kind, ref.name))
         return policy, plugin
 
     # ---- the factories ---------------------------------------------------------------
+    # (each takes a scenario's policy field: a PolicyRef, its name and its params)
 
-    def store(self, name: str, capacity: float, tier: str, shards: int = 1) -> BlockStore:
+    def store(self, ref: PolicyRef, capacity: float, tier: str, shards: int = 1) -> BlockStore:
         """A block store with the named eviction policy."""
-        cls = POLICIES.get(name)
+        cls = POLICIES.get(ref.name)
         if cls is not None:
             return cls(capacity)
-        policy, plugin = self._make("eviction", name)
+        policy, plugin = self._make("eviction", ref)
         self.depths = {} if self.depths is None else self.depths
-        hook = EvictionHook(self, policy, plugin, "eviction", name, tier, shards)
+        hook = EvictionHook(self, policy, plugin, "eviction", ref.name, tier, shards)
         return Delegated(capacity, hook)
 
     def gate(
         self,
-        name: str,
+        ref: PolicyRef,
         capacity: float,
         tier: str,
         store: BlockStore | None = None,
@@ -399,44 +519,44 @@ class Hooks:
         """A tier's admission filter (``store``: the tier's, for the plugin's view): None
         (admit all), second-hit with a ghost list as long as the tier holds full blocks,
         or a plugin."""
-        if name == "all":
+        if ref.name == "all":
             return None
-        if name == "second_hit":
+        if ref.name == "second_hit":
             ctx = self.ctx
             return SecondHit(int(capacity // (ctx.block_tokens * ctx.kv_bytes)))
-        policy, plugin = self._make("admission", name)
+        policy, plugin = self._make("admission", ref)
         self.depths = {} if self.depths is None else self.depths
-        hook = AdmissionHook(self, policy, plugin, "admission", name, tier, shards)
+        hook = AdmissionHook(self, policy, plugin, "admission", ref.name, tier, shards)
         hook.store = store
         return DelegatedGate(hook)
 
-    def router(self, name: str, engines: Sequence[Any], slack: int) -> Router:
-        cls = ROUTERS.get(name)
+    def router(self, ref: PolicyRef, engines: Sequence[Any], slack: int) -> Router:
+        cls = ROUTERS.get(ref.name)
         if cls is not None:
             return cls(engines, slack)
-        policy, plugin = self._make("router", name)
-        return DelegatedRouter(engines, RouterHook(self, policy, plugin, name))
+        policy, plugin = self._make("router", ref)
+        return DelegatedRouter(engines, RouterHook(self, policy, plugin, ref.name))
 
-    def load_policy(self, name: str) -> CoreLoadPolicy:
-        builtin = LOAD_POLICIES.get(name)
+    def load_policy(self, ref: PolicyRef) -> CoreLoadPolicy:
+        builtin = LOAD_POLICIES.get(ref.name)
         if builtin is not None:
             return builtin
-        policy, plugin = self._make("load_policy", name)
-        return LoadHook(policy, plugin, name)
+        policy, plugin = self._make("load_policy", ref)
+        return LoadHook(policy, plugin, ref.name)
 
-    def prefetch(self, name: str) -> PrefetchHook | None:
+    def prefetch(self, ref: PolicyRef) -> PrefetchHook | None:
         """None for the built-in prefetch policies."""
-        if name in BUILTIN["prefetch"]:
+        if ref.name in BUILTIN["prefetch"]:
             return None
-        policy, plugin = self._make("prefetch", name)
-        return PrefetchHook(policy, plugin, name)
+        policy, plugin = self._make("prefetch", ref)
+        return PrefetchHook(policy, plugin, ref.name)
 
-    def scheduler(self, name: str) -> SchedulerHook | None:
+    def scheduler(self, ref: PolicyRef) -> SchedulerHook | None:
         """None for the built-in schedulers."""
-        if name in BUILTIN["scheduler"]:
+        if ref.name in BUILTIN["scheduler"]:
             return None
-        policy, plugin = self._make("scheduler", name)
-        return SchedulerHook(self, policy, plugin, name)
+        policy, plugin = self._make("scheduler", ref)
+        return SchedulerHook(self, policy, plugin, ref.name)
 
     # ---- what plugins see ------------------------------------------------------------
 

@@ -12,7 +12,12 @@
   ties in arrival order. Like SGLang, a queue longer than 128 falls back to ``fcfs``
   (matching every waiting prompt at every step would cost more than it gains).
 - a plugin's name (:class:`kvsim.plugins.SchedulingPolicy`): the priority it gives a
-  request when it joins the queue, smaller first, ties in arrival order.
+  request when it joins the queue, smaller first, ties in arrival order. A request not
+  looked up yet is first looked up without side effects (the engine's ``peek``: its
+  cached tokens as the lookup would find them now), so the priority sees its cached
+  tokens under every load policy. A policy with ``dynamic = True`` is asked again for
+  every waiting request at each pick (with a fresh peek for those not looked up yet; a
+  request back from an asynchronous restore keeps the tokens it restored).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ LPM_MAX_QUEUE: Final = 128  # SGLang: above this, lpm falls back to fcfs
 class Waiting:
     """Requests waiting for a step, in the scheduler's order."""
 
-    __slots__ = ("_heap", "_seq", "aging", "custom", "kind", "prefix")
+    __slots__ = ("_heap", "_seq", "aging", "custom", "dynamic", "kind", "peek", "prefix")
 
     def __init__(
         self,
@@ -38,12 +43,18 @@ class Waiting:
         aging: float,
         prefix: Callable[[Job], int],
         custom: Callable[[Job], float] | None = None,
+        dynamic: bool = False,
+        peek: Callable[[Job], None] | None = None,
     ) -> None:
         self.kind = kind
         self.aging = aging
         self.prefix = prefix  # lpm: cached prefix blocks of a request on this engine
         # a plugin scheduler: a request's priority when it joins (smaller first)
         self.custom = custom
+        # a plugin scheduler asked again at each pick (its ``dynamic``), and the engine's
+        # side-effect-free lookup that sets ``job.cached`` of a request not looked up yet
+        self.dynamic = dynamic and custom is not None
+        self.peek = peek
         self._heap: list[tuple[float, float, int, Job]] = []
         self._seq = 0
 
@@ -73,6 +84,8 @@ class Waiting:
 
     def pop(self) -> Job:
         heap = self._heap
+        if self.dynamic and len(heap) > 1:
+            self._rekey()
         if self.kind != "lpm" or len(heap) == 1 or len(heap) > LPM_MAX_QUEUE:
             return heappop(heap)[3]
         prefix = self.prefix
@@ -88,6 +101,18 @@ class Waiting:
             heap[best] = last
             heapify(heap)
         return entry[3]
+
+    def _rekey(self) -> None:
+        """A dynamic plugin scheduler: every waiting request's priority, now (each
+        request not looked up yet peeked again first)."""
+        custom, peek = self.custom, self.peek
+        assert custom is not None
+        heap = self._heap
+        for i, (_, arrival, seq, job) in enumerate(heap):
+            if peek is not None:
+                peek(job)
+            heap[i] = (custom(job), arrival, seq, job)
+        heapify(heap)
 
     def jobs(self) -> list[Job]:
         """Every waiting request, in queue order (the heap's key order)."""

@@ -72,7 +72,7 @@ class Shared:
         self.per_step: int = per_step_tokens(
             e.batching, e.max_batched_tokens, e.long_prefill_token_threshold
         )
-        self.scheduler: str = e.scheduler
+        self.scheduler: str = e.scheduler.name
         self.aging: float = e.sjf_aging
         self.layerwise: bool = e.layerwise
         layout = sc.model.kv_layout
@@ -129,13 +129,13 @@ class Shared:
         ]
         self.codec_on_gpu: list[bool] = [c is not None and c.on == "gpu" for c in codecs]
         pf = sc.prefetch
-        self.prefetching: bool = pf.policy != "none"  # NVMe and remote reached by prefetch
+        self.prefetching: bool = pf.policy.name != "none"  # NVMe and remote reached by prefetch
         # a plugin's prefetch policy (None: a built-in one)
         self.prefetch_hook: PrefetchHook | None = self.hooks.prefetch(pf.policy)
-        self.prefetch_waits: bool = pf.policy in ("wait_complete", "timeout") or (
+        self.prefetch_waits: bool = pf.policy.name in ("wait_complete", "timeout") or (
             self.prefetch_hook is not None and self.prefetch_hook.wait
         )
-        self.prefetch_timeout: float | None = pf.timeout if pf.policy == "timeout" else None
+        self.prefetch_timeout: float | None = pf.timeout if pf.policy.name == "timeout" else None
         self.prefetch_on_session: bool = pf.on_session
         self._op_factor = 0.0
         self._op_bytes = 1.0
@@ -154,6 +154,9 @@ class Shared:
             or sc.tiers.nvme.enabled
             or sc.remote.enabled
         )
+        # the access log (kvsim.results.accesses.AccessRecorder; run --record-accesses),
+        # or None: the engines test it once per lookup, reservation and admission
+        self.recorder: Any = None
         # set by the simulation
         self.finished: Callable[[Engine, Job], None] = _unset
         self.displace: Callable[[Job, Engine], None] = _unset

@@ -156,9 +156,12 @@ class Simulation:
         requests: Iterable[Request] | None = None,
         progress: Progress | None = None,
         engine_order: Sequence[int] | None = None,
+        record_accesses: bool = False,
     ) -> None:
         """``engine_order`` builds the engines in another order (the results must not
-        depend on it; the tests check that)."""
+        depend on it; the tests check that). ``record_accesses``: keep the access log
+        (``self.recorder``: kvsim.results.accesses), from before the remote store is
+        prestored."""
         sc = scenario
         self.scenario = sc
         self.env = simpy.Environment(initial_time=0.0)  # float times throughout
@@ -182,7 +185,7 @@ class Simulation:
                 hooks.store(rc.eviction, rc.capacity, "remote", shards) for _ in range(rc.servers)
             ]
             # a plugin's eviction keeps its own state per server: no mirrored index
-            mirror = rc.eviction in POLICIES
+            mirror = rc.eviction.name in POLICIES
             group = None
             if mirror and rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
                 group = self.fabric.link("remote*", rc.bandwidth * rc.servers)
@@ -286,6 +289,14 @@ class Simulation:
         ctx.displace = self.displace
         ctx.keeps = self.tenancy.keeps
         ctx.engines_changed = self.engines_changed
+        self.recorder: Any = None
+        if record_accesses:  # imported here: kvsim.results imports this module
+            from kvsim.results.accesses import AccessRecorder
+
+            env = self.env
+            self.recorder = AccessRecorder(lambda: env.now)
+            self.recorder.attach(self.engines, self.remote)
+            ctx.recorder = self.recorder
         if self.remote is not None:
             self._prestore(sc)
         hooks.tenant_of = self.tenancy.key_tenant

@@ -169,7 +169,7 @@ class Tenancy:
                     continue
                 old = [(k, t) for k, t in rules.stamps.items() if t <= now - ttl]
                 for k, t in old:
-                    store.remove(k)
+                    store.remove(k, "expired")
                     tenant = self.key_tenant(block_of(k, shards))
                     self.retention[tenant] = max(self.retention.get(tenant, 0.0), now - t)
 

@@ -12,6 +12,10 @@ request hits block i when blocks 0..i all are: when the running maximum m_i of t
 distances is at most C. Each block's tokens therefore count as a hit for every capacity
 from m_i up, and one sorted pass over the m_i gives the whole curve. Distances come from
 a Fenwick tree over use times, each distinct block weighted by its tokens at its last use.
+The same pass counts the blocks found (``hit_blocks``), for comparing with other policies'
+replays (:mod:`kvsim.workload.streams`, which replays ``lru`` through the simulator's own
+store to the same numbers when each block id keeps one size, as a trace's do; this curve
+takes a block's size from its first use for good).
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ class _Uses:
         mask, shift, total = len(keys) - 1, self.shift, self.total
         n = len(ids)
         found: list[int] = []  # slots of the blocks of the hit prefix
-        running = pending = 0
+        running = pending = blocks = 0  # blocks: of the hit prefix, counted with pending
         before = held = -1  # the previous block's position and tree prefix sum there
         for i in range(n):
             b = ids[i]
@@ -102,13 +106,14 @@ class _Uses:
             before = q
             d = total - held + size[j]  # tokens held since its last use, its own included
             if d > running:
-                if pending:
-                    steps.add(running, pending)
-                    pending = 0
+                if blocks:
+                    steps.add(running, pending, blocks)
+                    pending = blocks = 0
                 running = d
             pending += block if i < n - 1 else tail - 1  # the last token is computed
-        if pending:
-            steps.add(running, pending)
+            blocks += 1
+        if blocks:
+            steps.add(running, pending, blocks)
         cap = self.cap
         hits = len(found)
         for i in range(n):
@@ -202,12 +207,33 @@ class MissRatioCurve:
     cumulative_hits: np.ndarray  # hit tokens at each threshold and above
     prompt_tokens: int
     block_tokens: int
+    cumulative_blocks: np.ndarray | None = None  # hit blocks at each threshold and above
+    asked_blocks: int = 0  # blocks of every prompt (each looked up once)
 
     def hit_ratio(self, capacity_tokens: float) -> float:
         """Hit ratio (prompt tokens from the cache / all prompt tokens) at a capacity."""
         k = int(np.searchsorted(self.thresholds, capacity_tokens, side="right"))
         hits = self.cumulative_hits[k - 1] if k else 0
         return float(hits) / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def hit_blocks(self, capacity_tokens: float | None) -> int:
+        """Blocks found in the cache at a capacity (None: unlimited), over all requests."""
+        cum = self.cumulative_blocks
+        if cum is None or not len(cum):
+            return 0
+        if capacity_tokens is None:
+            return int(cum[-1])
+        k = int(np.searchsorted(self.thresholds, capacity_tokens, side="right"))
+        return int(cum[k - 1]) if k else 0
+
+    def capacities(self, n: int = 24) -> list[int]:
+        """``n`` log-spaced capacities (tokens) from one block to the working set, rounded
+        and without repeats (so maybe fewer); ``n`` from 2 to MAX_POINTS."""
+        if not 2 <= n <= MAX_POINTS:
+            raise InputError(f"must be between 2 and {MAX_POINTS:,}, got {n}", where="points")
+        top = max(self.working_set_tokens, self.block_tokens)
+        caps = np.unique(np.geomspace(self.block_tokens, top, n).round().astype(np.int64))
+        return [int(c) for c in caps]
 
     @property
     def unlimited(self) -> float:
@@ -226,12 +252,8 @@ class MissRatioCurve:
     def points(self, n: int = 24) -> list[dict[str, float | None]]:
         """Log-spaced points from one block to the working set, then an unlimited cache
         (``capacity_tokens`` None); ``n`` from 2 to MAX_POINTS."""
-        if not 2 <= n <= MAX_POINTS:
-            raise InputError(f"must be between 2 and {MAX_POINTS:,}, got {n}", where="points")
-        top = max(self.working_set_tokens, self.block_tokens)
-        caps = np.unique(np.geomspace(self.block_tokens, top, n).round().astype(np.int64))
         out: list[dict[str, float | None]] = [
-            {"capacity_tokens": int(c), "hit_ratio": self.hit_ratio(int(c))} for c in caps
+            {"capacity_tokens": c, "hit_ratio": self.hit_ratio(c)} for c in self.capacities(n)
         ]
         out.append({"capacity_tokens": None, "hit_ratio": self.unlimited})
         return out
@@ -244,55 +266,65 @@ def miss_ratio_curve(requests: Iterable[Request], block_tokens: int) -> MissRati
     distinct thresholds, not with the requests."""
     uses = _Uses()
     steps = _Steps()
-    prompt = 0
+    prompt = asked = 0
     for r in requests:
         ids = r.hash_ids
         n_in = r.input_tokens
         prompt += n_in
         nblocks = len(ids)
+        asked += nblocks
         tail = n_in - (nblocks - 1) * block_tokens  # tokens of the last block
         if not 0 < tail <= block_tokens:
             check_request(r, block_tokens)  # hash_ids do not fit input_tokens: says so
         uses.feed(ids, block_tokens, tail, steps)
-    th, cum = steps.curve()
-    return MissRatioCurve(th, cum, prompt, block_tokens)
+    th, cum, cum_blocks = steps.curve()
+    return MissRatioCurve(th, cum, prompt, block_tokens, cum_blocks, asked)
 
 
 class _Steps:
-    """(threshold, hit tokens) pairs, merged into sorted distinct thresholds in batches so
-    that memory follows the distinct thresholds, not the hits."""
+    """(threshold, hit tokens, hit blocks) triples, merged into sorted distinct thresholds
+    in batches so that memory follows the distinct thresholds, not the hits."""
 
-    __slots__ = ("hits", "merged", "thresholds")
+    __slots__ = ("blocks", "hits", "merged", "thresholds")
 
     BATCH = 1 << 20
 
     def __init__(self) -> None:
         self.thresholds = array("q")
         self.hits = array("q")
-        self.merged: tuple[np.ndarray, np.ndarray] = (
-            np.zeros(0, dtype=np.int64),
-            np.zeros(0, dtype=np.int64),
-        )
+        self.blocks = array("q")
+        empty = np.zeros(0, dtype=np.int64)
+        self.merged: tuple[np.ndarray, np.ndarray, np.ndarray] = (empty, empty, empty)
 
-    def add(self, threshold: int, tokens: int) -> None:
+    def add(self, threshold: int, tokens: int, blocks: int) -> None:
         self.thresholds.append(threshold)
         self.hits.append(tokens)
+        self.blocks.append(blocks)
         if len(self.hits) >= self.BATCH:
             self._merge()
 
     def _merge(self) -> None:
-        th = np.concatenate((self.merged[0], np.frombuffer(self.thresholds, dtype=np.int64)))
-        hits = np.concatenate((self.merged[1], np.frombuffer(self.hits, dtype=np.int64)))
-        self.thresholds, self.hits = array("q"), array("q")
+        def joined(old: np.ndarray, new: array) -> np.ndarray:
+            return np.concatenate((old, np.frombuffer(new, dtype=np.int64)))
+
+        th = joined(self.merged[0], self.thresholds)
+        hits = joined(self.merged[1], self.hits)
+        blocks = joined(self.merged[2], self.blocks)
+        self.thresholds, self.hits, self.blocks = array("q"), array("q"), array("q")
         if not th.size:
             return
         order = np.argsort(th, kind="stable")
-        th, hits = th[order], hits[order]
+        th, hits, blocks = th[order], hits[order], blocks[order]
         starts = np.flatnonzero(np.append(True, th[1:] != th[:-1]))
-        self.merged = (th[starts], np.add.reduceat(hits, starts))
+        self.merged = (
+            th[starts],
+            np.add.reduceat(hits, starts),
+            np.add.reduceat(blocks, starts),
+        )
 
-    def curve(self) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted distinct thresholds and the hit tokens at each threshold and above."""
+    def curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sorted distinct thresholds, and the hit tokens and hit blocks at each threshold
+        and above."""
         self._merge()
-        th, hits = self.merged
-        return th, np.cumsum(hits)
+        th, hits, blocks = self.merged
+        return th, np.cumsum(hits), np.cumsum(blocks)
