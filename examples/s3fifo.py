@@ -15,7 +15,9 @@ prefill (``refreshed``) are the same use, not a second one.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from kvsim.plugins import Block, EvictionPolicy, TierView, register
 
@@ -24,11 +26,12 @@ from kvsim.plugins import Block, EvictionPolicy, TierView, register
 class S3FIFO(EvictionPolicy):
     """S3-FIFO: a small FIFO filters one-hit blocks out of the main FIFO."""
 
-    def __init__(self, small_frac: float = 0.1, max_freq: int = 3) -> None:
-        if not 0.0 < small_frac < 1.0:
-            raise ValueError(f"small_frac must be between 0 and 1, got {small_frac}")
-        if max_freq < 1:
-            raise ValueError(f"max_freq must be at least 1, got {max_freq}")
+    # (bounds in the annotations: kvsim checks them when it validates the scenario)
+    def __init__(
+        self,
+        small_frac: Annotated[float, Field(gt=0, lt=1)] = 0.1,
+        max_freq: Annotated[int, Field(ge=1)] = 3,
+    ) -> None:
         self.small_frac = small_frac
         self.max_freq = max_freq
         self.small: OrderedDict[Any, float] = OrderedDict()  # key -> bytes, oldest first

@@ -1095,6 +1095,16 @@ def type_text(annotation: Any) -> str:
     """An annotation as messages and ``kvsim plugins`` write it (``float``, ``list[int]``)."""
     if annotation is Any:
         return "any"
+    if typing.get_origin(annotation) is typing.Annotated:  # its type and its bounds
+        base, *extras = typing.get_args(annotation)
+        bounds = [
+            f"{op} {getattr(m, attr)}"
+            for extra in extras
+            for m in getattr(extra, "metadata", [extra])
+            for attr, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+            if getattr(m, attr, None) is not None
+        ]
+        return type_text(base) + (f" ({', '.join(bounds)})" if bounds else "")
     if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
         return annotation.__name__
     return str(annotation).replace("typing.", "")
@@ -1162,7 +1172,9 @@ def _coerce(kind: str, name: str, param: Param, value: Any) -> Any:
     except Exception:  # an annotation pydantic cannot check: the value goes as given
         return value
     try:
-        return adapter.validate_python(value)
+        # True or False is taken only where the annotation takes a bool itself (pydantic's
+        # lax mode would make it 1 or 1.0 for an int or a float)
+        return adapter.validate_python(value, strict=True if type(value) is bool else None)
     except ValidationError as e:
         err = e.errors()[0]
         at_ = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"])

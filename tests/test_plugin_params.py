@@ -156,6 +156,33 @@ def test_a_swept_parameter_gives_three_hand_computed_outcomes(toy, tmp_path):
     assert got.tolist() == pytest.approx([0.0, 100 / 700, 200 / 700], abs=1e-12)
 
 
+def test_a_sweep_sets_the_name_and_sweeps_its_parameter(toy, tmp_path):
+    """The sweep's ``set:`` names the policy (a bare name, over a base that uses
+    ``lru``) and its grid sweeps a parameter: one field in two parts, as two ``--set``
+    (not "set twice"): the same hand-computed outcomes as above."""
+    base = yaml.safe_load(toy.read_text())
+    base["tiers"]["gpu"]["eviction"] = "lru"
+    (tmp_path / "lru.yaml").write_text(yaml.safe_dump(base))
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "skip",
+                "base": "lru.yaml",
+                "set": {"tiers.gpu.eviction": "nth_oldest"},
+                "grid": {"tiers.gpu.eviction.params.skip": [0, 2]},
+                "seeds": [0],
+            }
+        )
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    table = pd.read_parquet(out / "results.parquet")
+    assert (table["status"] == "ok").all(), table["error"].tolist()
+    got = table.set_index("tiers.gpu.eviction.params.skip")["hit_ratio"].sort_index()
+    assert got.tolist() == pytest.approx([0.0, 200 / 700], abs=1e-12)
+
+
 def test_set_a_parameter_of_a_bare_name(toy, tmp_path):
     """--set of one parameter, with the YAML giving the bare name: the probe (the third
     request) hits as the value says; without params the class default (skip 0) applies."""
@@ -219,6 +246,11 @@ def test_params_are_coerced_to_the_annotation():
         with pytest.raises(ParamError) as e:
             check_params("eviction", "coerce_me", {"frac": [1]})
         assert e.value.param == "frac"
+        # True or False is not a number here (pydantic's lax mode would make it 1 / 1.0)
+        for key in ("frac", "n"):
+            with pytest.raises(ParamError) as e:
+                check_params("eviction", "coerce_me", {key: True})
+            assert e.value.param == key
 
 
 class _Coerce:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -82,6 +83,23 @@ def test_provenance_fields_are_what_python_and_hashlib_say(scenario):
         ("plugin", "router.py"): sha(scenario.parent / "router.py"),
     }
     assert [f["role"] for f in p["files"]] == ["scenario", "extends", "profile", "trace", "plugin"]
+
+
+@pytest.mark.parametrize("scenario_name", ["mooncake-sample.yaml", "llama70b-h100.yaml"])
+def test_files_named_from_another_folder_are_the_files_read(tmp_path, monkeypatch, scenario_name):
+    """A scenario given by a relative path from another folder: its trace and its
+    profile's timing table are the files the run read (the loader resolved them against
+    the files that named them), by a normalised absolute path, with their digests."""
+    monkeypatch.chdir(tmp_path)
+    relative = os.path.relpath(SCENARIOS / scenario_name, tmp_path)
+    files = {f["role"]: f for f in prov.provenance(api.load(relative))["files"]}
+    assert files["scenario"]["path"] == str((SCENARIOS / scenario_name).resolve())
+    for role in ("trace", "timing table"):
+        if role in files:
+            path = Path(files[role]["path"])
+            assert path.is_absolute() and ".." not in path.parts
+            assert files[role]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert "trace" in files or "timing table" in files
 
 
 def test_the_git_commit_is_the_checkouts():

@@ -486,7 +486,7 @@ def _normalize_layer(data: dict[str, Any], origins: Origins, base_dir: Path) -> 
             csv_path = _resolve(base_dir, timing["table"])
             where = origins.get(("timing", "table"), str(csv_path))
             timing.update(read_timing_csv(csv_path, where))
-            timing["table"] = csv_path.name
+            timing["table"] = str(csv_path)  # (the file read, as workload.path: provenance)
         elif "seconds" in timing:
             timing["table"] = None
 

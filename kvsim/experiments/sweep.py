@@ -59,7 +59,7 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -242,7 +242,9 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
         )
     keys = sorted({*spec.grid, *spec.zip, *spec.set})
     for a, b in itertools.pairwise(keys):
-        if b.startswith(a + "."):  # sorted: a field and one inside it are neighbours
+        # sorted: a field and one inside it are neighbours. A policy's bare name in `set:`
+        # and its params swept (or set) are one field given in two parts, as two --set
+        if b.startswith(a + ".") and not _policy_and_its_parts(a, b, spec.set):
             raise InputError(
                 f"{b}: set twice ({a} already sets the whole of {a}; give one of them)",
                 where=where,
@@ -668,6 +670,21 @@ def _check_below(section: str, parts: list[str], shown: str, where: str) -> None
             nxt += inner
         else:
             current = nxt
+
+
+def _policy_and_its_parts(field: str, inner: str, fixed: Mapping[str, Any]) -> bool:
+    """Does `set:` give the policy field ``field`` as a bare name, and ``inner`` one of
+    its parts (``field.params.x`` or ``field.name``)? The name then becomes ``{name:
+    NAME}`` and the part goes in (kvsim.config.loader.apply_overrides), as with two
+    ``--set``."""
+    from kvsim.config.schema import POLICY_FIELDS
+
+    part = inner[len(field) + 1 :].split(".", 1)[0]
+    return (
+        tuple(field.split(".")) in POLICY_FIELDS
+        and isinstance(fixed.get(field), str)
+        and part in ("params", "name")
+    )
 
 
 def _no_repeats(what: str, values: list[Any], where: str) -> None:

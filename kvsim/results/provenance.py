@@ -202,7 +202,7 @@ def input_files(sc: Any) -> list[tuple[str, Path]]:
     out: list[tuple[str, Path]] = []
     root = Path(sc.source).parent if sc.source else Path.cwd()
     if sc.source and _regular(Path(sc.source)):
-        src = Path(sc.source).absolute()
+        src = _absolute(str(sc.source))
         out.append(("scenario", src))
         out += [("extends", p) for p in _extends_chain(src)]
     if isinstance(sc.profile, str):
@@ -211,10 +211,10 @@ def input_files(sc: Any) -> list[tuple[str, Path]]:
             out.append(("profile", prof))
     table = getattr(sc.timing, "table", None)
     if isinstance(table, str) and table:
-        out.append(("timing table", _absolute(table, root)))
+        out.append(("timing table", _absolute(table)))
     trace = getattr(sc.workload, "path", None)
     if isinstance(trace, str) and trace:
-        out.append(("trace", _absolute(trace, root)))
+        out.append(("trace", _absolute(trace)))
     seen = {p for _, p in out}
     for path in plugin_files(sc):
         if path not in seen:
@@ -223,9 +223,14 @@ def input_files(sc: Any) -> list[tuple[str, Path]]:
     return out
 
 
-def _absolute(name: str, root: Path) -> Path:
-    p = Path(os.path.expanduser(name))
-    return (p if p.is_absolute() else root / p).absolute()
+def _absolute(name: str, base: Path | None = None) -> Path:
+    """``name`` absolute and normalised (``scenarios/../traces/x`` as ``.../traces/x``):
+    relative to ``base`` (the file that names it) or, for a path the loader resolved
+    already (as the run reads it), to the current folder."""
+    p = os.path.expanduser(name)
+    if base is not None and not os.path.isabs(p):
+        p = os.path.join(base, p)
+    return Path(os.path.abspath(p))
 
 
 def _regular(p: Path) -> bool:

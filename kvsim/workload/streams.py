@@ -418,16 +418,15 @@ def check_policy(policy: str | PolicySpec) -> PolicySpec:
             "policy needs its module: --plugin MODULE)",
             where="--policy",
         )
-    if spec.params:
-        from kvsim.plugins import check_params
+    from kvsim.plugins import check_params
 
-        try:
-            check_params("eviction", spec.name, spec.params, list(spec.specs))
-        except ValueError as e:
-            param = getattr(e, "param", None)
-            raise InputError(
-                f"{spec.name}: {f'{param}: ' if param else ''}{e}", where="--policy"
-            ) from None
+    try:  # (with none given too: a required parameter missing is named)
+        check_params("eviction", spec.name, spec.params, list(spec.specs))
+    except ValueError as e:
+        param = getattr(e, "param", None)
+        raise InputError(
+            f"{spec.name}: {f'{param}: ' if param else ''}{e}", where="--policy"
+        ) from None
     return spec
 
 
