@@ -1045,8 +1045,14 @@ def unit_axis(
 
 def value_text(path: str, value: Any) -> str:
     """A swept value as a legend or label shows it: booleans as YAML writes them
-    (false), a number in a unit field in its human unit (600 GB), else as written."""
+    (false), a number in a unit field in its human unit (600 GB), a policy with params
+    as ``name(k=v)``, else as written."""
+    from kvsim.config.schema import policy_text
+
     value = _plain(value)
+    policy = policy_text(value)
+    if policy is not None:
+        return policy
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (int, float)) and not isinstance(value, bool):

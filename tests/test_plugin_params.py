@@ -383,3 +383,17 @@ def test_kvsim_plugins_without_a_scenario_takes_plugin(tmp_path, capsys):
     assert main(["plugins", "--plugin", str(tmp_path / "p.py")]) == 0
     out = capsys.readouterr().out
     assert "nth_oldest_b" in out and "sync" in out
+
+
+def test_a_policy_with_params_reads_as_its_summary_names_it():
+    """Sweep tables keep a swept ``{name, params}`` as JSON text; tables and plots show it
+    as ``name(k=v)``, as ``str(PolicyRef)`` does."""
+    from kvsim.config.schema import policy_text
+    from kvsim.plots import value_text
+
+    text = '{"name": "s3fifo", "params": {"small_frac": 0.1}}'
+    assert policy_text(text) == "s3fifo(small_frac=0.1)"
+    assert value_text("tiers.host.eviction", text) == "s3fifo(small_frac=0.1)"
+    assert str(PolicyRef(name="s3fifo", params={"small_frac": 0.1})) == "s3fifo(small_frac=0.1)"
+    assert str(PolicyRef(name="lru")) == "lru"
+    assert policy_text("lru") is None and policy_text('{"a": 1}') is None

@@ -122,6 +122,7 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
     interval over seeds, and the line that says the comparison is paired."""
     import pandas as pd
 
+    from kvsim.config.schema import policy_text
     from kvsim.experiments.replicate import PAIRED
 
     ok = table[table["status"] == "ok"]
@@ -141,7 +142,7 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
     head.append("seeds")
     cells = [head]
     for _, g in groups:
-        row = [str(g[k].iloc[0]) for k in keys]
+        row = [policy_text(g[k].iloc[0]) or str(g[k].iloc[0]) for k in keys]
         row += [f"{pd.to_numeric(g[m], errors='coerce').mean():.4g}" for m in metrics]
         if "ttft_p99_s" in metrics:
             row.append(_p99_interval(g))

@@ -10,6 +10,7 @@ paths so that the loader can point at the right line.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Callable
@@ -344,9 +345,25 @@ class PolicyRef(Record):
 
     def __str__(self) -> str:
         """``name``, or ``name(k=v, ...)`` with its params (for reports and messages)."""
-        if not self.params:
-            return self.name
-        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params.items())})"
+        return policy_text({"name": self.name, "params": self.params}) or self.name
+
+
+def policy_text(value: Any) -> str | None:
+    """A swept policy given with its params (``{name, params}``, kept in a sweep's tables
+    as JSON text) as a scenario's summary names it: ``s3fifo(small_frac=0.1)``; None for
+    any other value."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not (isinstance(value, dict) and isinstance(value.get("name"), str)):
+        return None
+    params = value.get("params") or {}
+    if not isinstance(params, dict) or set(value) - {"name", "params"}:
+        return None
+    inner = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return f"{value['name']}({inner})" if inner else value["name"]
 
 
 def _ref(name: str) -> PolicyRef:
