@@ -11,6 +11,7 @@ traces, which may be large, are streamed by their readers after the same check.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -142,3 +143,30 @@ def text_values(value: Any) -> Iterator[str]:
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from text_values(v)
+
+
+# a file's identity (path, device, inode, size, modification time) -> its SHA-256
+_digests: dict[tuple[Any, ...], str] = {}
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str | None:
+    """SHA-256 (hex) of a file's content, read once per process while the file keeps
+    its size and modification time (a sweep's runs, a baseline's entries and every
+    summary's provenance name the same files); None for a missing or unreadable file."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    digest = _digests.get(key)
+    if digest is not None:
+        return digest
+    h = hashlib.sha256()
+    try:
+        with open_regular(path) as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except (OSError, InputError):
+        return None
+    digest = _digests[key] = h.hexdigest()
+    return digest

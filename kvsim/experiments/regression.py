@@ -233,7 +233,6 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         raise InputError("seeds: a seed is listed twice", where=str(p))
     entries: list[Entry] = []
     runs = 0
-    digests: dict[tuple[Any, ...], str] = {}  # each file's content hashed once
     for i, e in enumerate(spec.entries):
         where = f"{p}: entries[{i}]"
         if (e.scenario is None) == (e.sweep is None):
@@ -283,7 +282,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         for spath, overrides, label in configs:
             merged = {**overrides, **(extra or {})}
             sc = api.load(spath, merged)
-            files = {_portable_path(f, p.parent): d for f, d in scenario_files(sc, digests).items()}
+            files = {_portable_path(f, p.parent): d for f, d in scenario_files(sc).items()}
             entries.append(
                 Entry(
                     label or sc.name,

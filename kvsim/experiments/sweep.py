@@ -79,7 +79,7 @@ from kvsim.experiments.replicate import (
     stop_pool,
     worker_pool,
 )
-from kvsim.files import check_regular, is_regular, open_regular, text_values
+from kvsim.files import check_regular, is_regular, sha256_file, text_values
 from kvsim.plugins import is_file_spec
 from kvsim.results.writers import clean_leftovers
 
@@ -323,7 +323,6 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     # a base that is not valid alone: each run is identified by its resolved scenario
     base_hash = _digest(scenario_to_dict(sc0)) if sc0 is not None else _digest(str(base))
     given = [*fixed_set, *grid_keys, *zip_keys]  # what the sweep sets itself
-    digests: dict[tuple[Any, ...], str] = {}  # each file's content hashed once
     fixed = tuple(fixed_set.items())
     labelled = tuple(labels.items())
     runs: list[RunSpec] = []
@@ -338,7 +337,7 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
             windows = scaled_windows(ref, factor)
             after.update({k: v for k, v in windows.items() if not _covered(k, given)})
         both = fixed + tuple(after.items())
-        files = _config_files(config, sc0, params, folder, digests, whole=sc0 is None)
+        files = _config_files(config, sc0, params, folder, whole=sc0 is None)
         for seed in seeds:
             key: dict[str, Any] = {"base": base_hash, "set": both, "params": params, "seed": seed}
             if files:  # (a sweep that reads no file keeps the run ids it had)
@@ -471,7 +470,6 @@ def _config_files(
     sc0: Scenario | None,
     params: tuple[tuple[str, Any], ...],
     folder: Path,
-    cache: dict[tuple[Any, ...], str],
     *,
     whole: bool,
 ) -> dict[str, str]:
@@ -482,9 +480,9 @@ def _config_files(
     files: dict[str, str] = {}
     scenario = config if config is not None else sc0
     if scenario is not None:
-        files.update(scenario_files(scenario, cache))
+        files.update(scenario_files(scenario))
     named = {
-        str(f): file_digest(f, cache)
+        str(f): file_digest(f)
         for v in params
         for s in text_values(v[1])
         if (f := _file_named(s, folder)) is not None
@@ -495,26 +493,25 @@ def _config_files(
     return files
 
 
-def scenario_files(sc: Scenario, cache: dict[tuple[Any, ...], str] | None = None) -> dict[str, str]:
+def scenario_files(sc: Scenario) -> dict[str, str]:
     """``{path: digest of its content}`` of every file a resolved scenario still reads by
     name: found generically, as every text value of the scenario (any field) that names an
     existing file (a trace, a plugin file, a profile file...), and the file of each plugin
     given as a module. (What the loader reads whole: ``extends`` bases, profiles, timing
     tables, is in the resolved scenario itself.) An unchanged file keeps its digest."""
-    cache = {} if cache is None else cache
     d = scenario_to_dict(sc)
     root = Path(sc.source).parent if sc.source else Path.cwd()
     out: dict[str, str] = {}
     for s in text_values(d):
         f = _file_named(s, root)
         if f is not None:
-            out[str(f)] = file_digest(f, cache)
+            out[str(f)] = file_digest(f)
     for spec in d.get("plugins", []):
         if isinstance(spec, str) and not is_file_spec(spec):
             module = sys.modules.get(spec)
             origin = getattr(module, "__file__", None) if module is not None else None
             if isinstance(origin, str) and is_regular(origin):
-                out[f"plugin module {spec}"] = file_digest(Path(origin), cache)
+                out[f"plugin module {spec}"] = file_digest(Path(origin))
     return out
 
 
@@ -533,27 +530,11 @@ def _file_named(text: str, root: Path) -> Path | None:
     return q.absolute() if is_regular(q) else None
 
 
-def file_digest(path: Path, cache: dict[tuple[Any, ...], str] | None = None) -> str:
-    """A digest of a file's content (the same for an unchanged file, whatever its times);
-    ``cache`` keeps it by the file's identity, size and modification time."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return "unreadable"
-    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if cache is not None and key in cache:
-        return cache[key]
-    h = hashlib.sha256()
-    try:
-        with open_regular(path) as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        value = h.hexdigest()[:16]
-    except (OSError, InputError):
-        value = "unreadable"
-    if cache is not None:
-        cache[key] = value
-    return value
+def file_digest(path: Path) -> str:
+    """A digest of a file's content (the same for an unchanged file, whatever its times;
+    each file read once per process: :func:`kvsim.files.sha256_file`)."""
+    digest = sha256_file(path)
+    return digest[:16] if digest is not None else "unreadable"
 
 
 # scenario fields that name files, and are resolved against the file that sets them

@@ -19,7 +19,6 @@ process give byte-identical summaries).
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import platform
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim import __version__
-from kvsim.files import text_values
+from kvsim.files import sha256_file, text_values
 
 #: the distributions whose versions a result records (kvsim's dependencies that shape it)
 PACKAGES = ("simpy", "numpy", "pandas", "pyyaml", "pydantic", "pyarrow", "matplotlib")
@@ -39,8 +38,6 @@ COMPARED = ("kvsim_version", "git_commit", "git_dirty", "core", "python", "packa
 
 GIT_TIMEOUT_S = 5.0  # `git status` on a huge or networked tree: give up, dirty unknown
 
-# (path, device, inode, size, mtime) -> hex digest: each file hashed once per process
-_digests: dict[tuple[Any, ...], str] = {}
 # (path, device, inode, size, mtime) -> the extends parent named in a scenario file
 _parents: dict[tuple[Any, ...], str | None] = {}
 
@@ -348,28 +345,6 @@ def _identity(path: Path) -> tuple[Any, ...] | None:
     except (OSError, ValueError):
         return None
     return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str | None:
-    """SHA-256 (hex) of a file's content, computed once per process while its size and
-    modification time stay the same; None for a missing or unreadable file."""
-    from kvsim.errors import InputError
-    from kvsim.files import open_regular
-
-    key = _identity(Path(path))
-    if key is None:
-        return None
-    if key in _digests:
-        return _digests[key]
-    h = hashlib.sha256()
-    try:
-        with open_regular(path) as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    except (OSError, InputError):
-        return None
-    _digests[key] = h.hexdigest()
-    return _digests[key]
 
 
 # ---- comparing two -----------------------------------------------------------------------
