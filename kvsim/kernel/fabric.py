@@ -140,6 +140,8 @@ class Fabric:
     """All links of one simulation and the flows on them."""
 
     def __init__(self, env: simpy.Environment) -> None:
+        # the clock is read as env._now, the attribute behind SimPy's ``now`` property: the
+        # property is a Python call from compiled code (so throughout the compiled core)
         self.env = env
         self.links: dict[str, Link] = {}
         self._heap: list[tuple[float, int, int, Flow]] = []  # (finish, seq, version, flow)
@@ -209,7 +211,7 @@ class Fabric:
                 lat += link.latency
         wait = delay + lat
         if wait > 0:
-            now = self.env.now
+            now = self.env._now
             self._seq += 1
             heappush(self._starts, (now + wait, self._seq, flow))
             self._arm(now)
@@ -220,14 +222,14 @@ class Fabric:
     def cancel(self, flow: Flow) -> None:
         """Abandon a flow (a client timeout); its ``done`` never fires."""
         if flow.state == "active":
-            now = self.env.now
+            now = self.env._now
             flow.settle(now)
             self._credit(flow, flow.size - max(flow.remaining, 0.0))
             touched = self._detach(flow, now)
             self._rebalance(now, touched)
             self._arm(now)
         flow.state = "cancelled"
-        flow.end = self.env.now
+        flow.end = self.env._now
 
     def abort(self, flow: Flow, error: Exception) -> None:
         """Cancel a flow and tell its owner: its ``done`` event fails with ``error`` (or its
@@ -249,7 +251,7 @@ class Fabric:
         """Change a link's bandwidth now (a slowdown, or its end); flows re-share at once."""
         if not bandwidth > 0:
             raise ValueError(f"link {link.name}: bandwidth must be > 0, got {bandwidth}")
-        now = self.env.now
+        now = self.env._now
         flows = list(link.members)
         for f in flows:  # progress so far at the old rates
             f.settle(now)
@@ -281,7 +283,7 @@ class Fabric:
 
     def _activate(self, flows: list[Flow]) -> None:
         """Put flows whose latency has passed onto their links, and re-solve once."""
-        now = self.env.now
+        now = self.env._now
         touched: dict[Link, bool] = {}
         new = []
         for flow in flows:
@@ -461,7 +463,7 @@ class Fabric:
         if at != self._timer_at:
             return  # superseded by an earlier timer
         self._timer_at = _INF
-        now = self.env.now
+        now = self.env._now
         heap = self._heap
         finished = []
         while heap and heap[0][0] <= now:

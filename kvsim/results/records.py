@@ -51,11 +51,37 @@ class Results:
 
 
 def frame(rows: RowTable) -> pd.DataFrame:
-    """The per-request DataFrame, sorted by request id."""
-    df = pd.DataFrame({name: rows.column(name) for name in COLUMN_NAMES})
+    """The per-request DataFrame, sorted by request id.
+
+    Each column is copied once, into id order, and the frame takes the copies as they are:
+    a million rows then peak at two copies of the table (the run's and the frame's), not
+    the four that building, consolidating and sorting a frame make in turn."""
+    order = np.argsort(rows.column("id"), kind="stable")
+    data: dict[str, Any] = {}
+    for name in COLUMN_NAMES:
+        col = rows.column(name)
+        if isinstance(col, list):  # text: a list again, so pandas infers its dtype as before
+            data[name] = [col[i] for i in order.tolist()]
+        else:
+            data[name] = col[order]
+    df = pd.DataFrame(data, copy=False)
     df["decision"] = df["decision"].astype("category")
     df["drop_reason"] = df["drop_reason"].astype(str)
-    return df.sort_values("id", kind="stable").reset_index(drop=True)
+    return df
+
+
+def rows_where(df: pd.DataFrame, mask: Any) -> pd.DataFrame:
+    """``df[mask]``, without copying the rows where it need not: ``df`` itself when the
+    mask keeps every row, a slice when it keeps one run of rows (the requests after a
+    warm-up, in id order). A million-row frame filtered five ways would otherwise be
+    copied five times over."""
+    keep = np.asarray(mask, dtype=bool)
+    if keep.all():
+        return df
+    kept = np.flatnonzero(keep)
+    if len(kept) and kept[-1] - kept[0] + 1 == len(kept):
+        return df.iloc[kept[0] : kept[-1] + 1]
+    return df[mask]
 
 
 def summarize(
@@ -65,9 +91,9 @@ def summarize(
     left out (the scenario's, or what ``auto`` found)."""
     if warmup is None:
         warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
-    measured = df[~df["warmup"]]
-    everyone = measured[measured["decision"] != "dropped"]  # the cluster's throughput
-    measured = measured[in_prompt_range(measured, sc)]  # run.prompt_range: whose outcomes
+    measured = rows_where(df, ~df["warmup"])
+    everyone = rows_where(measured, measured["decision"] != "dropped")  # cluster throughput
+    measured = rows_where(measured, in_prompt_range(measured, sc))  # run.prompt_range
     out_of_range = int((~df["warmup"]).sum()) - len(measured)
     if len(measured) == 0 and out_of_range:
         raise InputError(
@@ -75,8 +101,8 @@ def summarize(
             f"{out_of_range} lie outside it: {prompt_spread(df[~df['warmup']])})",
             where="run.prompt_range",
         )
-    m = measured[measured["decision"] != "dropped"]
-    df = df[df["decision"] != "dropped"]  # the clock and the engines only saw these
+    m = rows_where(measured, measured["decision"] != "dropped")
+    df = rows_where(df, df["decision"] != "dropped")  # the clock and the engines saw these
     ttft = m["ttft_s"].to_numpy()
     first = float(df["arrival_s"].min()) if len(df) else 0.0
     lo = max(warmup, first)

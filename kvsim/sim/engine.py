@@ -178,7 +178,7 @@ class Engine:
     def submit(self, job: Job) -> None:
         """A request routed here (new, or re-routed from a failed engine)."""
         self.outstanding += 1
-        job.submitted = self.env.now
+        job.submitted = self.env._now
         ctx = self.ctx
         if ctx.prefetching and self.up:
             fetch = self._prefetch(job, job)
@@ -213,7 +213,7 @@ class Engine:
         job.fetch = None
         if job in self._fetching:
             self._fetching.remove(job)
-            job.prefetch_s += self.env.now - job.submitted  # part of its load time
+            job.prefetch_s += self.env._now - job.submitted  # part of its load time
             self._push(job)
 
     def _push(self, job: Job) -> None:
@@ -222,7 +222,7 @@ class Engine:
             self.outstanding -= 1
             self.ctx.displace(job, self)
             return
-        now = self.env.now
+        now = self.env._now
         self._tick(now)
         job.enqueued = now
         if self._peeks:
@@ -288,7 +288,7 @@ class Engine:
                     job.restore.cancel()
                     job.restore = None
                 self.inflight -= 1
-        self._tick(self.env.now)
+        self._tick(self.env._now)
         held += self.waiting.jobs()
         held += self._fetching
         self._fetching = []
@@ -330,10 +330,10 @@ class Engine:
                 writes = self.local.writes
                 wait = writes.stall() if writes is not None and writes.blocking else 0.0
                 if wait > 0:  # a full write queue that blocks: let it drain first
-                    self._hold(env.now, env.now + wait)
+                    self._hold(env._now, env._now + wait)
                     yield env.timeout(wait)
                     continue
-                step_start = env.now
+                step_start = env._now
                 batch, lookups = self._form()
                 if self._syncing:
                     yield from self._restore_in_step(step_start)
@@ -350,7 +350,7 @@ class Engine:
                 self._syncing = []
                 self.step_spans.append(step_start)
                 if self._copy_watch:  # kernel copies took SMs from the step
-                    yield env.timeout(end - env.now)
+                    yield env.timeout(end - env._now)
                     lost = self._copy_lost()
                     rounds = 0
                     while lost > 1e-9 and rounds < 64:  # copies during the extra time too
@@ -358,10 +358,10 @@ class Engine:
                         rounds += 1
                         lost = self._copy_lost()
                     if rounds:  # held longer: so is its staging copy's wait
-                        stage_end += env.now - end
-                        end = env.now
+                        stage_end += env._now - end
+                        end = env._now
                 self.step_spans.append(stage_end)
-                yield env.timeout(max(stage_end - env.now, 0.0))
+                yield env.timeout(max(stage_end - env._now, 0.0))
                 self._complete(batch, end, stage_end)
                 if not self.steps & 1023 and self.guard is not None:
                     self.guard()  # raises MemoryError before the process runs out
@@ -389,7 +389,7 @@ class Engine:
         aside: list[Job] = []  # requests whose restore must wait for room
         full = False  # a request did not fit the working pool: later ones wait too
         lookups = 0.0
-        now = self.env.now
+        now = self.env._now
         policy = ctx.policy
         ri = 0
         while slots > 0 and budget > 0:
@@ -529,7 +529,7 @@ class Engine:
             yield self._sync_done
             return
         for job in jobs:
-            job.queue_wait += env.now - step_start  # behind the step's earlier restores
+            job.queue_wait += env._now - step_start  # behind the step's earlier restores
             self._sync_left = 1
             self._sync_done = done = env.event()
             Restore(self, job, self._restored_sync)
@@ -539,7 +539,7 @@ class Engine:
         """A synchronous restore of the step being formed is in."""
         self.inflight -= 1
         job.state = READY
-        job.begin = self.env.now
+        job.begin = self.env._now
         self._sync_left -= 1
         if self._sync_left == 0 and self._sync_done is not None:
             done, self._sync_done = self._sync_done, None
@@ -553,7 +553,7 @@ class Engine:
         """When the step's compute ends and when its staging copies end (the engine is
         held until then), recording GPU, blocked and copy activity."""
         ctx = self.ctx
-        now = self.env.now  # synchronous restores (if any) are in
+        now = self.env._now  # synchronous restores (if any) are in
         if self._syncing:
             self._regrow(batch)
         chunks = [(n, job.cached + job.done) for job, n in batch]
@@ -659,7 +659,7 @@ class Engine:
     def _copy_lost(self) -> float:
         """SM seconds the busiest rank's copy kernels took since the last mark (the step
         computing meanwhile lost them, and makes them up); moves the mark to now."""
-        now = self._copied(self.env.now)
+        now = self._copied(self.env._now)
         lost = kernel_copy_seconds(
             now - self._copy_mark, self.h2d.bandwidth, self.ctx.copy_sm_share
         )
@@ -810,7 +810,7 @@ class Engine:
         in_gpu = local.gpu.blocks
         in_host = local.host.blocks if host and local.host is not None else ()
         in_nvme = local.nvme.blocks if nvme and local.nvme is not None else ()
-        now = self.env.now
+        now = self.env._now
         # writes still in flight (key -> when it lands); None: all have landed
         wait_h = local.in_flight(HOST, now) if in_host else None
         wait_n = local.in_flight(NVME, now) if in_nvme else None
@@ -841,7 +841,7 @@ class Engine:
         in_gpu = local.gpu.blocks
         in_host = local.host.blocks if host and local.host is not None else ()
         in_nvme = local.nvme.blocks if nvme and local.nvme is not None else ()
-        now = self.env.now
+        now = self.env._now
         wait_h = local.in_flight(HOST, now) if in_host else None
         wait_n = local.in_flight(NVME, now) if in_nvme else None
         engines = self.ctx.engines
@@ -1012,7 +1012,7 @@ class Engine:
             after = tok[REMOTE] * s * decode[REMOTE]
             if self.nvlink is not None:  # the hand-off to the other ranks
                 after += (
-                    self.nvlink.backlog(self.env.now)
+                    self.nvlink.backlog(self.env._now)
                     + tok[REMOTE] * s * ratio[REMOTE] * ctx.handoff_share / self.nvlink.bandwidth
                 )
             worst = max(worst, ctx.t0[REMOTE] + size / rate + after)

@@ -76,7 +76,7 @@ class Puts:
         engine = self.engine
         if engine.local.below[GPU] < 0:
             nbytes = batch.total_bytes()
-            lands = engine.d2h.send(engine.env.now, nbytes, ctx.stage_share)
+            lands = engine.d2h.send(engine.env._now, nbytes, ctx.stage_share)
             if ctx.copy_sm_share > 0.0:  # a copy kernel: SM work while it runs
                 work = kernel_copy_seconds(
                     nbytes * ctx.stage_share, engine.d2h.bandwidth, ctx.copy_sm_share

@@ -71,7 +71,7 @@ class Restore:
         s = ctx.kv_bytes
         t0 = ctx.t0
         ratio = ctx.ratio  # a tier's codec moves fewer bytes
-        self.start = env.now
+        self.start = env._now
         tokens = job.tokens
         job.restore = self
         self.local: list[tuple[int, Flow]] = []
@@ -168,7 +168,7 @@ class Restore:
             else:
                 raw = self.job.tokens[tier] * ctx.kv_bytes
             d = raw * ctx.decode_s[tier]  # the tier's codec: decode before it can be used
-            now = engine.env.now
+            now = engine.env._now
             if d > 0 and ctx.codec_on_gpu[tier]:  # GPU work
                 engine.busy += d
                 engine.gpu_spans.append(now)
@@ -256,7 +256,7 @@ class Restore:
         job = self.job
         job.restore = None
         engine = self.engine
-        now = engine.env.now
+        now = engine.env._now
         start = self.start
         got = [0.0, 0.0, 0.0, 0.0, 0.0]
         # the copy engines' time (``gpu_copy_busy_frac``); kernel copies are SM work

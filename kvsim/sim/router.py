@@ -65,12 +65,19 @@ class CacheAffinity(Router):
     loaded engine by more than ``slack`` requests; then the least loaded one."""
 
     def pick(self, blocks: Sequence[Key], job: object = None) -> RoutedEngine:
-        limit = min([e.outstanding for e in self.engines]) + self.slack
-        best, best_hit, best_load = self.engines[0], -1, 0
-        for e in self.engines:
-            load = e.outstanding
+        engines = self.engines
+        loads = [e.outstanding for e in engines]  # (each read once: a lookup by name)
+        least = loads[0]
+        for load in loads:
+            if load < least:
+                least = load
+        limit = least + self.slack
+        best, best_hit, best_load = engines[0], -1, 0
+        for i in range(len(engines)):
+            load = loads[i]
             if load > limit:
                 continue
+            e = engines[i]
             # the hit it needs to win: more than the best so far, or as much with less load
             need = best_hit if load < best_load else best_hit + 1
             hit = e.local_prefix_blocks(blocks, need)

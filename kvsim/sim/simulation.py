@@ -165,6 +165,8 @@ class Simulation:
         sc = scenario
         self.scenario = sc
         self.env = simpy.Environment(initial_time=0.0)  # float times throughout
+        # (the compiled core reads the clock as env._now, the attribute behind SimPy's
+        # ``now`` property, which would be a Python call each time)
         self.fabric = Fabric(self.env)
         ctx = self.shared = Shared(sc, self.env, self.fabric)
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
@@ -242,7 +244,7 @@ class Simulation:
                 ("write_back", tiers.host.write_policy, tiers.nvme.write_policy),
                 (1, tiers.host.write_threshold, tiers.nvme.write_threshold),
                 Writes(
-                    lambda: self.env.now,
+                    lambda: self.env._now,
                     d2h,
                     nvme_write,
                     node.gpus,
@@ -294,7 +296,7 @@ class Simulation:
             from kvsim.results.accesses import AccessRecorder
 
             env = self.env
-            self.recorder = AccessRecorder(lambda: env.now)
+            self.recorder = AccessRecorder(lambda: env._now)
             self.recorder.attach(self.engines, self.remote)
             ctx.recorder = self.recorder
         if self.remote is not None:
@@ -332,13 +334,13 @@ class Simulation:
 
     def finished(self, engine: Engine, job: Job) -> None:
         """A request's first token is out: record it; a session may end here."""
-        self._record(job.row(engine.index, self.env.now))
+        self._record(job.row(engine.index, self.env._now))
         self.tenancy.session_ended(job)
 
     def displace(self, job: Job, engine: Engine) -> None:
         """A request whose engine failed: re-route it (a fresh attempt, the time lost
         kept), or drop it, as the fault says."""
-        job.lost_s += self.env.now - job.submitted
+        job.lost_s += self.env._now - job.submitted
         if engine.failure_mode == "drop":
             self.drop(job, f"engine {engine.index} failed")
             return
@@ -415,7 +417,7 @@ class Simulation:
                 blocks = 0
                 self.check_memory()
             last = req.arrival
-            dt = req.arrival - env.now
+            dt = req.arrival - env._now
             if dt > 0:
                 yield env.timeout(dt)
             self.arrived += 1
@@ -473,7 +475,7 @@ class Simulation:
         arrivals = self._arrivals_proc
         while env.peek() != math.inf:
             if limit is not None and env.peek() > limit:
-                if env.now < limit:
+                if env._now < limit:
                     env.run(until=limit)
                 return
             env.step()
@@ -481,7 +483,7 @@ class Simulation:
                 return
 
     def _output(self) -> SimOutput:
-        end = self.env.now
+        end = self.env._now
         engines = [
             {
                 "engine": e.index,

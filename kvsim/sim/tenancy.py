@@ -77,7 +77,7 @@ class Tenancy:
         """Give every store the bookkeeping that quotas and TTL need."""
         cfg = self.cfg
         sim = self.sim
-        clock = (lambda: sim.env.now) if cfg.ttl is not None else None
+        clock = (lambda: sim.env._now) if cfg.ttl is not None else None
         if not cfg.quota and clock is None:
             return
         quota: dict[str, float] = {tier: q for tier, q in cfg.quota.items()}
@@ -112,7 +112,7 @@ class Tenancy:
         """Delete every block whose key satisfies ``match(key)`` from every tier, and from
         puts in flight; record when the last one is gone."""
         sim = self.sim
-        now = sim.env.now
+        now = sim.env._now
         for _, store, shards in self.stores():
             doomed = [k for k in store if match(block_of(k, shards))]
             for k in doomed:
@@ -129,7 +129,7 @@ class Tenancy:
             nonlocal waiting
             waiting -= 1
             if waiting == 0:
-                record["gone_after_s"] = sim.env.now - now
+                record["gone_after_s"] = sim.env._now - now
 
         for engine in sim.engines:
             for batch in engine.put_queue:
@@ -143,7 +143,7 @@ class Tenancy:
 
     def delete_tenant(self, tenant: int) -> None:
         """Offboarding: all of a tenant's blocks, everywhere."""
-        self.purged_at[tenant] = self.sim.env.now
+        self.purged_at[tenant] = self.sim.env._now
         self.delete("tenant", tenant, lambda key: tenant_of(key) == tenant)
 
     def session_ended(self, job: Job) -> None:
@@ -162,7 +162,7 @@ class Tenancy:
         env = self.sim.env
         while True:
             yield env.timeout(ttl / 4)
-            now = env.now
+            now = env._now
             for _, store, shards in self.stores():
                 rules = store.rules
                 if rules is None:
