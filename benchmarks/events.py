@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import simpy
 from simpy.core import Environment
-from workloads import DEFAULT_TRACE, simulation
+from workloads import arguments, simulation
 
 
 def wakes(event: simpy.Event) -> str:
@@ -41,12 +40,8 @@ def wakes(event: simpy.Event) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workload", choices=["replay", "scale"])
-    ap.add_argument("--requests", type=int, default=20_000, help="scale: requests to run")
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="replay: the trace")
+    arguments(ap)
     args = ap.parse_args()
-
-    sim = simulation(args.workload, args.trace, args.requests)
 
     zero: set[int] = set()  # ids of events scheduled with no delay, not yet processed
     counts: Counter[tuple[str, str, bool]] = Counter()
@@ -67,16 +62,16 @@ def main() -> None:
 
     Environment.schedule = counting_schedule  # type: ignore[method-assign]
     Environment.step = counting_step  # type: ignore[method-assign]
-    try:
-        out = sim.run()
+    try:  # counting from the start: the engines' first events are scheduled as they are built
+        out = simulation(args.workload, args.trace, args.requests).run()
     finally:
         Environment.schedule, Environment.step = schedule, step  # type: ignore[method-assign]
     n = len(out.rows)
     total = sum(counts.values())
     print(f"{n:,} requests, {total:,} events: {total / n:.2f} per request")
-    print(f"  {'event':<8} {'wakes':<48} {'per request':>11}  no delay")
+    print(f"  {'event':<10} {'wakes':<48} {'per request':>11}  no delay")
     for (kind, what, instant), c in counts.most_common():
-        print(f"  {kind:<8} {what[:48]:<48} {c / n:>11.3f}  {'yes' if instant else ''}")
+        print(f"  {kind:<10} {what[:48]:<48} {c / n:>11.3f}  {'yes' if instant else ''}")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def bench_mdc(customers: int, servers: int = 8, rho: float = 0.5, seed: int = 0)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument(
         "--trace",
         type=Path,

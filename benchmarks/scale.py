@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--requests", type=int, default=1_000_000)
     args = ap.parse_args()
     sc = load(HERE / "scale.yaml", {"workload.requests": args.requests})

@@ -55,7 +55,7 @@ def frame(rows: RowTable) -> pd.DataFrame:
 
     Each column is copied once, into id order, and the frame takes the copies as they are:
     a million rows then peak at two copies of the table (the run's and the frame's), not
-    the four that building, consolidating and sorting a frame make in turn."""
+    the three that building (consolidated) and then sorting a frame make."""
     order = np.argsort(rows.column("id"), kind="stable")
     data: dict[str, Any] = {}
     for name in COLUMN_NAMES:
