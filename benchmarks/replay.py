@@ -23,15 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import simpy
+from workloads import DEFAULT_TRACE, ROOT
 
 from kvsim import compiled
 from kvsim.api import load
 from kvsim.results import collect
 from kvsim.sim.simulation import Simulation
 from kvsim.workload.mooncake import read_mooncake
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 
 
 def events_scheduled(env: simpy.Environment) -> int:
