@@ -12,6 +12,7 @@ from typing import Any
 from kvsim.config.dump import scenario_to_dict
 from kvsim.config.loader import apply_overrides, load_scenario, validate
 from kvsim.config.schema import MooncakeWorkload, Scenario, SyntheticWorkload
+from kvsim.errors import InputError
 from kvsim.physics.client import Client, get_rate
 from kvsim.physics.costmodel import CostModel
 from kvsim.physics.step import scenario_lone_seconds
@@ -33,11 +34,27 @@ def load(
             return scenario
         data = scenario_to_dict(scenario)
         if overrides:
+            _no_new_profile(overrides)
             apply_overrides(data, {}, overrides, label="overrides: ")
         if seed is not None:
             apply_overrides(data, {}, {"seed": seed}, label="seed=")
         return validate(data, {}, "overrides")
     return load_scenario(scenario, overrides, seed)
+
+
+def _no_new_profile(overrides: Mapping[str, Any] | Sequence[str]) -> None:
+    """A loaded Scenario has its profile's values merged in: a ``profile`` override would
+    rename it and change nothing else (a silent wrong answer). Refused: the profile is
+    chosen where the scenario file is loaded (``load(path, overrides)``, as ``--set``)."""
+    for key in overrides:
+        text = str(key)
+        if text.split("=", 1)[0].split(".", 1)[0].strip() == "profile":
+            raise InputError(
+                "a loaded scenario has its profile's values merged in already (a new "
+                "profile would change its name only); set profile where the scenario file "
+                "is loaded: load(PATH, overrides)",
+                where=f"overrides: {text}",
+            )
 
 
 def run(

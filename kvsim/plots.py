@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def costmodel_plot(
     drawn), recompute for reference; each crossover marked where a line meets the
     recompute line. Line labels are :func:`costmodel_label` of their row."""
     tokens = np.linspace(1024, 131072, 256)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    # (constrained: the legend below the axes gets its room, the axes keep the width)
+    fig, ax = plt.subplots(figsize=(7.5, 5.6), layout="constrained")
     linear = [model.recompute(t) for t in tokens]
     ax.plot(
         tokens / 1000,
@@ -91,9 +93,8 @@ def costmodel_plot(
     )
     ax.set_ylim(0, max(linear) * 1.05)
     ax.grid(alpha=0.3)
-    # beside the axes, which the lines fill
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()  # (the axes narrowed to leave the legend room inside the figure)
+    # below the axes, in two columns: beside them it took half the figure's width
+    fig.legend(loc="outside lower center", ncol=2, fontsize=7, frameon=False)
     return _save(fig, path)
 
 
@@ -197,13 +198,20 @@ def token_sources_plot(
     path: str | os.PathLike[str],
     title: str,
     in_folder: bool = False,
+    enabled: Collection[str] | None = None,
 ) -> Path:
-    """Share of prompt tokens by where they came from."""
+    """Share of prompt tokens by where they came from. ``enabled``: the run's tiers (its
+    summary's ``tiers``); a tier not among them (disabled) has no bar, where a 0% bar
+    would read as a tier that served nothing; GPU and compute are always drawn. None (an
+    older kvsim's summary, without tiers): every source."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    names = list(fractions)
+    always = ("gpu", "compute")
+    names = [n for n in fractions if enabled is None or n in always or n in enabled]
     values = [100 * fractions[n] for n in names]
     palette = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#937860"]  # 6 sources
-    bars = ax.bar(names, values, color=[palette[i % len(palette)] for i in range(len(names))])
+    order = list(fractions)  # a source keeps its colour whichever are left out
+    colours = [palette[order.index(n) % len(palette)] for n in names]
+    bars = ax.bar(names, values, color=colours)
     for bar, v in zip(bars, values, strict=True):
         ax.annotate(
             f"{v:.1f}%",
@@ -576,6 +584,7 @@ def run_plots(out_dir: str | os.PathLike[str], fmt: str = "png") -> list[Path]:
             sources,
             f"{name}: prompt tokens by source",
             in_folder=True,
+            enabled=set(tiers) or None,  # (disabled tiers: no bar)
         ),
         engine_timeline_plot(
             df,
@@ -705,7 +714,8 @@ def tiers_plot(
     whole_style: dict[str, Any] = {"facecolor": "none", "edgecolor": "black", "linewidth": 1.0}
     x = np.arange(len(names), dtype=float)
     width = 0.8 / n_eng if each else 0.6
-    whole_used = False
+    whole_used = False  # a whole-tier bar above 0 was drawn
+    drawn: set[int] = set()  # engines with a bar above 0 (the legend lists only those)
 
     def bars(ax: Any, key: str, under: str | None = None, **kw: Any) -> list[float]:
         """One counter's bars (stacked on ``under``'s); every bar top drawn."""
@@ -719,6 +729,7 @@ def tiers_plot(
                 bottom = np.asarray(base_per if base_per is not None else [0.0] * len(per))
                 ax.bar(at, per, width, bottom=bottom, color=colors[: len(per)], **kw)
                 tops += list(bottom + np.asarray(per))
+                drawn.update(j for j, v in enumerate(per) if v > 0)
             elif per is not None:  # many engines: the mean engine, a whisker min..max
                 a = np.asarray(per, dtype=float)
                 b = float(np.mean(base_per)) if base_per is not None else 0.0
@@ -730,7 +741,7 @@ def tiers_plot(
                 b = base_whole if base_per is None and base_whole is not None else 0.0
                 ax.bar(x[i], whole, width, bottom=b, **{**kw, **whole_style})
                 tops.append(b + whole)
-                whole_used = True
+                whole_used = whole_used or whole > 0
             else:
                 ax.annotate("n/a", (x[i], 0), textcoords="offset points", xytext=(0, 3),
                             ha="center", fontsize=8, color=grey)  # fmt: skip
@@ -763,8 +774,9 @@ def tiers_plot(
            "bytes in (write_bytes)")  # fmt: skip
     finish(out_of, bars(out_of, "read_bytes"), "size", "bytes read out of the tier",
            "bytes out (read_bytes)")  # fmt: skip
-    if each:
-        handles = [Patch(color=colors[i], label=f"engine {i}") for i in range(n_eng)]
+    idle = [i for i in range(n_eng) if i not in drawn] if each else []
+    if each:  # a legend entry only for what is drawn; engines with every counter 0 named
+        handles = [Patch(color=colors[i], label=f"engine {i}") for i in sorted(drawn)]
     elif n_eng:
         handles = [Patch(color=colors[0], label=f"mean of {n_eng} engines (whisker: min to max)")]
     else:
@@ -774,12 +786,16 @@ def tiers_plot(
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 9),
                    fontsize=8, frameon=False)  # fmt: skip
+    if idle:
+        shown = ", ".join(map(str, idle[:8])) + (", ..." if len(idle) > 8 else "")
+        title = f"{title} (engine{'s' if len(idle) > 1 else ''} {shown}: every counter 0)"
     fig.suptitle(wrap(title, 90))
     return _save(fig, path, in_folder)
 
 
 SWEEP_COLUMNS = ("run_id", "seed", "status", "ttft_p50_s", "ttft_p99_s")
-CAPACITY_COLUMNS = ("configuration", "capacity_rps", "ci95_rps", "slo")
+CAPACITY_COLUMNS = ("configuration", "capacity_rps", "slo")
+CAPACITY_BOUNDS = ("capacity_rps_lo", "capacity_rps_hi")  # the interval (older kvsim: ci95_rps)
 
 
 SWEPT_ATTR = "swept"  # the results table's metadata: its swept columns (kvsim sweep's)
@@ -863,13 +879,17 @@ def percentiles(tables: Sequence[Any]) -> tuple[str, ...]:
 
 
 def read_capacity(path: Path) -> Any:
-    """A capacity.csv, checked: its columns, numbers and at least one row."""
+    """A capacity.csv, checked: its columns, numbers and at least one row. The interval
+    is ``capacity_rps_lo`` and ``capacity_rps_hi``; an older kvsim's table has a
+    half-width ``ci95_rps`` instead, read as the interval mean -+ it (never below 0)."""
     df = read_table(path, "capacity table")
     require_columns(df, CAPACITY_COLUMNS, path, numeric=False)
-    require_columns(df, ("capacity_rps", "ci95_rps"), path)
+    legacy = "ci95_rps" in df.columns and not set(CAPACITY_BOUNDS) <= set(df.columns)
+    bounds = ("ci95_rps",) if legacy else CAPACITY_BOUNDS
+    require_columns(df, ("capacity_rps", *bounds), path)
     if df.empty:
         raise InputError("no rows", where=str(path))
-    for c in ("capacity_rps", "ci95_rps"):
+    for c in ("capacity_rps", *bounds):
         v = df[c].to_numpy(float)
         bad = ~np.isnan(v) & ~(np.isfinite(v) & (v >= 0))
         if bad.any():
@@ -877,6 +897,17 @@ def read_capacity(path: Path) -> Any:
             raise InputError(
                 f"column {c}: {v[row]} is not a finite number >= 0", where=f"{path}:{row + 2}"
             )
+    df = _capacity_bounds(df)
+    lo, mid, hi = (
+        df[c].to_numpy(float) for c in ("capacity_rps_lo", "capacity_rps", "capacity_rps_hi")
+    )
+    bad = np.isfinite(lo) & np.isfinite(hi) & ~((lo <= mid * (1 + 1e-9)) & (mid <= hi * (1 + 1e-9)))
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise InputError(
+            "capacity_rps is not inside [capacity_rps_lo, capacity_rps_hi]",
+            where=f"{path}:{row + 2}",
+        )
     return df
 
 
@@ -963,6 +994,36 @@ def field_unit_of(path: str) -> str | None:
             return None
         candidates = models(info.annotation)
     return field_unit(info.annotation, info.metadata) if info is not None else None
+
+
+def field_is_whole(path: str) -> bool:
+    """Whether the scenario field at ``path`` holds a whole number (``cluster.engines``,
+    ``remote.servers``): an axis of it ticks on whole numbers only."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    from kvsim.config.schema import Scenario
+
+    def models(annotation: Any) -> list[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in get_args(annotation) for m in models(a)]
+
+    def whole(annotation: Any) -> bool:
+        if annotation is int:
+            return True
+        args = get_args(annotation)
+        return bool(args) and args[0] is int and not models(annotation)
+
+    candidates: list[type[BaseModel]] = [Scenario]
+    info = None
+    for part in path.split("."):
+        info = next((m.model_fields[part] for m in candidates if part in m.model_fields), None)
+        if info is None:
+            return False
+        candidates = models(info.annotation)
+    return info is not None and whole(info.annotation)
 
 
 def metric_unit(metric: str) -> str | None:
@@ -1208,10 +1269,9 @@ def _draw_curves(
             pts = sorted((xv, *_spread(h[f"ttft_{q}_s"])) for xv, h in g.groupby("_x", sort=False))
             xv = [p[0] for p in pts]
             (line,) = ax.plot(xv, [p[1] for p in pts], "o-", label=wrap(label, 48), ms=3)
-            if band:
-                ax.fill_between(
-                    xv, [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.15
-                )
+            if band:  # (a TTFT's interval never below 0: mean_interval clips it)
+                low = np.maximum([p[2] for p in pts], 0.0)
+                ax.fill_between(xv, low, [p[3] for p in pts], color=line.get_color(), alpha=0.15)
 
 
 def sweep_plots(
@@ -1224,7 +1284,8 @@ def sweep_plots(
 ) -> list[Path]:
     """TTFT p50/p95/p99 against load, one curve per configuration (mean over seeds, with
     a 95% band over them), or, when nothing swept is a load, p50/p95/p99 bars per
-    configuration (p50 and p99 only for an older kvsim's table without p95); the SLO's
+    configuration with each one's paired difference from the reference below them (p50
+    and p99 only for an older kvsim's table without p95); the SLO's
     threshold as a line; and, when the folder has a capacity.csv, the capacity of each
     configuration. ``overlay``: more sweep folders
     whose curves join this folder's on one figure (``overlay_ttft_vs_load``).
@@ -1318,10 +1379,16 @@ def _load_curves(
             unit_axis(ax, "x", None, xs, label=f"load (x the trace's rate = 1 / {axis})")
         else:
             unit_axis(ax, "x", field_unit_of(axis), xs, label=axis)
+            if field_is_whole(axis) and ax.get_xscale() == "linear":  # a count: 1, 2, 3
+                from matplotlib.ticker import MaxNLocator
+
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         values = pd_values(df, f"ttft_{q}_s")
         _seconds_axis(ax, values, f"TTFT {q}")
         if len(values) and values.min() > 0 and values.max() / values.min() > LOG_SPAN:
             unit_axis(ax, "y", "duration", values, label=f"TTFT {q}", log=True)
+        elif ax.get_ylim()[0] < 0:  # a TTFT is never below 0: nor is its axis
+            ax.set_ylim(bottom=0.0)
         ax.grid(alpha=0.3, which="both")
     if axes[-1].get_legend_handles_labels()[0]:  # nothing drawn when no run has a value
         axes[-1].legend(fontsize=7)
@@ -1345,12 +1412,69 @@ def pd_values(df: Any, column: str) -> Any:
     return v[np.isfinite(v.to_numpy(float))]
 
 
+def _paired(groups: list[Any], q: str) -> list[tuple[float, float, float] | None] | None:
+    """Per configuration, its paired difference in TTFT ``q`` from the reference (the
+    table's per-run ``delta_ttft_<q>_s``: this run minus the reference's on the same seed):
+    the mean over seeds and its 95% interval (:func:`~kvsim.results.uncertainty.
+    mean_interval` of the differences, as the sweep's table gives it); None for the
+    reference (the configuration without differences). None for the whole table when it
+    has no differences (one configuration)."""
+    from kvsim.results.uncertainty import mean_interval
+
+    column = f"delta_ttft_{q}_s"
+    if not groups or column not in groups[0][1].columns:
+        return None
+    out: list[tuple[float, float, float] | None] = []
+    for _, g in groups:
+        d = [float(x) for x in g[column] if np.isfinite(float(x))]
+        if not d:
+            out.append(None)
+            continue
+        iv = mean_interval(d, nonnegative=False)
+        if len(d) < MIN_BAND_SEEDS or not iv.bounded:
+            out.append((iv.mean, iv.mean, iv.mean))
+        else:
+            out.append((iv.mean, iv.lo, iv.hi))
+    return out if sum(x is None for x in out) == 1 else None
+
+
+def _delta_bars(ax: Any, deltas: list[Any], q: str, horizontal: bool = False) -> None:
+    """The paired differences from the reference as bars with their 95% intervals; the
+    reference a marker at 0, named; the axis in one unit of seconds."""
+    at = np.arange(len(deltas))
+    mean = np.array([d[0] if d is not None else 0.0 for d in deltas])
+    err = np.array(
+        [
+            [d[0] - d[1] if d is not None else 0.0 for d in deltas],
+            [d[2] - d[0] if d is not None else 0.0 for d in deltas],
+        ]
+    )
+    colors = ["#e45756" if m > 0 else "#54a24b" for m in mean]
+    draw = ax.barh if horizontal else ax.bar
+    kw = {"xerr": err} if horizontal else {"yerr": err}
+    draw(at, mean, color=colors, capsize=3, **kw)
+    ref = [i for i, d in enumerate(deltas) if d is None]
+    for i in ref:
+        xy = (0.0, i) if horizontal else (i, 0.0)
+        ax.plot(*xy, "kD", ms=5)
+        ax.annotate("reference", xy, textcoords="offset points", fontsize=7,
+                    xytext=(4, 0) if horizontal else (0, 5), ha="left" if horizontal else "center",
+                    va="center" if horizontal else "bottom")  # fmt: skip
+    (ax.axvline if horizontal else ax.axhline)(0.0, color="black", lw=0.8)
+    values = [v for d in deltas if d is not None for v in d] + [0.0]
+    unit_axis(ax, "x" if horizontal else "y", "duration", values,
+              label=f"TTFT {q} minus the reference's", log=False)  # fmt: skip
+
+
 def _config_bars(
     df: Any, columns: list[str], path: Path, title: str, slo: Any, qs: Sequence[str]
 ) -> Path:
     """TTFT percentiles ``qs`` per configuration of a sweep with no load axis: the mean
-    over seeds, with its 95% interval as an error bar from 3 seeds on; each bar labelled
-    with its fields in full, a line each ("tiers.nvme.enabled = false")."""
+    over seeds (top row), and below it each configuration's paired difference from the
+    reference with its 95% interval over seeds (the table's paired differences, from 3
+    seeds on: an unpaired interval of each mean would hide a difference every seed
+    agrees on); each bar labelled with its fields' values, a line each. A table without
+    paired differences (one configuration) gets the means with their own intervals."""
     groups = list(df.groupby(columns, sort=False))
     if len(groups) > MAX_UPRIGHT_BARS:
         return _config_rows(df, groups, columns, path, title, slo, qs)
@@ -1358,28 +1482,53 @@ def _config_bars(
         "\n".join(value_text(c, v) for c, v in zip(columns, _key(k), strict=True))
         for k, _ in groups
     ]
+    paired = {q: _paired(groups, q) for q in qs}
+    two = all(p is not None for p in paired.values())
     per_bar = _bar_width(labels)
     width = min(20, max(4.5 * len(qs), (per_bar * len(groups) + 1) * len(qs)))
-    fig, axes = plt.subplots(1, len(qs), figsize=(width, 4.4))
+    fig, grid = plt.subplots(2 if two else 1, len(qs), figsize=(width, 8.0 if two else 4.4),
+                             squeeze=False)  # fmt: skip
+    axes = list(grid[0])
     for ax, q in zip(axes, qs, strict=True):
         stats = [_spread(g[f"ttft_{q}_s"]) for _, g in groups]
         means = [s[0] for s in stats]
-        err = [[m - lo for m, (_, lo, _) in zip(means, stats, strict=True)]]
-        err.append([hi - m for m, (_, _, hi) in zip(means, stats, strict=True)])
-        ax.bar(range(len(groups)), means, yerr=err, capsize=4, color="#4c78a8")
-        _seconds_axis(ax, [v for st in stats for v in st], f"TTFT {q}")
+        if two:  # the means alone: their intervals are the paired row's
+            ax.bar(range(len(groups)), means, color="#4c78a8")
+            _seconds_axis(ax, means, f"TTFT {q} (mean)")
+        else:
+            err = [[m - lo for m, (_, lo, _) in zip(means, stats, strict=True)]]
+            err.append([hi - m for m, (_, _, hi) in zip(means, stats, strict=True)])
+            ax.bar(range(len(groups)), means, yerr=err, capsize=4, color="#4c78a8")
+            _seconds_axis(ax, [v for st in stats for v in st], f"TTFT {q}")
         ax.grid(alpha=0.3, axis="y")
+    if two:
+        for ax, q in zip(grid[1], qs, strict=True):
+            _delta_bars(ax, paired[q], q)  # type: ignore[arg-type]
+            ax.grid(alpha=0.3, axis="y")
     _slo_line(axes, slo, qs)
     if slo is not None:
         for ax in axes:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    seeds = _seeds_text(_seeds(df, columns)).replace("band", "interval")
-    for ax in axes:
+    n = _seeds(df, columns)
+    if two:
+        seeds = (
+            f"mean of {n} seeds; below: paired difference from the reference, 95% interval "
+            "over seeds"
+            if n >= MIN_BAND_SEEDS
+            else _seeds_text(n).replace("band", "interval")
+        )
+    else:
+        seeds = _seeds_text(n).replace("band", "interval")
+    bottom = list(grid[-1])
+    for ax in bottom:
         ax.set_xlabel(_fields_label(columns))
     _suptitle(fig, title or f"TTFT per configuration of {', '.join(columns)} ({seeds})")
-    for ax in axes:
-        _fit_bar_labels(fig, ax, labels)
+    for ax in grid.flat:
+        if ax in bottom:
+            _fit_bar_labels(fig, ax, labels)
+        else:
+            ax.set_xticks(range(len(labels)), [""] * len(labels))
     return _save(fig, path, in_folder=True)
 
 
@@ -1397,31 +1546,44 @@ def _config_rows(
 ) -> Path:
     """:func:`_config_bars` for many configurations (a grid of several fields): one row
     per configuration, labelled on one line by its values in the fields' order (the
-    fields are named once, in the axis label), the panels sharing the rows."""
+    fields are named once, in the axis label), the panels sharing the rows; each
+    percentile's means, then (where the table has them) its paired differences from the
+    reference with their 95% intervals."""
     labels = [
         " | ".join(
             value_text(c, v).split(" = ", 1)[-1] for c, v in zip(columns, _key(k), strict=True)
         )
         for k, _ in groups
     ]
+    paired = {q: _paired(groups, q) for q in qs}
+    two = all(p is not None for p in paired.values())
+    panels = [(q, kind) for q in qs for kind in (("mean", "delta") if two else ("mean",))]
     longest = max(len(s) for s in labels)
     height = 1.6 + 0.24 * len(groups)
-    width = min(22.0, 2.0 + 0.065 * longest + 3.6 * len(qs))
-    fig, axes = plt.subplots(1, len(qs), figsize=(width, height), sharey=True)
+    width = min(26.0 if two else 22.0, 2.0 + 0.065 * longest + 3.6 * len(panels))
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), sharey=True)
     rows = np.arange(len(groups))
-    for ax, q in zip(axes, qs, strict=True):
+    for ax, (q, kind) in zip(axes, panels, strict=True):
+        if kind == "delta":
+            _delta_bars(ax, paired[q], q, horizontal=True)  # type: ignore[arg-type]
+            ax.grid(alpha=0.3, axis="x")
+            continue
         stats = [_spread(g[f"ttft_{q}_s"]) for _, g in groups]
         means = np.array([s[0] for s in stats])
-        err = np.array(
-            [
-                [m - lo for m, (_, lo, _) in zip(means, stats, strict=True)],
-                [hi - m for m, (_, _, hi) in zip(means, stats, strict=True)],
-            ]
-        )
-        ax.barh(rows, means, xerr=err, capsize=2, color="#4c78a8", height=0.7)
-        unit_axis(
-            ax, "x", "duration", [v for st in stats for v in st], label=f"TTFT {q}", log=False
-        )
+        if two:
+            ax.barh(rows, means, color="#4c78a8", height=0.7)
+            unit_axis(ax, "x", "duration", means, label=f"TTFT {q} (mean)", log=False)
+        else:
+            err = np.array(
+                [
+                    [m - lo for m, (_, lo, _) in zip(means, stats, strict=True)],
+                    [hi - m for m, (_, _, hi) in zip(means, stats, strict=True)],
+                ]
+            )
+            ax.barh(rows, means, xerr=err, capsize=2, color="#4c78a8", height=0.7)
+            unit_axis(
+                ax, "x", "duration", [v for st in stats for v in st], label=f"TTFT {q}", log=False
+            )
         ax.grid(alpha=0.3, axis="x")
         if slo is not None and slo.metric == f"ttft_{q}_s":  # the axis is in seconds
             from kvsim.units import fmt_duration
@@ -1433,6 +1595,8 @@ def _config_rows(
     axes[0].invert_yaxis()  # the sweep's first configuration on top
     axes[0].set_ylabel(wrap(" | ".join(columns), 60), fontsize=8)
     seeds = _seeds_text(_seeds(df, columns)).replace("band", "interval")
+    if two:
+        seeds = seeds.split(",")[0].split(";")[0] + "; paired differences from the reference"
     _suptitle(fig, title or f"TTFT per configuration ({len(groups)} configurations, {seeds})")
     return _save(fig, path, in_folder=True)
 
@@ -1485,7 +1649,9 @@ def _fit_bar_labels(fig: Any, ax: Any, labels: Sequence[str]) -> None:
             rotation_mode="anchor" if 0 < rotation < 90 else "default",
             fontsize=size,
         )
-        fig.tight_layout()
+        with warnings.catch_warnings():  # a try that does not fit is the next try's cue
+            warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+            fig.tight_layout()
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
@@ -1502,23 +1668,20 @@ def capacity_plot(
     cdf: Any, path: str | os.PathLike[str], title: str = "", in_folder: bool = False
 ) -> Path:
     """Capacity (requests/s meeting the SLO) per configuration, with its 95% interval
-    from 3 replications on; each bar labelled with its fields, a line each."""
-    fields, labels = _split_configurations([str(c) for c in cdf["configuration"]])
+    (``capacity_rps_lo`` .. ``_hi``, :func:`read_capacity`) from 3 replications on; each
+    bar labelled with its fields, a line each, every value beside its field's name
+    ("tiers.nvme.enabled = false": a bare "False" says nothing)."""
+    cdf = _capacity_bounds(cdf)
+    labels = _capacity_labels(cdf)
     fig, ax = plt.subplots(figsize=(min(16, max(5.0, _bar_width(labels) * len(cdf) + 1)), 4.4))
     reps = cdf["replications"].to_numpy(float) if "replications" in cdf else None
-    ci = cdf["ci95_rps"].fillna(0).to_numpy(float)
-    if reps is not None:
-        ci = np.where(reps >= MIN_BAND_SEEDS, ci, 0.0)  # no interval under 3 replications
-    ax.bar(
-        range(len(cdf)),
-        cdf["capacity_rps"],
-        # the interval never below 0 (kvsim.results.uncertainty.mean_interval); none: no bar
-        yerr=[np.minimum(ci, cdf["capacity_rps"].to_numpy(float)), ci],
-        capsize=4,
-    )
+    cap = cdf["capacity_rps"].to_numpy(float)
+    below = np.nan_to_num(cap - cdf["capacity_rps_lo"].to_numpy(float), nan=0.0)
+    above = np.nan_to_num(cdf["capacity_rps_hi"].to_numpy(float) - cap, nan=0.0)
+    if reps is not None:  # no interval under 3 replications
+        below, above = (np.where(reps >= MIN_BAND_SEEDS, e, 0.0) for e in (below, above))
+    ax.bar(range(len(cdf)), cap, yerr=[np.maximum(below, 0.0), np.maximum(above, 0.0)], capsize=4)
     ax.set_ylabel("capacity (requests/s meeting the SLO)")
-    if fields:
-        ax.set_xlabel(_fields_label(fields))
     from matplotlib.ticker import FuncFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tick_text(v)))
@@ -1529,6 +1692,93 @@ def capacity_plot(
     ax.grid(alpha=0.3, axis="y")
     _fit_bar_labels(fig, ax, labels)
     return _save(fig, path, in_folder)
+
+
+def _capacity_bounds(df: Any) -> Any:
+    """A capacity table with its interval as ``capacity_rps_lo`` and ``_hi``: an older
+    kvsim's half-width ``ci95_rps`` read as the mean -+ it (never below 0)."""
+    if set(CAPACITY_BOUNDS) <= set(df.columns) or "ci95_rps" not in df.columns:
+        return df
+    cap, half = df["capacity_rps"].astype(float), df["ci95_rps"].astype(float)
+    return df.assign(capacity_rps_lo=(cap - half).clip(lower=0.0), capacity_rps_hi=cap + half)
+
+
+def cheapest_plot(
+    rows: Sequence[Mapping[str, Any]],
+    configs: Sequence[Mapping[str, Any]],
+    slo: Any,
+    path: str | os.PathLike[str],
+) -> Path:
+    """``kvsim capacity --sweep ... --cheapest --out``: one row per layout, its SLO metric
+    (the mean over replications, its 95% interval from ``<metric>_lo`` .. ``_hi``) against
+    the threshold, coloured by whether it meets it, and beside it the layout's price per
+    hour, the cheapest that meets the SLO marked."""
+    metric = slo.metric
+    labels = [config_text(list(c), list(c.values())) or "the scenario" for c in configs]
+    labels = [wrap(t, 44) for t in labels]
+    height = 1.8 + 0.5 * sum(t.count("\n") + 1 for t in labels) ** 0.9
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, max(3.2, height)), sharey=True)
+    at = np.arange(len(rows))
+    mean = np.array([_number_or_nan(r[metric]) for r in rows], dtype=float)
+    lo = np.array([_number_or_nan(r.get(f"{metric}_lo")) for r in rows])
+    hi = np.array([_number_or_nan(r.get(f"{metric}_hi")) for r in rows])
+    err = np.nan_to_num(np.array([mean - lo, hi - mean]), nan=0.0).clip(min=0.0)
+    colors = ["#4c78a8" if r["meets"] else "#bab0ac" for r in rows]
+    left.barh(at, mean, xerr=err, capsize=3, color=colors, height=0.6)
+    unit = metric_unit(metric)
+    shown = [*mean, *lo, *hi, float(slo.threshold)]
+    scale, name = unit_axis(left, "x", unit, [v for v in shown if np.isfinite(v)],
+                            label=f"{metric.removesuffix('_s')} (mean, 95% interval)",
+                            log=False)  # fmt: skip
+    line = f"SLO {slo.op} {tick_text(slo.threshold / scale)} {name}".strip()
+    left.axvline(float(slo.threshold), color="red", ls="--", lw=1, label=line)
+    left.legend(fontsize=7, loc="lower right")
+    usd = np.array([_number_or_nan(r["usd_per_hour"]) for r in rows], dtype=float)
+    right.barh(at, usd, color=colors, height=0.6)
+    unit_axis(right, "x", "usd_per_hour", usd, label="price", log=False)
+    for i, r in enumerate(rows):
+        if r.get("cheapest"):
+            right.annotate("cheapest", (usd[i], i), textcoords="offset points", xytext=(4, 0),
+                           va="center", fontsize=8, fontweight="bold")  # fmt: skip
+    right.set_xlim(0, float(np.nanmax(usd)) * 1.25 if np.isfinite(usd).any() else 1.0)
+    left.set_yticks(at, labels, fontsize=7)
+    left.invert_yaxis()  # the sweep's first layout on top
+    for ax in (left, right):
+        ax.grid(alpha=0.3, axis="x")
+    _suptitle(fig, f"layouts at their own load against {slo} (grey: fails it)")
+    return _save(fig, path)
+
+
+def _number_or_nan(v: Any) -> float:
+    try:
+        return float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _capacity_labels(cdf: Any) -> list[str]:
+    """capacity.csv's configurations as bar labels, a line per swept field, each
+    "field = value" (:func:`value_text`: booleans as YAML writes them, sizes in a unit):
+    from the table's per-field columns where it has them (kvsim writes the swept values
+    beside ``configuration``), else parsed from the ``configuration`` text."""
+    fields, values = _split_configurations([str(c) for c in cdf["configuration"]])
+    if not fields:
+        return values
+    out = []
+    for (_, row), text in zip(cdf.iterrows(), values, strict=True):
+        parts = text.split("\n")
+        lines = []
+        for f, shown in zip(fields, parts, strict=True):
+            v = row[f] if f in cdf.columns and not _missing_cell(row[f]) else shown
+            if isinstance(v, str) and v in ("True", "False"):  # (str() of a Python bool)
+                v = v == "True"
+            lines.append(f"{f} = {value_text(f, v)}")
+        out.append("\n".join(lines))
+    return out
+
+
+def _missing_cell(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def mrc_plot(

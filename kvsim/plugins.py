@@ -44,6 +44,7 @@ import os
 import signal
 import sys
 import threading
+import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -454,12 +455,16 @@ class _Import:
     entry point, or the caller's own code), and the names it registered so far (a name
     registered twice by one plugin is an error naming both places)."""
 
-    __slots__ = ("names", "plugin", "spec")
+    __slots__ = ("classes", "names", "plugin", "spec")
 
     def __init__(self, plugin: str, spec: str | None) -> None:
         self.plugin = plugin
         self.spec = spec
         self.names: dict[tuple[str, str], str] = {}
+        # the classes it registered, with their places: their parameters' annotations are
+        # resolved once the import is complete (:func:`_resolve_pending`; a forward
+        # reference to a class defined further down the file is fine)
+        self.classes: list[tuple[type, str, str]] = []
 
 
 # kind -> name -> the plugin (its plugins: spec; None: registered by other code) -> entry
@@ -747,8 +752,10 @@ def add(name: str, cls: type, kind: str | None = None) -> None:
                 f"{k} {name!r} is registered twice by this plugin: at {first} and at {place}"
             )
         imp.names[(k, name)] = place
+        imp.classes.append((cls, f"{k} {name!r}", place))
     else:
         plugin, spec = getattr(cls, "__module__", "?"), None
+        hints(cls, f"{k} {name!r}", place)  # (a class complete as it is given)
     by_plugin = _REGISTRY[k].setdefault(name, {})
     old = by_plugin.get(spec)
     if old is not None and spec is None and not _same_class(old.cls, cls):
@@ -873,6 +880,7 @@ def load_entry_points() -> None:
             obj = ep.load()
             if isinstance(obj, type):
                 add(ep.name, obj)
+            _resolve_pending()
             module = sys.modules.get(obj.__module__) if isinstance(obj, type) else obj
             file = getattr(module, "__file__", None)
             if isinstance(file, str):
@@ -969,6 +977,11 @@ def _import_module(name: str) -> None:
         origin = spec.origin
     _notice(f"{name} ({origin})" if origin else name)
     module = importlib.import_module(name)
+    try:
+        _resolve_pending()
+    except RegistrationError:
+        sys.modules.pop(name, None)  # imported again (and refused again) next time
+        raise
     file = getattr(module, "__file__", None)
     if isinstance(file, str):
         _files.setdefault(file, name)
@@ -1004,6 +1017,7 @@ def _import_file(path: str) -> None:
     _files[path] = path
     try:
         exec(code, module.__dict__)  # a plugin is code the user chose to run
+        _resolve_pending()
     except BaseException:
         sys.modules.pop(name, None)
         raise
@@ -1018,6 +1032,7 @@ def registered(name: str, cls: type, kind: str | None = None) -> Iterator[None]:
     _loading.append(_Import(getattr(cls, "__module__", "?"), None))
     try:
         add(name, cls, k)
+        _resolve_pending()
     finally:
         _loading.pop()
     try:
@@ -1110,18 +1125,62 @@ def type_text(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def _resolve_pending() -> None:
+    """Resolve the parameter annotations of every class the plugin being imported
+    registered (:func:`hints`): called when its import is complete."""
+    imp = _loading[-1]
+    pending, imp.classes = imp.classes, []
+    for cls, what, place in pending:
+        hints(cls, what, place)
+
+
+def hints(cls: type, what: str = "", place: str = "") -> dict[str, Any]:
+    """The resolved annotations of a policy class's ``__init__``
+    (:func:`typing.get_type_hints`): what its params are checked against. One that cannot
+    be resolved (``x: "NoSuchType"``, a name its module lacks) is a RegistrationError
+    naming the parameter and the line of ``__init__``: never a parameter left unchecked.
+    ``add`` calls it for every class registered (once a plugin's import is complete)."""
+    init = cls.__init__  # type: ignore[misc]
+    try:
+        return typing.get_type_hints(init, include_extras=True)
+    except Exception as whole:
+        own = getattr(init, "__annotations__", None)
+        bad, why = "", describe(whole)
+        if isinstance(own, dict):  # which parameter: each resolved on its own
+            for pname, ann in own.items():
+                one = types.SimpleNamespace(
+                    __annotations__={pname: ann}, __globals__=getattr(init, "__globals__", {})
+                )
+                try:
+                    typing.get_type_hints(one, include_extras=True)
+                except Exception as e:
+                    bad, why = pname, describe(e)
+                    break
+        name = f"{what} ({cls.__name__})" if what else cls.__name__
+        param = f"parameter {bad!r}" if bad and bad != "return" else "an annotation"
+        code = getattr(init, "__code__", None)
+        line = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else place
+        raise RegistrationError(
+            f"{name}: the annotation of its {param} cannot be resolved ({why}); kvsim checks "
+            f"a scenario's params against them: import or define the type{at(line)}"
+        ) from None
+
+
 def parameters(cls: type) -> tuple[list[Param], bool]:
     """The parameters a policy class takes by keyword (from its ``__init__``'s signature,
-    annotations resolved by :func:`typing.get_type_hints`), and whether it takes any
-    keyword (``**kwargs``). ParamError if its signature cannot be read (plugin code may
-    refuse)."""
+    annotations resolved by :func:`hints`), and whether it takes any keyword
+    (``**kwargs``). ParamError if its signature or an annotation cannot be read (plugin
+    code may refuse; an annotation that does not resolve is refused when the class is
+    registered)."""
     before = signals()
     try:
         sig = inspect.signature(cls)
         try:
-            hints = typing.get_type_hints(cls.__init__, include_extras=True)  # type: ignore[misc]
-        except Exception:  # an annotation its module cannot resolve: that one is unchecked
-            hints = {}
+            resolved = hints(cls)
+        except RegistrationError as e:
+            raise ParamError(str(e)) from None
+    except ParamError:
+        raise
     except BaseException as e:
         if interrupted(e, before):
             raise
@@ -1132,7 +1191,7 @@ def parameters(cls: type) -> tuple[list[Param], bool]:
         if p.kind is inspect.Parameter.VAR_KEYWORD:
             any_keyword = True
         elif p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
-            out.append(Param(p.name, hints.get(p.name, Any), p.default))
+            out.append(Param(p.name, resolved.get(p.name, Any), p.default))
     return out, any_keyword
 
 

@@ -43,24 +43,25 @@ def _t(x: Any) -> str:
     return fmt_duration(x) if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
 
 
-def _interval(ci: Any) -> str:
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
-        return "n/a"
-    lo, hi = ci
-    if not (isinstance(lo, (int, float)) and math.isfinite(lo)):
+def _interval(s: dict[str, Any], name: str) -> str:
+    """The 95% interval of the time ``name`` (its ``_lo``/``_hi`` keys) as printed."""
+    from kvsim.results.uncertainty import read_bounds
+
+    bounds = read_bounds(s, name)
+    if bounds is None:
         return "n/a (under 20 requests)"
-    return f"{_t(lo)} .. {_t(hi)}"
+    return f"{_t(bounds[0])} .. {_t(bounds[1])}"
 
 
-def _pct_interval(ci: Any) -> str:
+def _pct_interval(s: dict[str, Any], name: str) -> str:
     """A fraction's 95% interval after it ("  (95% interval 61.5% .. 65.6%)"), or nothing
     without one (under 20 requests)."""
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+    from kvsim.results.uncertainty import read_bounds
+
+    bounds = read_bounds(s, name)
+    if bounds is None:
         return ""
-    lo, hi = ci
-    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
-        return ""
-    return f"  (95% interval {_pct(lo)} .. {_pct(hi)})"
+    return f"  (95% interval {_pct(bounds[0])} .. {_pct(bounds[1])})"
 
 
 def _cost_row(s: dict[str, Any]) -> list[tuple[str, str]]:
@@ -137,7 +138,7 @@ def summary_table(s: dict[str, Any]) -> str:
         *_cold_warm_row(s),
         (
             "95% intervals",
-            f"p50 {_interval(s['ttft_p50_ci_s'])}   p99 {_interval(s['ttft_p99_ci_s'])}   "
+            f"p50 {_interval(s, 'ttft_p50_s')}   p99 {_interval(s, 'ttft_p99_s')}   "
             "(block bootstrap of this run's requests)",
         ),
         ("queue wait", f"mean {_t(s['queue_wait_mean_s'])}   p99 {_t(s['queue_wait_p99_s'])}"),
@@ -152,7 +153,7 @@ def summary_table(s: dict[str, Any]) -> str:
             f"{s['prompt_tokens_per_s']:,.0f} prompt tokens/s   "
             f"{s['requests_per_s']:.3g} requests/s",
         ),
-        ("hit ratio", _pct(s["hit_ratio"]) + _pct_interval(s.get("hit_ratio_ci"))),
+        ("hit ratio", _pct(s["hit_ratio"]) + _pct_interval(s, "hit_ratio")),
         *_restore_rows(s),
         *_cost_row(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),
@@ -204,6 +205,7 @@ def summary_table(s: dict[str, Any]) -> str:
                 f"{s['timing_extrapolations']} prefill times extrapolated beyond the timing table",
             )
         )
+    rows += [("note", line) for line in s.get("profile_notes") or []]
     head = (
         f"kvsim {s['kvsim_version']} | scenario {s['scenario']} | seed {s['seed']} | "
         f"profile {s['profile']} | {s['engines']} engine(s) | {s['load_policy']} loading"

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,12 +43,25 @@ def M(label: str, lines: list[str], *fragments: str, **extra) -> Case:
     return Case(label, "mooncake", lines, fragments, extra)
 
 
-def C(label: str, argv: list[str], *fragments: str, files: dict | None = None) -> Case:
+def C(
+    label: str,
+    argv: list[str],
+    *fragments: str,
+    files: dict | None = None,
+    shown: str | None = None,
+) -> Case:
     """A command line run in a temporary folder after writing ``files`` there.
 
     Placeholders in argv and file contents: {TMP} the folder, {QS} quickstart.yaml,
-    {OUT} the output path whose absence the test checks (``{TMP}/out``)."""
-    return Case(label, "cmd", argv, fragments, {"files": files or {}})
+    {ROOT} this checkout, {OUT} the output path whose absence the test checks
+    (``{TMP}/out``). A file's content is text, bytes, or a function that returns either
+    (for files built when the case runs, such as an edited accesses.parquet). ``shown``
+    is what the table shows as the input, where the command line alone does not say
+    what the mistake is (the table adds the command)."""
+    extra: dict = {"files": files or {}}
+    if shown is not None:
+        extra["shown"] = shown
+    return Case(label, "cmd", argv, fragments, extra)
 
 
 def SW(label: str, *fragments: str, out: dict) -> Case:
@@ -55,6 +70,122 @@ def SW(label: str, *fragments: str, out: dict) -> Case:
     return C(
         label, ["sweep", "{TMP}/s.yaml", "--out", "{TMP}/o", "--quiet"], *fragments, files=files
     )
+
+
+# ---- builders of the files some cases need --------------------------------------------
+
+# a recorded stream (kvsim run --record-accesses writes accesses.parquet so): engine 0,
+# blocks of 10 B; rows are counted from 0, as the messages count them
+STREAM = [
+    (0.0, 0, "gpu", 1, 10.0, "miss", 1),
+    (0.0, 0, "gpu", 2, 10.0, "miss", 1),
+    (0.0, 0, "gpu", 3, 10.0, "miss", 1),
+    (0.0, 0, "host", 1, 10.0, "miss", 1),
+    (0.0, 0, "host", 2, 10.0, "miss", 1),
+    (0.0, 0, "host", 3, 10.0, "miss", 1),
+    (0.1, 0, "gpu", 1, 10.0, "insert", 1),
+    (0.1, 0, "gpu", 2, 10.0, "insert", 1),
+    (0.1, 0, "gpu", 3, 10.0, "insert", 1),
+    (0.2, 0, "host", 2, 10.0, "insert", -1),
+    (0.2, 0, "gpu", 2, 10.0, "delete", -1),
+    (0.3, 0, "gpu", 1, 10.0, "hit", 2),
+]
+
+
+def accesses(column: str | None = None, row: int = 0, value: object = None) -> Callable:
+    """A builder of STREAM's accesses.parquet with one cell set (``column`` "bytes:str":
+    the whole bytes column as text): run when the case runs."""
+
+    def build() -> bytes:
+        import pandas as pd
+
+        df = pd.DataFrame(
+            STREAM, columns=["time", "engine", "tier", "key", "bytes", "event", "request"]
+        )
+        df = df.astype({"engine": "int32", "key": "int64", "request": "int64"})
+        if column == "bytes:str":
+            df["bytes"] = df["bytes"].astype(str)
+        elif column is not None:
+            df.loc[row, column] = value
+        return df.to_parquet()
+
+    return build
+
+
+# what `trace mrc --run DIR` reads of a run folder: its summary and scenario
+RUN_FOLDER = {
+    "run/summary.json": '{"engines": 1, "tiers": {"gpu": {"hits": 3, "misses": 6,'
+    ' "capacity_bytes": 1e9}}}',
+    "run/scenario.yaml": "extends: {QS}\n",
+}
+
+# Llama-3.1-8B's config.json as shipped (less kvsim's own key), and a GPU card of an H100
+# SXM: the good cards the card cases edit (as tests/test_hardening_cards.py does)
+LLAMA = {
+    k: v
+    for k, v in json.loads(
+        (ROOT / "kvsim" / "catalogue" / "models" / "llama-3.1-8b.json").read_text()
+    ).items()
+    if k != "kvsim"
+}
+GPU_CARD = """\
+name: Test-GPU
+generation: hopper
+flops_sparse: {bf16: 1979 TFLOP/s}
+hbm: 80 GiB
+hbm_bandwidth: 3.35 TB/s
+host_link: PCIe Gen5 x16
+host_link_per_direction: 64 GB/s
+nvlink_per_gpu: 450 GB/s
+nic_per_gpu: 400 Gb/s
+"""
+CARD_SCENARIO = """\
+name: cards
+profile: {{model: {model}, gpu: {gpu}, gpus: 1}}
+workload:
+  kind: synthetic
+  requests: 20
+  arrivals: {{process: poisson, rate: 2/s}}
+  prompt_tokens: {{dist: fixed, value: 2048}}
+"""
+
+
+def config_json(**changes: object) -> str:
+    """LLAMA's config.json with ``changes``, one key a line."""
+    return json.dumps({**LLAMA, **changes}, indent=1)
+
+
+def CARD(
+    label: str, *fragments: str, shown: str, config: str | None = None, gpu: str | None = None
+) -> Case:
+    """``kvsim run`` of a scenario whose profile composes a model's config.json and/or a
+    GPU card written beside it."""
+    files = {
+        "s.yaml": CARD_SCENARIO.format(
+            model="./config.json" if config else "llama-3.1-8b",
+            gpu="./g.yaml" if gpu else "H100-SXM",
+        )
+    }
+    if config:
+        files["config.json"] = config
+    if gpu:
+        files["g.yaml"] = gpu
+    argv = ["run", "{TMP}/s.yaml", "--out", "{OUT}", "--quiet"]
+    return C(label, argv, *fragments, files=files, shown=shown)
+
+
+DUPLICATE = config_json(num_hidden_layers=32).replace(
+    '"num_hidden_layers": 32,', '"num_hidden_layers": 32,\n "num_hidden_layers": 16,'
+)
+DUPLICATE_LINE = DUPLICATE.splitlines().index(' "num_hidden_layers": 16,') + 1
+
+# the paper study's scenario files, the last one with a typo
+PAPER = {
+    f"paper/{p.name}": p.read_text(encoding="utf-8")
+    for p in sorted((ROOT / "scenarios" / "paper").glob("*.yaml"))
+}
+PAPER["paper/throughput-sharded.yaml"] += "\ncluster:\n  enignes: 2\n"
+PAPER_TYPO_LINE = len(PAPER["paper/throughput-sharded.yaml"].splitlines())
 
 
 CASES: list[Case] = [
@@ -2147,6 +2278,315 @@ CASES: list[Case] = [
         "accesses.parquet",
         files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
     ),
+    # ---- issue 39: recorded streams (kvsim.results.accesses.check) and trace mrc --run ----
+    C(
+        "trace mrc: a negative block size in a recorded file",
+        ["trace", "mrc", "{TMP}/a.parquet"],
+        "a.parquet: row 5: bytes is -10.0",
+        files={"a.parquet": accesses("bytes", 5, -10.0)},
+        shown="row 5's bytes set to -10",
+    ),
+    C(
+        "trace mrc: a NaN block size in a recorded file",
+        ["trace", "mrc", "{TMP}/a.parquet"],
+        "a.parquet: row 7: bytes is nan",
+        files={"a.parquet": accesses("bytes", 7, float("nan"))},
+        shown="row 7's bytes NaN",
+    ),
+    C(
+        "trace reuse: an infinite block size in a recorded file",
+        ["trace", "reuse", "{TMP}/a.parquet"],
+        "a.parquet: row 2: bytes is inf",
+        files={"a.parquet": accesses("bytes", 2, float("inf"))},
+        shown="row 2's bytes inf",
+    ),
+    C(
+        "trace mrc: recorded rows out of time order",
+        ["trace", "mrc", "{TMP}/a.parquet"],
+        "a.parquet: row 9: time 0.05 s is before row 8's",
+        "rows out of time order",
+        files={"a.parquet": accesses("time", 9, 0.05)},
+        shown="row 9's time set before row 8's",
+    ),
+    C(
+        "trace mrc: a NaN time in a recorded file",
+        ["trace", "mrc", "{TMP}/a.parquet"],
+        "a.parquet: row 3: time is nan",
+        files={"a.parquet": accesses("time", 3, float("nan"))},
+        shown="row 3's time NaN",
+    ),
+    C(
+        "trace mrc: a recorded bytes column of text",
+        ["trace", "mrc", "{TMP}/a.parquet"],
+        "a.parquet: column bytes",
+        "expected numbers",
+        files={"a.parquet": accesses("bytes:str")},
+        shown="the bytes column as text",
+    ),
+    C(
+        "trace mrc: a recorded stream's capacity without a unit",
+        ["trace", "mrc", "{TMP}/run", "--capacities", "1000"],
+        "--capacities",
+        "missing unit",
+        files={"run/accesses.parquet": accesses()},
+    ),
+    C(
+        "trace mrc: --run with a recorded stream",
+        ["trace", "mrc", "{TMP}/run", "--run", "{TMP}/run"],
+        "--run: ",
+        "a recorded stream is the run's own",
+        files={"run/accesses.parquet": accesses(), **RUN_FOLDER},
+    ),
+    C(
+        "trace mrc: --run on a folder that is not a run's",
+        ["trace", "mrc", "{TMP}/t.jsonl", "--run", "{TMP}/nope"],
+        "nope: not a run folder",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n"},
+    ),
+    C(
+        "trace mrc: --run on a folder without a summary.json",
+        ["trace", "mrc", "{TMP}/t.jsonl", "--run", "{TMP}/run"],
+        "run: no summary.json here",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n", "run/accesses.parquet": accesses()},
+    ),
+    C(
+        "trace mrc: --run with another block size",
+        ["trace", "mrc", "{TMP}/t.jsonl", "--run", "{TMP}/run", "--block-tokens", "256"],
+        "--run: the run's blocks are 512 tokens, the trace's 256",
+        files={"t.jsonl": LINE % (0, 4, "[1]") + "\n", **RUN_FOLDER},
+    ),
+    # ---- issue 39: plugin answers and annotations, study files ----
+    C(
+        "an eviction plugin's victim() returns a float",
+        ["run", "{TMP}/s.yaml", "--out", "{OUT}", "--quiet"],
+        "plugin ",
+        "fz.py (eviction 'fz_evict' on gpu): victim() broke a rule: returned 58.0",
+        "a key must be an int",
+        "fz.py:4)",
+        files={
+            "s.yaml": "extends: {QS}\nplugins: [fz.py]\ntiers:\n"
+            "  gpu: {capacity: 1 GB, eviction: fz_evict}\nworkload: {requests: 200}\n",
+            "fz.py": "from kvsim.plugins import EvictionPolicy, register\n"
+            "@register('fz_evict')\nclass E(EvictionPolicy):\n"
+            "    def victim(self, tier): return 58.0\n",
+        },
+        shown="fz.py: def victim(self, tier): return 58.0",
+    ),
+    C(
+        "a plugin parameter annotated with a type its module does not define",
+        ["run", "{TMP}/s.yaml", "--out", "{OUT}", "--quiet"],
+        "s.yaml:2: plugin ",
+        "eviction 'unresolved' (Unresolved): the annotation of its parameter 'x' cannot be",
+        "NoSuchType",
+        "pl.py:8)",
+        files={
+            "s.yaml": "extends: {QS}\nplugins: [pl.py]\ntiers:\n  gpu: {eviction: unresolved}\n",
+            "pl.py": "from __future__ import annotations\n\n"
+            "from kvsim.plugins import EvictionPolicy, register\n\n\n"
+            "@register('unresolved')\nclass Unresolved(EvictionPolicy):\n"
+            "    def __init__(self, frac: float = 0.5, x: NoSuchType = 1):\n"
+            "        self.x = x\n\n"
+            "    def victim(self, tier):\n        return next(iter(tier))\n",
+        },
+        shown="pl.py:8: def __init__(self, frac: float = 0.5, x: NoSuchType = 1)",
+    ),
+    C(
+        "a typo in a study's last scenario file (found before any run)",
+        ["reproduce", "paper", "--scenarios", "{TMP}/paper", "--no-ranges", "--out", "{OUT}"],
+        f"paper/throughput-sharded.yaml:{PAPER_TYPO_LINE}: cluster.enignes: unknown field",
+        files=PAPER,
+        shown="cluster: {enignes: 2} added to throughput-sharded.yaml",
+    ),
+    # ---- issue 39: config messages (given X; allowed Y), policy mappings, --set ----
+    S(
+        "a section given a number",
+        "workload: 5\n",
+        "bad.yaml:2: workload: given 5; allowed a mapping with kind: 'mooncake'",
+    ),
+    S(
+        "an unknown tag",
+        "workload:\n  kind: nope\n",
+        "bad.yaml:3: workload.kind: given 'nope'; allowed 'mooncake', 'azure' or 'synthetic'",
+    ),
+    S(
+        "a tagged list item without its tag",
+        "faults:\n  - {at: 5 s}\n",
+        "bad.yaml:3: faults[0]: given a mapping without kind; allowed kind: 'server_down'",
+    ),
+    S(
+        "a record given a number",
+        "tiers:\n  host:\n    codec: 5\n",
+        "bad.yaml:4: tiers.host.codec: given 5; allowed a mapping {ratio",
+    ),
+    S(
+        "a record given a list",
+        "run: [1]\n",
+        "bad.yaml:2: run: given a list of 1; allowed a mapping",
+    ),
+    Case(
+        "--set a word for a count",
+        "args",
+        ["validate", "{QS}", "--set", "cluster.engines=four"],
+        ("--set cluster.engines=four: cluster.engines: given 'four'; allowed a valid integer",),
+    ),
+    S(
+        "a composed profile's model of the wrong type",
+        "profile: {model: 5, gpu: B300}\n",
+        "bad.yaml:2: profile.model: given 5; allowed a name from `kvsim profiles`, or a path",
+    ),
+    Case(
+        "sweep: a list for a count",
+        "sweep",
+        "base: {QS}\nreplications: [2]\n",
+        ("bad.yaml:2: replications: given a list of 1; allowed a valid integer",),
+    ),
+    Case(
+        "sweep: an empty list of seeds",
+        "sweep",
+        "base: {QS}\nseeds: []\n",
+        ("bad.yaml:2: seeds: given a list of 0; allowed at least 1 item",),
+    ),
+    S(
+        "a policy mapping without a name",
+        "tiers:\n  host:\n    eviction: {params: {}}\n",
+        "bad.yaml:4: tiers.host.eviction: given a mapping of params without a name",
+        "{name: NAME, params: {...}}",
+    ),
+    C(
+        "a parameter set where no file names the policy",
+        [
+            "run",
+            "{QS}",
+            "--set",
+            "tiers.host.eviction.params.small_frac=0.2",
+            "--out",
+            "{OUT}",
+            "--quiet",
+        ],
+        "--set tiers.host.eviction.params.small_frac=0.2: tiers.host.eviction: given a mapping"
+        " of params without a name",
+    ),
+    C(
+        "capacity --sweep: a --set that makes a swept value impossible (as kvsim run of it)",
+        [
+            "capacity",
+            "--sweep",
+            "{ROOT}/scenarios/sweeps/load-policy.yaml",
+            "--slo",
+            "ttft_p99<=2s",
+            "--set",
+            "profile=h200-tp8-glm5",
+            "--out",
+            "{OUT}",
+        ],
+        "load-policy.yaml: grid remote.sharding=per_rank: remote.sharding: per_rank needs ranks",
+    ),
+    # ---- issue 39: model cards (config.json) and GPU cards ----
+    CARD(
+        "config.json: a key given twice",
+        f"config.json:{DUPLICATE_LINE}: ",
+        "num_hidden_layers: duplicate key",
+        config=DUPLICATE,
+        shown='config.json: "num_hidden_layers": 32, ⏎ "num_hidden_layers": 16,',
+    ),
+    CARD(
+        "config.json: zero experts but experts per token",
+        "config.json: ",
+        "num_experts_per_tok: 2 experts per token but num_local_experts is 0",
+        config=config_json(num_local_experts=0, num_experts_per_tok=2),
+        shown='config.json: "num_local_experts": 0, "num_experts_per_tok": 2',
+    ),
+    CARD(
+        "config.json: experts per token without an expert count",
+        "config.json: ",
+        "num_experts_per_tok: 2 experts per token but no expert count",
+        config=config_json(num_experts_per_tok=2),
+        shown='config.json: "num_experts_per_tok": 2',
+    ),
+    CARD(
+        "config.json: an MoE key kvsim does not read (Llama 4's)",
+        "config.json: ",
+        "MoE key kvsim does not read: interleave_moe_layer_step",
+        config=config_json(
+            num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=2
+        ),
+        shown='config.json: "interleave_moe_layer_step": 2 with 16 experts',
+    ),
+    CARD(
+        "config.json: two expert counts that disagree",
+        "config.json: ",
+        "moe_num_experts: 16 disagrees with num_experts (8)",
+        config=config_json(num_experts=8, moe_num_experts=16, num_experts_per_tok=2),
+        shown='config.json: "num_experts": 8, "moe_num_experts": 16',
+    ),
+    C(
+        "config.json: 2^40 layers (once hung kvsim validate)",
+        ["validate", "{TMP}/s.yaml"],
+        "config.json: ",
+        "num_hidden_layers: 1,099,511,627,776 layers: more than 10,000",
+        files={
+            "s.yaml": CARD_SCENARIO.format(model="./config.json", gpu="H100-SXM"),
+            "config.json": config_json(
+                num_hidden_layers=1099511627776,
+                n_routed_experts=8,
+                num_experts_per_tok=2,
+                moe_intermediate_size=1024,
+                first_k_dense_replace=1,
+            ),
+        },
+        shown='config.json: "num_hidden_layers": 1099511627776 with MoE fields',
+    ),
+    CARD(
+        "GPU card: an absurd HBM size",
+        "g.yaml:4: ",
+        "hbm: ",
+        "outside the physical range",
+        gpu=GPU_CARD.replace("hbm: 80 GiB", "hbm: 1e30 B"),
+        shown="g.yaml: hbm: 1e30 B",
+    ),
+    CARD(
+        "GPU card: an absurd FLOP rate",
+        "g.yaml:3: ",
+        "flops_sparse.bf16: ",
+        "outside the physical range",
+        gpu=GPU_CARD.replace("{bf16: 1979 TFLOP/s}", "{bf16: 1e40 PFLOP/s}"),
+        shown="g.yaml: flops_sparse: {bf16: 1e40 PFLOP/s}",
+    ),
+    CARD(
+        "GPU card: one dtype in both flops and flops_sparse",
+        "g.yaml:3: ",
+        "flops_sparse.bf16: bf16 is given in both flops (dense) and flops_sparse",
+        gpu=GPU_CARD + "flops: {bf16: 989.5 TFLOP/s}\n",
+        shown="g.yaml: flops_sparse: {bf16: 1979 TFLOP/s} ⏎ flops: {bf16: 989.5 TFLOP/s}",
+    ),
+    CARD(
+        "GPU card: no NIC (named at the card's line)",
+        "g.yaml:9: ",
+        "nic_per_gpu: 0 Gb/s is outside the physical range",
+        gpu=GPU_CARD.replace("nic_per_gpu: 400 Gb/s", "nic_per_gpu: 0 Gb/s"),
+        shown="g.yaml: nic_per_gpu: 0 Gb/s",
+    ),
+    CARD(
+        "GPU card: an efficiency above 1",
+        "g.yaml:11: ",
+        "efficiency.hbm_frac: expected a fraction in (0, 1], got 1.5",
+        gpu=GPU_CARD + "efficiency:\n  hbm_frac: 1.5\n",
+        shown="g.yaml: efficiency: {hbm_frac: 1.5}",
+    ),
+    CARD(
+        "GPU card: an unknown generation",
+        "g.yaml:2: ",
+        "generation: unknown generation 'rdna3'",
+        gpu=GPU_CARD.replace("generation: hopper", "generation: rdna3"),
+        shown="g.yaml: generation: rdna3",
+    ),
+    CARD(
+        "GPU card: an escape sequence in the card's name",
+        "g.yaml:1: ",
+        "name: unsafe character U+001B",
+        gpu=GPU_CARD.replace("name: Test-GPU", 'name: "Test\\x1b[31mGPU"'),
+        shown='g.yaml: name: "Test\\x1b[31mGPU"',
+    ),
 ]
 
 
@@ -2180,7 +2620,7 @@ def run_case(case: Case, tmp: Path) -> tuple[int, str, Path]:
         bad.write_text(str(case.body).replace("{QS}", qs), encoding="utf-8")
         argv = ["sweep", str(bad), "--out", str(out), "--quiet"]
     elif case.kind == "cmd":
-        subst = {"{TMP}": str(tmp), "{QS}": qs, "{OUT}": str(out)}
+        subst = {"{TMP}": str(tmp), "{QS}": qs, "{ROOT}": str(ROOT), "{OUT}": str(out)}
 
         def fill(text: str) -> str:
             for k, v in subst.items():
@@ -2190,6 +2630,8 @@ def run_case(case: Case, tmp: Path) -> tuple[int, str, Path]:
         for name, content in case.extra.get("files", {}).items():
             target = tmp / name
             target.parent.mkdir(parents=True, exist_ok=True)
+            if callable(content):
+                content = content()
             if isinstance(content, bytes):
                 target.write_bytes(content)
             else:
@@ -2234,11 +2676,14 @@ def table() -> str:
         "`tests/test_bad_input.py` runs every case and checks that kvsim exits with code 2,",
         "prints one line naming the file, line or field, and leaves no output behind. On top",
         "of these fixed cases, `tests/test_fuzz.py` throws randomly mutated scenarios and traces",
-        "at kvsim with the same contract.",
+        "at kvsim with the same contract (and `tests/test_fuzz_cards.py` mutated model and GPU",
+        "cards, `tests/test_mrc_replay.py` edited recorded streams).",
         "",
         f"{len(CASES)} cases. *Input* is what was changed: for scenario cases, the YAML added",
         "to a child of `scenarios/quickstart.yaml` (whose line 1 is `extends:`); for trace",
-        "cases, the trace lines.",
+        "cases, the trace lines; for commands, the command line, and *with* the mistake in a",
+        "file it reads (`a.parquet` a recorded stream, `config.json` a model's config,",
+        "`g.yaml` a GPU card, each composed by the profile of a scenario `s.yaml`).",
         "",
         "| # | mistake | input | message |",
         "|---|---|---|---|",
@@ -2252,7 +2697,7 @@ def table() -> str:
             shown = "kvsim " + " ".join(case.body)
             shown = shown.replace("{TMP}/", "").replace("{TMP}", ".")
             shown = shown.replace("{QS}", "quickstart.yaml").replace("{FILE}", "a-file")
-            shown = shown.replace("{OUT}", "out")
+            shown = shown.replace("{OUT}", "out").replace("{ROOT}/", "")
         elif isinstance(case.body, list):
             shown = " ⏎ ".join(
                 x.decode("latin-1") if isinstance(x, bytes) else x for x in case.body
@@ -2264,7 +2709,8 @@ def table() -> str:
         shown = _clip(shown or "(empty)")
         msg = _clip(msg, 400)
         cell = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines.append(f"| {i} | {cell(case.label)} | `{cell(shown)}` | {cell(msg)} |")
+        note = f" with `{cell(case.extra['shown'])}`" if "shown" in case.extra else ""
+        lines.append(f"| {i} | {cell(case.label)} | `{cell(shown)}`{note} | {cell(msg)} |")
     return "\n".join(lines) + "\n"
 
 

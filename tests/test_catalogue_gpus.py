@@ -37,19 +37,28 @@ from conftest import examples
 
 T, P = 1e12, 1e15
 GB, TBs, GBs, Gbs = 1e9, 1e12, 1e9, 1e9 / 8
+GiB = 2**30  # HBM capacity: the datasheets' "GB" of HBM is binary (issue 39)
 
 # name -> (generation, dense FLOP/s per dtype, HBM bytes, HBM B/s, host link B/s one way,
 #          NVLink B/s one way, NIC B/s), each from the datasheet as the comment says
 DATASHEET = {
     # A100 datasheet: BF16 312 | 624* TFLOPS; 80 GB HBM2e at 2,039 GB/s; PCIe Gen4 64 GB/s
     # (both ways); NVLink 600 GB/s (both ways); DGX A100: ConnectX-6 200 Gb/s per GPU
-    "A100-80GB": ("ampere", {"bf16": 312 * T}, 80 * GB, 2039 * GBs, 32 * GBs, 300 * GBs, 200 * Gbs),
+    "A100-80GB": (
+        "ampere",
+        {"bf16": 312 * T},
+        80 * GiB,
+        2039 * GBs,
+        32 * GBs,
+        300 * GBs,
+        200 * Gbs,
+    ),
     # H100 SXM datasheet: BF16 1,979* / FP8 3,958* TFLOPS (*sparse); 80 GB at 3.35 TB/s;
     # PCIe Gen5 128 GB/s and NVLink 900 GB/s (both ways); DGX H100: ConnectX-7 400 Gb/s
     "H100-SXM": (
         "hopper",
         {"bf16": 989.5 * T, "fp8": 1979 * T},
-        80 * GB,
+        80 * GiB,
         3.35 * TBs,
         64 * GBs,
         450 * GBs,
@@ -59,7 +68,7 @@ DATASHEET = {
     "H200": (
         "hopper",
         {"bf16": 989.5 * T, "fp8": 1979 * T},
-        141 * GB,
+        141 * GiB,
         4.8 * TBs,
         64 * GBs,
         450 * GBs,
@@ -70,7 +79,7 @@ DATASHEET = {
     "B200": (
         "blackwell",
         {"bf16": 2.25 * P, "fp8": 4.5 * P, "fp4": 9 * P},
-        180 * GB,
+        180 * GiB,
         7.7 * TBs,
         64 * GBs,
         900 * GBs,
@@ -81,7 +90,7 @@ DATASHEET = {
     "B300": (
         "blackwell-ultra",
         {"bf16": 2.25 * P, "fp8": 4.5 * P, "fp4": 105 / 8 * P},
-        288 * GB,
+        288 * GiB,
         8 * TBs,
         64 * GBs,
         900 * GBs,
@@ -92,10 +101,32 @@ DATASHEET = {
     "GB200": (
         "blackwell",
         {"bf16": 2.5 * P, "fp8": 5 * P, "fp4": 10 * P},
-        186 * GB,
+        186 * GiB,
         8 * TBs,
         225 * GBs,
         900 * GBs,
+        400 * Gbs,
+    ),
+    # AMD MI300X data sheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS dense; 192 GB HBM3 at
+    # 5.3 TB/s; PCIe Gen5 128 GB/s; 7 Infinity Fabric links x 128 GB/s (both ways)
+    "MI300X": (
+        "cdna3",
+        {"bf16": 1307.4 * T, "fp8": 2614.9 * T},
+        192 * GiB,
+        5.3 * TBs,
+        64 * GBs,
+        448 * GBs,
+        400 * Gbs,
+    ),
+    # AMD MI355X data sheet: BF16 2.5 / FP8 5.0 / MXFP4 10 PFLOPS dense; 288 GB HBM3E at
+    # 8 TB/s; PCIe Gen5 128 GB/s; 7 Infinity Fabric links x 153.6 GB/s (both ways)
+    "MI355X": (
+        "cdna4",
+        {"bf16": 2516.6 * T, "fp8": 5033.2 * T, "fp4": 10066.3 * T},
+        288 * GiB,
+        8 * TBs,
+        64 * GBs,
+        537.6 * GBs,
         400 * Gbs,
     ),
 }
@@ -108,7 +139,7 @@ def close(a: float, b: float) -> bool:
 # ---- cards against their datasheets -------------------------------------------------------
 
 
-def test_shipped_cards_are_the_six() -> None:
+def test_shipped_cards_are_the_datasheets() -> None:
     assert sorted(g["name"] for g in list_gpus()) == sorted(DATASHEET)
 
 

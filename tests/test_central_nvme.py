@@ -99,7 +99,8 @@ def test_capacity_reports_sessions_per_gpu(tmp_path, capsys):
     row = json.loads(capsys.readouterr().out)[0]
     per = [float(x) for x in row["sessions_per_gpu_reps"].split()]
     assert len(per) == 2 and row["sessions_per_gpu"] == pytest.approx(sum(per) / 2, rel=1e-5)
-    assert row["ci95_sessions_per_gpu"] is not None and row["ci95_sessions_per_gpu"] >= 0
+    lo, hi = row["sessions_per_gpu_lo"], row["sessions_per_gpu_hi"]
+    assert lo is not None and 0 <= lo <= row["sessions_per_gpu"] <= hi
     # L / GPUs = session rate x lifetime / 16, from the table's own means (one seed each)
     assert row["session_rate_per_s"] * row["session_lifetime_s"] / 16 == pytest.approx(
         row["sessions_per_gpu"], rel=0.05

@@ -183,7 +183,8 @@ def test_identical_seeds_never_call_an_improvement_a_regression(tmp_path):
     assert rc == 0, out
     got = cases(tmp_path / "r1")
     assert got["ttft_p99_s @ 1x load"]["verdict"] == "IMPROVED"
-    assert got["ttft_p99_s @ 1x load"]["delta_ci"] == "exact"  # the same on every seed
+    p99 = got["ttft_p99_s @ 1x load"]
+    assert p99["delta_lo"] == p99["delta_hi"] == p99["delta"]  # exact: the same on every seed
     assert "REGRESSION" not in out
     # and the slower GPU, the other way, is a regression: exact differences need no interval
     # (as is, its p90 moves by 12%, beyond the 5% tolerance; its p99 by 3%, within 10%)

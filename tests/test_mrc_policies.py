@@ -392,7 +392,7 @@ def test_mrc_and_reuse_on_a_recorded_stream(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     frame(HAND).to_parquet(run / "accesses.parquet")
-    argv = ["trace", "mrc", str(run), "--capacities", "100 B,200,1 kB", "--json"]
+    argv = ["trace", "mrc", str(run), "--capacities", "100 B,200 B,1 kB", "--json"]
     assert main([*argv, "--policy", "lru,opt", "--engine", "0"]) == 0
     rows = json.loads(capsys.readouterr().out)
     got = {(r["policy"], r["capacity_bytes"]): r["hit_blocks"] for r in rows}

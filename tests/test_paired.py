@@ -1,6 +1,6 @@
 """Paired comparisons (issue 28): a sweep's per-seed differences from its reference
-configuration (``delta_<metric>``, ``delta_<metric>_ci``), the sweep file's
-``reference:``, the run's ``hit_ratio_ci``, and the paired deltas of ``kvsim capacity
+configuration (``delta_<metric>``, its interval ``delta_<metric>_lo``/``_hi``), the sweep
+file's ``reference:``, the run's ``hit_ratio_lo``/``_hi``, and the paired deltas of ``kvsim capacity
 --sweep`` and ``--cheapest``.
 
 The deltas are checked by hand against the rows they come from (exact: they are the
@@ -8,7 +8,6 @@ same subtractions), the intervals against :func:`paired_interval` of those rows.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -62,7 +61,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path]:
 
 def test_deltas_are_the_per_seed_differences(tiny: tuple[pd.DataFrame, Path]) -> None:
     """delta_M of an async row is its M minus the sync row's with the same seed; the
-    configuration's delta_M_ci is paired_interval of those rows, the same on each of
+    configuration's delta_M_lo/_hi is paired_interval of those rows, the same on each of
     its rows; the reference (sync, the first) has neither."""
     table, _ = tiny
     assert (table["status"] == "ok").all(), table["error"].tolist()
@@ -73,30 +72,28 @@ def test_deltas_are_the_per_seed_differences(tiny: tuple[pd.DataFrame, Path]) ->
         want = new[m] - ref[m]
         assert np.array_equal(new[f"delta_{m}"].to_numpy(), want.to_numpy()), m
         iv = paired_interval(new[m].tolist(), ref[m].tolist())
-        cis = set(new[f"delta_{m}_ci"])
+        cis = set(zip(new[f"delta_{m}_lo"], new[f"delta_{m}_hi"], strict=True))
         assert len(cis) == 1, cis
         if iv.note == IDENTICAL:  # (a policy that changes nothing here: lo == hi == mean)
-            assert json.loads(cis.pop()) == [iv.mean, iv.mean]
+            assert list(cis.pop()) == [iv.mean, iv.mean]
         else:
-            assert json.loads(cis.pop()) == pytest.approx([iv.lo, iv.hi], rel=1e-12)
-        assert ref[f"delta_{m}"].isna().all() and ref[f"delta_{m}_ci"].isna().all()
+            assert list(cis.pop()) == pytest.approx([iv.lo, iv.hi], rel=1e-12)
+        assert ref[f"delta_{m}"].isna().all() and ref[f"delta_{m}_lo"].isna().all()
 
 
 def test_tables_keep_the_runs_intervals(tiny: tuple[pd.DataFrame, Path]) -> None:
-    """results.csv and results.parquet hold each run's ttft_p50_ci_s, ttft_p99_ci_s and
-    hit_ratio_ci as JSON text "[lo, hi]" that holds the run's own value."""
+    """results.csv and results.parquet hold each run's intervals of ttft_p50_s,
+    ttft_p99_s and hit_ratio as numbers <value>_lo and <value>_hi that hold the run's own
+    value (as the summary holds them: ttft_p50_s_lo, ..., hit_ratio_hi)."""
     _, out = tiny
     for df in (pd.read_csv(out / "results.csv"), pd.read_parquet(out / "results.parquet")):
+        assert not {"ttft_p50_ci_s", "ttft_p99_ci_s", "hit_ratio_ci"} & set(df.columns)
         for _, row in df.iterrows():
-            for key, value in (
-                ("ttft_p50_ci_s", "ttft_p50_s"),
-                ("ttft_p99_ci_s", "ttft_p99_s"),
-                ("hit_ratio_ci", "hit_ratio"),
-            ):
-                lo, hi = json.loads(row[key])
-                assert 0 <= lo <= row[value] <= hi, (key, lo, row[value], hi)
-            assert row["hit_ratio_ci"].startswith("[") and json.loads(row["hit_ratio_ci"])[1] <= 1
-        assert df["delta_ttft_p99_s_ci"].notna().sum() == 3  # the async rows
+            for value in ("ttft_p50_s", "ttft_p99_s", "hit_ratio"):
+                lo, hi = row[f"{value}_lo"], row[f"{value}_hi"]
+                assert 0 <= lo <= row[value] <= hi, (value, lo, row[value], hi)
+            assert row["hit_ratio_hi"] <= 1
+        assert df["delta_ttft_p99_s_lo"].notna().sum() == 3  # the async rows
 
 
 def test_same_seed_same_workload_draw_across_configurations(tmp_path: Path) -> None:
@@ -139,7 +136,8 @@ def test_reference_chooses_the_configuration(tmp_path: Path) -> None:
     sync = df[df["cluster.load_policy"] == "sync"]
     assert sync["delta_ttft_p99_s"].tolist() == [-0.5, -0.25, 1.0]
     iv = paired_interval([1.0, 2.0, 4.0], [1.5, 2.25, 3.0])
-    assert json.loads(sync["delta_ttft_p99_s_ci"].iloc[0]) == pytest.approx([iv.lo, iv.hi])
+    got = [sync["delta_ttft_p99_s_lo"].iloc[0], sync["delta_ttft_p99_s_hi"].iloc[0]]
+    assert got == pytest.approx([iv.lo, iv.hi])
     assert iv.lo < 0 < iv.hi  # (an interval, not clipped at 0)
     assert df[df["cluster.load_policy"] == "async"]["delta_ttft_p99_s"].isna().all()
 
@@ -152,7 +150,7 @@ def test_a_failed_run_and_one_seed_give_no_interval(tmp_path: Path) -> None:
     a = df[df["cluster.load_policy"] == "async"].set_index("seed")
     assert a.loc[3, "delta_ttft_p99_s"] == 0.5
     assert math.isnan(a.loc[4, "delta_ttft_p99_s"]) and math.isnan(a.loc[5, "delta_ttft_p99_s"])
-    assert a["delta_ttft_p99_s_ci"].isna().all()
+    assert a["delta_ttft_p99_s_lo"].isna().all() and a["delta_ttft_p99_s_hi"].isna().all()
 
 
 def test_one_configuration_has_no_deltas(tmp_path: Path) -> None:
@@ -210,15 +208,15 @@ def test_the_printed_table_shows_the_paired_difference(tmp_path: Path, capsys) -
     assert "(reference)" in out and PAIRED in out
 
 
-# ---- hit_ratio_ci ----------------------------------------------------------------------
+# ---- hit_ratio_lo / hit_ratio_hi ---------------------------------------------------------
 
 
-def test_hit_ratio_ci_holds_the_hit_ratio_within_0_and_1() -> None:
+def test_hit_ratio_interval_holds_the_hit_ratio_within_0_and_1() -> None:
     s = api.run(QUICKSTART, {"workload.requests": 600, "run.warmup": "0 s"}).summary
-    lo, hi = s["hit_ratio_ci"]
+    lo, hi = s["hit_ratio_lo"], s["hit_ratio_hi"]
     assert 0.0 <= lo <= s["hit_ratio"] <= hi <= 1.0 and lo < hi
     few = api.run(QUICKSTART, {"workload.requests": 15, "run.warmup": "0 s"}).summary
-    assert all(math.isnan(x) for x in few["hit_ratio_ci"])  # under 20 requests
+    assert few["hit_ratio_lo"] is None and few["hit_ratio_hi"] is None  # under 20 requests
 
 
 def test_hit_ratio_ci_edges() -> None:
@@ -265,17 +263,18 @@ def test_capacity_table_paired_deltas() -> None:
     caps = [_cap([10.0, 12.0, 11.0], x=1), _cap([13.0, 14.0, 15.0], x=2)]
     df = capacity_table(caps)
     assert math.isnan(df.loc[0, "delta_capacity_rps"]) and pd.isna(
-        df.loc[0, "delta_capacity_rps_ci"]
+        df.loc[0, "delta_capacity_rps_lo"]
     )
     assert df.loc[1, "delta_capacity_rps"] == pytest.approx(3.0)
     iv = paired_interval([13.0, 14.0, 15.0], [10.0, 12.0, 11.0])
-    assert json.loads(df.loc[1, "delta_capacity_rps_ci"]) == pytest.approx([iv.lo, iv.hi])
+    got = [df.loc[1, "delta_capacity_rps_lo"], df.loc[1, "delta_capacity_rps_hi"]]
+    assert got == pytest.approx([iv.lo, iv.hi])
     caps[1].reference = True  # a sweep's `reference:` marks another
     df = capacity_table(caps)
     assert df.loc[0, "delta_capacity_rps"] == pytest.approx(-3.0)
     assert "delta_capacity_rps" not in capacity_table([caps[0]]).columns
     one = capacity_table([_cap([10.0], x=1), _cap([12.0], x=2)])
-    assert one.loc[1, "delta_capacity_rps"] == 2.0 and pd.isna(one.loc[1, "delta_capacity_rps_ci"])
+    assert one.loc[1, "delta_capacity_rps"] == 2.0 and pd.isna(one.loc[1, "delta_capacity_rps_lo"])
 
 
 def _layout(values: list[float], usd: float) -> Layout:
@@ -301,7 +300,7 @@ def test_cheapest_paired_deltas() -> None:
 @pytest.mark.slow
 def test_capacity_sweep_cli_prints_paired_deltas(tmp_path: Path, capsys) -> None:
     """`kvsim capacity --sweep` on two configurations, 2 replications: capacity.csv has
-    delta_capacity_rps(_ci) and the output says the comparison is paired."""
+    delta_capacity_rps(_lo, _hi) and the output says the comparison is paired."""
     p = tmp_path / "c.yaml"
     p.write_text(
         f"base: {QUICKSTART}\ngrid:\n  cluster.load_policy: [sync, async]\n"
@@ -313,6 +312,6 @@ def test_capacity_sweep_cli_prints_paired_deltas(tmp_path: Path, capsys) -> None
     out = capsys.readouterr().out
     assert "(reference)" in out and PAIRED in out and "vs the reference" in out
     df = pd.read_csv(tmp_path / "o" / "capacity.csv")
-    assert pd.isna(df.loc[0, "delta_capacity_rps_ci"])
-    lo, hi = json.loads(df.loc[1, "delta_capacity_rps_ci"])
+    assert pd.isna(df.loc[0, "delta_capacity_rps_lo"])
+    lo, hi = df.loc[1, "delta_capacity_rps_lo"], df.loc[1, "delta_capacity_rps_hi"]
     assert lo <= df.loc[1, "delta_capacity_rps"] <= hi

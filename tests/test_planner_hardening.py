@@ -198,8 +198,8 @@ def test_minimize_counts_are_whole_and_the_interval_holds_every_answer(plans, ca
     out, js = _minimize(capsys, *argv, "--range", "1..8", "--reps", "3")
     values = js["values"]
     assert len(set(values)) > 1  # the replications differ (3, 2, 3)
-    assert all(isinstance(v, int) for v in [*values, js["provision"], *js["ci95"]])
-    lo, hi = js["ci95"]
+    lo, hi = js["mean_lo"], js["mean_hi"]
+    assert all(isinstance(v, int) for v in [*values, js["provision"], lo, hi])
     assert lo <= min(values) and max(values) <= hi
     assert js["provision"] == max(values)
     assert f"per replication: {', '.join(map(str, values))} (95% interval {lo} .. {hi})" in out
@@ -216,7 +216,7 @@ def test_minimize_says_when_every_replication_met_it_at_the_bottom(plans, capsys
     assert "replications identical" not in out
     assert "every replication met the SLO at the bottom of the range (2)" in out
     assert "provision 2: the range's bottom already meets it" in out
-    assert js["at_range_bottom"] == 3 and js["ci95"] == [None, None]
+    assert js["at_range_bottom"] == 3 and js["mean_lo"] is None and js["mean_hi"] is None
 
 
 def test_minimize_provision_is_rounded_up_in_the_fields_unit(plans, capsys):

@@ -273,11 +273,15 @@ class _Coerce:
         ("tiers.gpu.eviction.params.skip=abc", "tiers.gpu.eviction.params.skip", "valid integer"),
         ("tiers.gpu.eviction.params.skip=1.5", "tiers.gpu.eviction.params.skip", "integer"),
         (
-            "tiers.host.eviction.params.small_frac=0.2",
+            "tiers.host.eviction={name: lru, params: {small_frac: 0.2}}",
             "tiers.host.eviction.params.small_frac",
             "the built-in eviction policy 'lru' takes no parameters",
         ),
-        ("cluster.router.params.k=1", "cluster.router.params.k", "built-in router"),
+        (
+            "cluster.router={name: round_robin, params: {k: 1}}",
+            "cluster.router.params.k",
+            "built-in router",
+        ),
         (
             "tiers.gpu.eviction=needs_frac",
             "tiers.gpu.eviction.params.frac",
@@ -318,7 +322,13 @@ def test_no_plugins_leaves_a_plugins_params_unchecked(toy, capsys):
     assert "not checked" in capsys.readouterr().out
     line = refused(
         capsys,
-        ["validate", str(toy), "--no-plugins", "--set", "tiers.host.eviction.params.x=1"],
+        [
+            "validate",
+            str(toy),
+            "--no-plugins",
+            "--set",
+            "tiers.host.eviction={name: lru, params: {x: 1}}",
+        ],
     )
     assert "tiers.host.eviction.params.x: the built-in eviction policy 'lru'" in line
 

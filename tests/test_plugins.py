@@ -857,7 +857,7 @@ def test_a_real_ctrl_c_still_interrupts_inside_plugin_code(tmp_path):
         ("restore_blocks", np.True_, False, "expected an int"),
         ("fetch_blocks", np.uint8(0), True, ""),
         ("fetch_blocks", -1, False, "never negative"),
-        ("victim", "x", False, "not a block resident"),
+        ("victim", "x", False, "a key must be an int"),
     ],
     ids=lambda v: type(v).__name__ if not isinstance(v, str | bool) else str(v),
 )

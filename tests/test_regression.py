@@ -92,7 +92,8 @@ def test_reports_are_valid_junit_and_markdown(gate, tmp_path, capsys):
     # every test case carries its figures; a failure's message its interval and MDC
     for case in cases:
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        assert {"delta", "delta_ci", "mdc", "tolerance", "verdict"} <= props.keys()
+        assert {"delta", "delta_lo", "delta_hi", "mdc", "tolerance", "verdict"} <= props.keys()
+        assert "delta_ci" not in props  # the interval as numbers; its text is the markdown's
 
 
 def test_a_baseline_from_another_suite_is_bad_input(gate, tmp_path, capsys):

@@ -96,15 +96,16 @@ def test_md1_median_falls_inside_its_interval_about_95_percent_of_the_time():
     """One serial engine, Poisson arrivals at rho = 0.6, every prompt served in exactly
     D = 0.31 s (conftest.md1, as tests/test_theory.py): the true median TTFT is D plus
     the median M/D/1 wait (0.4253 s). 100 seeded runs of 2,000 requests, warm-up auto:
-    the reported ttft_p50_ci_s holds it in 88 to 100 of them (about 95%; binomial s.d.
-    2.2, so 88 is 3 s.d. below). The development machine measured 95 of 100."""
+    the reported ttft_p50_s_lo .. ttft_p50_s_hi holds it in 88 to 100 of them (about 95%;
+    binomial s.d. 2.2, so 88 is 3 s.d. below). The development machine measured 95 of 100."""
     lam = 0.6 / D
     true = md1_median_ttft(lam)
     assert true == pytest.approx(0.42529, abs=1e-4)
     hits = 0
     for seed in range(100):
         sc = md1(seed, lam, 2000, "auto")
-        lo, hi = api.run(sc).summary["ttft_p50_ci_s"]
+        s = api.run(sc).summary
+        lo, hi = s["ttft_p50_s_lo"], s["ttft_p50_s_hi"]
         hits += lo <= true <= hi
     assert 88 <= hits <= 100, f"{hits} of 100 intervals hold the true median"
 
@@ -167,7 +168,7 @@ def test_a_trace_replay_with_three_replications_has_a_non_zero_interval():
     assert a == b
     # a single run replays the trace as it is, and still reports intervals
     s = api.run(sc).summary
-    lo, hi = s["ttft_p99_ci_s"]
+    lo, hi = s["ttft_p99_s_lo"], s["ttft_p99_s_hi"]
     assert lo < hi
     assert lo <= s["ttft_p99_s"] <= hi
 

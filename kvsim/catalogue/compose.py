@@ -16,7 +16,9 @@ GPUs::
     host link           = the card's link (PCIe or C2C) x host_link_frac, each way
 
 and the roofline's parallel terms (kvsim/physics/step.py, :class:`Parallel`): TP
-all-reduces, the PCP KV exchange and the EP all-to-all over NVLink.
+all-reduces, the PCP KV exchange and the EP all-to-all over NVLink (over PCIe, the host
+link's achieved rate, on a GPU without NVLink). A card's mistake keeps the card's own file
+and line; :func:`calibrated_notes` says where a calibrated profile models the same system.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from typing import Any
 
 import yaml
 
-from kvsim.catalogue.efficiency import Efficiency, efficiency
+from kvsim.catalogue.efficiency import Efficiency, card_efficiency
 from kvsim.catalogue.gpus import GpuCard, read_gpu
 from kvsim.catalogue.models import ModelCard, read_model
-from kvsim.errors import InputError
+from kvsim.errors import InputError, shown
 from kvsim.physics.step import Parallel, Roofline
 
 STACK = Path(__file__).parent / "stack.yaml"
@@ -112,6 +114,12 @@ class Composition:
     def host_link(self) -> float:
         return self.gpu.host_link_per_direction * self.eff.host_link_frac
 
+    @property
+    def gpu_link(self) -> float:
+        """GPU-to-GPU bandwidth per GPU, one direction: NVLink, or on a GPU without it
+        (``nvlink_per_gpu: 0``, L40S) PCIe peer-to-peer at the host link's achieved rate."""
+        return self.gpu.nvlink_per_gpu or self.host_link
+
     def roofline_numbers(self) -> dict[str, Any]:
         """The scenario's ``timing.roofline`` in base units (floats, not unit strings)."""
         m = self.model
@@ -175,7 +183,7 @@ class Composition:
                 dense_shards=self.tp,
                 expert_shards=self.expert_shards,
                 hbm_per_gpu=g.hbm_bandwidth * self.eff.hbm_frac,
-                nvlink_per_gpu=g.nvlink_per_gpu,
+                nvlink_per_gpu=self.gpu_link,
                 allreduce_bytes_per_token=r["allreduce_bytes_per_token"],
                 alltoall_bytes_per_token=r["alltoall_bytes_per_token"],
                 exchange_bytes_per_token=r["pcp_exchange_bytes_per_token"],
@@ -183,12 +191,21 @@ class Composition:
         )
 
 
-def _card_error(e: InputError, key: str) -> str:
-    """A card reader's message without the prefixes the field name already gives."""
+def _card_error(e: InputError, key: str) -> InputError:
+    """A card reader's error as ``profile.KEY: reason``, still located in the card's own
+    file and line where it has one (the scenario's ``profile:`` line otherwise)."""
     text = e.reason
     if text.startswith(f"{key}: "):
         text = text[len(key) + 2 :]
-    return f"{e.where}: {text}" if e.where and e.where not in text else text
+    return InputError(f"profile.{key}: {text}", where=e.where)
+
+
+def _efficiency(gpu: GpuCard, dtype: str) -> Efficiency:
+    """The generation's efficiency with the card's own values (an error names the card)."""
+    try:
+        return card_efficiency(gpu.generation, dtype, gpu.efficiency)
+    except InputError as e:
+        raise InputError(f"profile.gpu: {e.reason}", where=gpu.at("generation")) from None
 
 
 def _int(spec: Mapping[str, Any], key: str, default: int) -> int:
@@ -213,15 +230,18 @@ def compose(
 
     for key in ("model", "gpu"):
         if not isinstance(spec.get(key), str) or not spec.get(key):
-            raise InputError(f"profile.{key}: missing (a name from `kvsim profiles`, or a path)")
+            given = "missing;" if spec.get(key) is None else f"given {shown(spec[key])};"
+            raise InputError(
+                f"profile.{key}: {given} allowed a name from `kvsim profiles`, or a path"
+            )
     try:
         model = read_model(spec["model"], base_dir)
     except InputError as e:
-        raise InputError(f"profile.model: {_card_error(e, 'model')}") from None
+        raise _card_error(e, "model") from None
     try:
         gpu = read_gpu(spec["gpu"], base_dir)
     except InputError as e:
-        raise InputError(f"profile.gpu: {_card_error(e, 'gpu')}") from None
+        raise _card_error(e, "gpu") from None
     tp = _int(spec, "tp", 1)
     pcp = _int(spec, "pcp", 1)
     ep = _int(spec, "ep", 1)
@@ -273,7 +293,7 @@ def compose(
     comp = Composition(
         model=model,
         gpu=gpu,
-        eff=efficiency(gpu.generation, dtype),
+        eff=_efficiency(gpu, dtype),
         gpus=gpus,
         tp=tp,
         pcp=pcp,
@@ -314,7 +334,7 @@ def profile_layer(
             "pcp": comp.pcp,
             "hbm_per_gpu": _b(g.hbm),
             "hbm_bandwidth_per_gpu": _bps(g.hbm_bandwidth),
-            "nvlink_per_gpu": _bps(g.nvlink_per_gpu),
+            "nvlink_per_gpu": _bps(comp.gpu_link),
         }
     )
     if base is None:
@@ -382,6 +402,86 @@ def numbers(comp: Composition, per_step: int = 8192) -> dict[str, float]:
         "lone_16k_s": t16,
         "b_star_bytes_per_s": kv1 * 16384 / t16,
     }
+
+
+def _norm(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def calibrated_profiles(comp: Composition) -> list[tuple[str, int]]:
+    """The shipped named profiles calibrated to the same model on the same GPU as ``comp``,
+    as (name, GPUs): the profile's ``node.gpu`` finds the same GPU card, and its
+    ``model.name`` begins with the model card's name (letters and digits only, case
+    ignored: ``GLM-5-class (GLM-5.3)`` is ``glm-5``)."""
+    from kvsim.profiles import PROFILE_DIR
+
+    out = []
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        with path.open(encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+        node, model = data.get("node") or {}, data.get("model") or {}
+        gpu, name = node.get("gpu"), model.get("name")
+        if not isinstance(gpu, str) or not isinstance(name, str):
+            continue
+        try:
+            card = read_gpu(gpu)
+        except InputError:
+            continue
+        if card.name == comp.gpu.name and _norm(name).startswith(_norm(comp.model.name)):
+            out.append((path.stem, int(node.get("gpus", 8))))
+    return out
+
+
+def calibrated_notes(comp: Composition, per_step: int = 8192) -> list[str]:
+    """One line per calibrated profile of the same model and GPU (:func:`calibrated_profiles`)
+    comparing their lone 16k prefills: two answers for one system are said, never silent."""
+    from kvsim.config.loader import scenario_from_dict
+    from kvsim.physics.step import lone_seconds, make_step_model
+
+    mine = lone_seconds(comp.step_model(), 16384, 0, per_step)
+    out = []
+    for name, gpus in calibrated_profiles(comp):
+        sc = scenario_from_dict(
+            {
+                "name": "calibrated",
+                "profile": name,
+                "workload": {
+                    "kind": "synthetic",
+                    "requests": 1,
+                    "arrivals": {"process": "poisson", "rate": "1/s"},
+                    "prompt_tokens": {"dist": "fixed", "value": 16384},
+                },
+            },
+            label=f"profile {name}",
+        )
+        theirs = lone_seconds(make_step_model(sc), 16384, 0, per_step)
+        ratio = theirs / mine
+        how = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+        out.append(
+            f"calibrated profile {name} ({gpus} x {comp.gpu.name}) models {comp.model.name} "
+            f"on this GPU: its lone 16k prefill takes {theirs:.3f} s; this composition's "
+            f"({comp.gpus} x {comp.gpu.name}) {mine:.3f} s is {how} (an uncalibrated "
+            "prediction, docs/catalogue.md)"
+        )
+    return out
+
+
+def scenario_notes(sc: Any) -> list[str]:
+    """:func:`calibrated_notes` of a scenario whose profile is composed (``[]`` for a named
+    profile): what ``kvsim run`` prints under its summary."""
+    spec = getattr(sc, "profile", None)
+    if spec is None or isinstance(spec, str):
+        return []
+    base_dir = Path(sc.source).parent if getattr(sc, "source", None) else None
+    data = {
+        k: v
+        for k, v in spec.model_dump(exclude_unset=True).items()
+        if v is not None and k != "base"
+    }
+    try:
+        return calibrated_notes(compose(data, base_dir))
+    except InputError:  # the run already composed it; a card changed since: say nothing
+        return []
 
 
 def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, str]]:

@@ -2,7 +2,8 @@
 
 A GPU card (:mod:`kvsim.catalogue.gpus`) gives datasheet peaks; a serving engine's prefill
 step reaches a fraction of them. :func:`efficiency` returns, for a generation ("ampere",
-"hopper", "blackwell", "blackwell-ultra") and a compute dtype ("bf16", "fp8", "fp4"):
+"ada", "hopper", "blackwell", "blackwell-ultra"; AMD's "cdna3", "cdna4") and a compute
+dtype ("bf16", "fp8", "fp4"):
 
 - ``flops_frac``: the fraction of the dense peak FLOP/s a large prefill step reaches;
 - ``hbm_frac``: the fraction of HBM bandwidth a streaming kernel reaches;
@@ -15,6 +16,8 @@ measurement or derived from one; L: our assumption or an extrapolation), its doc
 range ``[lo, hi]`` and its source. None was chosen to land a validation figure (vLLM's
 offloading blog, the seed study): they come from kernel benchmarks (FlashAttention-2/3/4,
 DeepGEMM, cuBLAS), training MFU reports and copy benchmarks (nvbandwidth, STREAM).
+A GPU card may state its own values (:func:`card_efficiency`), which replace its
+generation's.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ EFFICIENCY_FILE = Path(__file__).parent / "efficiency.yaml"
 FRACTIONS = ("flops_frac", "hbm_frac", "host_link_frac")
 TIMES = ("fixed_s", "fixed_per_layer_s")
 FIELDS = FRACTIONS + TIMES
-MARKS = ("M", "L")
+MARKS = ("M", "L")  # a GPU card's own values are marked "card" (card_efficiency)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class Efficiency:
     host_link_frac: float  # achievable fraction of the host link (pinned copies)
     fixed_s: float  # fixed time per step (scheduler + launches), seconds
     fixed_per_layer_s: float  # kernel launches etc. per layer per step, seconds
-    mark: str  # flops_frac's mark, the value that dominates a prefill (each in ``marks``)
+    mark: str  # flops_frac's mark, the value that dominates a prefill (each in ``marks``;
+    # "card": the GPU card's own value)
     source: str  # one line per value: "flops_frac (M): ..."
     lo: dict[str, float] = field(default_factory=dict)  # field -> low end of its range
     hi: dict[str, float] = field(default_factory=dict)  # field -> high end
@@ -167,4 +171,44 @@ def efficiency(generation: str, dtype: str) -> Efficiency:
     )
 
 
-__all__ = ["EFFICIENCY_FILE", "FIELDS", "Efficiency", "dtypes", "efficiency", "generations"]
+def card_efficiency(generation: str, dtype: str, own: dict[str, Any]) -> Efficiency:
+    """:func:`efficiency`, with the values a GPU card states itself (``own``: field ->
+    (value, lo, hi, source); ``flops_frac``: dtype -> the same, kvsim/catalogue/gpus.py)
+    replacing its generation's, marked ``card``. A dtype the generation lacks is allowed
+    when the card gives its flops_frac."""
+    per_dtype = own.get("flops_frac", {})
+    if (str(generation), str(dtype)) not in _table() and dtype in per_dtype:
+        base = efficiency(generation, next(iter(dtypes(generation))))
+    else:
+        base = efficiency(generation, dtype)
+    mine = {k: v for k, v in own.items() if k != "flops_frac"}
+    if dtype in per_dtype:
+        mine["flops_frac"] = per_dtype[dtype]
+    if not mine:
+        return base
+    values = {k: getattr(base, k) for k in FIELDS}
+    lo, hi, marks, sources = dict(base.lo), dict(base.hi), dict(base.marks), dict(base.sources)
+    for k, (v, low, high, src) in mine.items():
+        values[k], lo[k], hi[k], marks[k], sources[k] = v, low, high, "card", src
+    return Efficiency(
+        generation=base.generation,
+        dtype=str(dtype),
+        **values,
+        mark=marks["flops_frac"],
+        source="\n".join(f"{k} ({marks[k]}): {sources[k]}" for k in FIELDS),
+        lo=lo,
+        hi=hi,
+        marks=marks,
+        sources=sources,
+    )
+
+
+__all__ = [
+    "EFFICIENCY_FILE",
+    "FIELDS",
+    "Efficiency",
+    "card_efficiency",
+    "dtypes",
+    "efficiency",
+    "generations",
+]

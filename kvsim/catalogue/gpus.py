@@ -6,20 +6,29 @@ NVLink-C2C) per direction, NVLink per GPU per direction and the NIC per GPU. Its
 
     name: H100-SXM                    # the card's name (lookup is case-insensitive)
     description: one line
-    generation: hopper                # ampere | hopper | blackwell | blackwell-ultra
+    generation: hopper                # ampere | ada | hopper | blackwell | blackwell-ultra
+                                      # | cdna3 | cdna4 (AMD)
     aliases: [H100, H100-SXM5]        # optional: other names that find this card
     flops_sparse:                     # datasheet figures WITH 2:4 sparsity: halved here
       bf16: 1979 TFLOP/s
       fp8: 3958 TFLOP/s
     flops:                            # dense figures, where the datasheet gives them
-      fp4: 13.125 PFLOP/s             # (a dtype in both: the dense figure wins)
+      fp4: 13.125 PFLOP/s             # (a dtype in both is refused: give one)
     hbm: 80 GB
     hbm_bandwidth: 3.35 TB/s
     host_link: PCIe Gen5 x16
     host_link_per_direction: 64 GB/s  # one direction
     nvlink_per_gpu: 450 GB/s          # one direction: half the bidirectional figure
     nic_per_gpu: 400 Gb/s
+    efficiency:                       # optional: the card's own, replacing its generation's
+      flops_frac: {bf16: 0.5}         # a fraction in (0, 1], or {value, lo, hi, source}
+      hbm_frac: 0.8
     sources: {field: "H: where it comes from", ...}
+
+Every value must lie in its physical range (:data:`RANGES`; ``nvlink_per_gpu`` may be 0:
+no NVLink, then GPUs exchange over the host link). HBM capacity is in GiB as datasheets
+mean it (``80 GiB``); rates are decimal (``3.35 TB/s``, ``400 Gb/s``). Text fields refuse
+control, format and separator characters (:data:`kvsim.errors.UNSAFE_CATEGORIES`).
 
 NVIDIA's datasheets quote Tensor Core FLOP/s "with sparsity"; a dense prefill does half of
 that, so ``flops_sparse`` figures are halved (:data:`SPARSITY_FACTOR`). FLOP/s are written
@@ -35,16 +44,19 @@ import difflib
 import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kvsim.errors import InputError, shown
+from kvsim.catalogue.efficiency import generations
+from kvsim.errors import UNSAFE_CATEGORIES, InputError, shown
 from kvsim.units import parse_bandwidth, parse_size
 
 GPU_DIR = Path(__file__).parent / "gpus"
-GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell-ultra")
+#: the generations with an efficiency entry (kvsim/catalogue/efficiency.yaml)
+GENERATIONS = tuple(generations())
 DTYPES = ("bf16", "fp8", "fp4")
 # 2:4 structured sparsity doubles the datasheet's Tensor Core rate; dense work gets half (H:
 # every NVIDIA datasheet footnote, "specifications 1/2 lower without sparsity")
@@ -60,7 +72,7 @@ _REQUIRED = (
     "nvlink_per_gpu",
     "nic_per_gpu",
 )
-_OPTIONAL = ("description", "aliases", "flops", "flops_sparse", "sources")
+_OPTIONAL = ("description", "aliases", "flops", "flops_sparse", "efficiency", "sources")
 _FIELDS = _REQUIRED + _OPTIONAL
 # the fields a shipped card must source (tests/test_catalogue_gpus.py checks every card)
 SOURCED = (
@@ -71,6 +83,48 @@ SOURCED = (
     "nvlink_per_gpu",
     "nic_per_gpu",
 )
+
+#: the physical range of every card value, in base units (bytes, bytes/s, FLOP/s): a
+#: value outside is a typo or a unit slip, refused at its line (docs/catalogue.md). The
+#: bounds sit well outside every GPU shipped or announced (2026: 8 TB/s HBM, 288 GiB,
+#: 20 PFLOP/s sparse FP4, 1.8 TB/s NVLink, 800 Gb/s NICs) and inside absurdity.
+RANGES: dict[str, tuple[float, float]] = {
+    "hbm": (1 * 2**30, 4 * 2**40),  # 1 GiB .. 4 TiB
+    "hbm_bandwidth": (50e9, 100e12),  # 50 GB/s .. 100 TB/s
+    "host_link_per_direction": (1e9, 2e12),  # 1 GB/s .. 2 TB/s
+    "nvlink_per_gpu": (1e9, 10e12),  # 1 GB/s .. 10 TB/s, or 0: no NVLink
+    "nic_per_gpu": (1e9 / 8, 10e12 / 8),  # 1 Gb/s .. 10 Tb/s
+    "flops": (1e12, 100e15),  # 1 TFLOP/s .. 100 PFLOP/s, per dtype, dense
+}
+_UNITS = {
+    "hbm": (2**30, "GiB"),
+    "hbm_bandwidth": (1e9, "GB/s"),
+    "host_link_per_direction": (1e9, "GB/s"),
+    "nvlink_per_gpu": (1e9, "GB/s"),
+    "nic_per_gpu": (1e9 / 8, "Gb/s"),
+    "flops": (1e12, "TFLOP/s"),
+}
+#: what a card's own ``efficiency:`` may set (each a fraction in (0, 1]); flops_frac per
+#: dtype (kvsim/catalogue/efficiency.py has the generation's values these replace)
+CARD_EFFICIENCY = ("flops_frac", "hbm_frac", "host_link_frac")
+
+
+def _range_text(key: str) -> str:
+    lo, hi = RANGES[key]
+    unit, name = _UNITS[key]
+    return f"{lo / unit:g} .. {hi / unit:g} {name}"
+
+
+def _in_range(key: str, v: float) -> str | None:
+    """Why ``v`` is outside ``key``'s physical range, or None."""
+    lo, hi = RANGES[key]
+    if key == "nvlink_per_gpu" and v == 0:
+        return None
+    if not lo <= v <= hi:
+        unit, name = _UNITS[key]
+        return f"{v / unit:.4g} {name} is outside the physical range {_range_text(key)}"
+    return None
+
 
 _FLOP_PREFIX = {"": 1.0, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _FLOP_RATE = re.compile(r"([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([GTPE]?)FLOP(?:/s|S)")
@@ -94,6 +148,14 @@ class GpuCard:
     sources: dict[str, str] = field(default_factory=dict)  # field -> "H: source"
     aliases: tuple[str, ...] = ()
     path: str = ""  # the file the card was read from
+    # the card's own efficiency values, replacing its generation's: field -> (value, lo,
+    # hi, source); flops_frac: dtype -> (value, lo, hi, source)
+    efficiency: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, str] = field(default_factory=dict)  # field -> "FILE:LINE"
+
+    def at(self, key: str) -> str:
+        """Where the card gives ``key`` ("FILE:LINE"; the file when unknown)."""
+        return self.lines.get(key, self.path)
 
     def dense_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s of one GPU in ``dtype``; InputError if it has no such units."""
@@ -160,7 +222,15 @@ class _Card:
             return ""
         if not isinstance(v, str) or not v.strip():
             raise self.fail((key,), f"expected a non-empty string, got {shown(v)}")
+        self.safe((key,), v)
         return v.strip()
+
+    def safe(self, path: tuple[Any, ...], v: str) -> None:
+        """Card text reaches the terminal: control, format and separator characters
+        (newlines, escape sequences) are refused, as in config labels."""
+        bad = next((c for c in v if unicodedata.category(c) in UNSAFE_CATEGORIES), None)
+        if bad is not None:
+            raise self.fail(path, f"unsafe character U+{ord(bad):04X} in {shown(v)}")
 
     def quantity(self, key: str, parse: Any, *, positive: bool = True) -> float:
         if self.data.get(key) is None:
@@ -169,8 +239,12 @@ class _Card:
             v = float(parse(self.data[key]))
         except ValueError as e:
             raise self.fail((key,), str(e)) from None
-        if v < 0 or (positive and v == 0):
-            raise self.fail((key,), f"must be {'positive' if positive else '>= 0'}, got {v:g}")
+        if not math.isfinite(v) or v < 0 or (positive and v == 0):
+            given = shown(self.data[key])
+            raise self.fail((key,), f"must be {'positive' if positive else '>= 0'}, got {given}")
+        why = _in_range(key, v)
+        if why is not None:
+            raise self.fail((key,), why)
         return v
 
     def rates(self, key: str) -> dict[str, float]:
@@ -192,8 +266,70 @@ class _Card:
                 raise self.fail((key, dtype), str(e)) from None
             if v <= 0:
                 raise self.fail((key, dtype), f"must be positive, got {v:g}")
+            dense = v / SPARSITY_FACTOR if key == "flops_sparse" else v
+            why = _in_range("flops", dense)
+            if why is not None:
+                raise self.fail((key, dtype), ("dense " if key == "flops_sparse" else "") + why)
             out[dtype] = v
         return out
+
+    def efficiency(self) -> dict[str, Any]:
+        """The card's own ``efficiency:`` (replacing its generation's values): each field a
+        fraction in (0, 1], or ``{value, lo, hi, source}`` with lo <= value <= hi in
+        (0, 1]; ``flops_frac`` a mapping of dtype to such a value."""
+        raw = self.data.get("efficiency")
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise self.fail(("efficiency",), f"expected a mapping, got {shown(raw)}")
+        out: dict[str, Any] = {}
+        for key, node in raw.items():
+            if key not in CARD_EFFICIENCY:
+                raise self.fail(
+                    ("efficiency", key),
+                    f"unknown field; a card's efficiency has {', '.join(CARD_EFFICIENCY)}",
+                )
+            if key == "flops_frac":
+                if not isinstance(node, dict) or not node:
+                    raise self.fail(
+                        ("efficiency", key), "expected a mapping of dtype to a fraction"
+                    )
+                per = {}
+                for dtype, v in node.items():
+                    if dtype not in DTYPES:
+                        raise self.fail(
+                            ("efficiency", key, dtype),
+                            f"unknown dtype {shown(dtype)}; expected one of {', '.join(DTYPES)}",
+                        )
+                    per[dtype] = self.fraction(("efficiency", key, dtype), v)
+                out[key] = per
+            else:
+                out[key] = self.fraction(("efficiency", key), node)
+        return out
+
+    def fraction(self, path: tuple[Any, ...], node: Any) -> tuple[float, float, float, str]:
+        """(value, lo, hi, source) of one card efficiency value."""
+        if isinstance(node, dict):
+            extra = set(node) - {"value", "lo", "hi", "source"}
+            if extra or "value" not in node:
+                raise self.fail(path, "expected a fraction or {value, lo, hi, source}")
+            v, lo, hi = node["value"], node.get("lo", node["value"]), node.get("hi", node["value"])
+            src = node.get("source", "")
+            if not isinstance(src, str):
+                raise self.fail(path, f"source: expected text, got {shown(src)}")
+        else:
+            v = lo = hi = node
+            src = ""
+        nums = []
+        for x in (v, lo, hi):
+            if isinstance(x, bool) or not isinstance(x, int | float) or not 0 < x <= 1:
+                raise self.fail(path, f"expected a fraction in (0, 1], got {shown(x)}")
+            nums.append(float(x))
+        if not nums[1] <= nums[0] <= nums[2]:
+            raise self.fail(
+                path, f"value {nums[0]:g} outside [lo, hi] = [{nums[1]:g}, {nums[2]:g}]"
+            )
+        return nums[0], nums[1], nums[2], src or f"the card's own value ({self.where})"
 
 
 def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:
@@ -213,13 +349,23 @@ def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:
             f"unknown generation {shown(generation)}; expected one of {', '.join(GENERATIONS)}",
         )
     dense = c.rates("flops")
-    halved = {k: v / SPARSITY_FACTOR for k, v in c.rates("flops_sparse").items()}
+    sparse = c.rates("flops_sparse")
+    both = [d for d in DTYPES if d in dense and d in sparse]
+    if both:
+        raise c.fail(
+            ("flops_sparse", both[0]),
+            f"{both[0]} is given in both flops (dense) and flops_sparse: give one, the "
+            "datasheet's dense figure where it has one",
+        )
+    halved = {k: v / SPARSITY_FACTOR for k, v in sparse.items()}
     flops = {d: dense.get(d, halved.get(d, 0.0)) for d in DTYPES if d in dense or d in halved}
     if "bf16" not in flops:
         raise c.fail(("flops",), "missing: give the bf16 rate in flops (dense) or flops_sparse")
     aliases = data.get("aliases") or []
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
         raise c.fail(("aliases",), f"expected a list of names, got {shown(aliases)}")
+    for i, a in enumerate(aliases):
+        c.safe(("aliases", i), a)
     sources = data.get("sources") or {}
     if not isinstance(sources, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in sources.items()
@@ -239,6 +385,8 @@ def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:
         sources=dict(sources),
         aliases=tuple(aliases),
         path=where,
+        efficiency=c.efficiency(),
+        lines={k: c.origins[(k,)] for k in data if (k,) in c.origins},
     )
 
 

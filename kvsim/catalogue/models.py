@@ -5,7 +5,9 @@ A card is a ``config.json`` (nothing is downloaded): the shipped ones, in
 config with the values verbatim (mark H) plus one extra top-level key ``"kvsim"`` with the
 card's sources (``description``, ``source``, optional ``kv_cache_dtype``, the published
 ``params`` and ``notes``). A user's own ``config.json`` (no ``"kvsim"`` key) reads from the
-standard keys alone; keys kvsim does not use are ignored (real configs carry many).
+standard keys alone; keys kvsim does not use are ignored (real configs carry many), but a
+key given twice is refused at its line and ``num_hidden_layers`` is at most
+:data:`MAX_LAYERS`.
 
 Keys read (the first present of each group):
 
@@ -15,16 +17,22 @@ Keys read (the first present of each group):
   config classes' default);
 - MLA (when ``kv_lora_rank`` is set): ``kv_lora_rank``, ``q_lora_rank`` (null: a full
   query projection), ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``;
-- MoE: routed experts ``n_routed_experts`` | ``num_experts`` | ``num_local_experts``;
-  ``num_experts_per_tok`` | ``experts_per_token``; the expert width
-  ``moe_intermediate_size`` (Mixtral-style configs with ``num_local_experts`` and no
-  ``moe_intermediate_size`` use ``intermediate_size``: gpt-oss, MiniMax-M2);
-  ``n_shared_experts`` (each as wide as a routed expert, DeepSeek's layout); dense layers
-  from ``first_k_dense_replace`` (+ ``moe_layer_freq``) or ``mlp_only_layers`` +
-  ``decoder_sparse_step`` (Qwen-MoE);
+- MoE: routed experts ``n_routed_experts`` | ``num_experts`` | ``num_local_experts`` |
+  ``moe_num_experts`` (ERNIE); ``num_experts_per_tok`` | ``experts_per_token`` |
+  ``moe_k``; the expert width ``moe_intermediate_size`` (Mixtral-style configs with
+  ``num_local_experts`` and no ``moe_intermediate_size`` use ``intermediate_size``:
+  gpt-oss, MiniMax-M2); ``n_shared_experts`` | ``moe_num_shared_experts`` (each as wide
+  as a routed expert, DeepSeek's layout) or ``shared_expert_intermediate_size`` (Qwen2-MoE,
+  a whole number of experts); dense layers from ``first_k_dense_replace`` (+
+  ``moe_layer_freq``), ``mlp_only_layers`` + ``decoder_sparse_step`` (Qwen-MoE) or
+  ``moe_layer_start_index`` / ``moe_layer_end_index`` / ``moe_layer_interval`` (ERNIE),
+  counted arithmetically. Keys of one group that disagree, half an MoE config (experts
+  per token without experts, or the reverse) and any other MoE-looking key (``*expert*``,
+  ``*moe*``) that changes sizes are refused, naming the key: never read as dense;
 - sliding window: ``layer_types`` (``"sliding_attention"`` entries) with
   ``sliding_window``; without ``layer_types``, ``sliding_window`` applies to every layer
   unless ``use_sliding_window`` is false (Qwen: then layers from ``max_window_layers`` on);
+  a model with every layer sliding keeps every layer's KV per token (:attr:`ModelCard.kv_layers`);
 - sparse attention (DSA indexer): ``index_topk``, ``index_n_heads``, ``index_head_dim``;
 - dtypes: the activation dtype from ``torch_dtype`` | ``dtype`` (absent: bf16, L);
   ``quantization_config.quant_method`` ``"fp8"``: every linear layer in FP8 (1 B), the
@@ -44,6 +52,7 @@ shipped card) are left out of the parameter counts, and FP8 block scales (one FP
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +158,12 @@ class ModelCard:
     def full_layers(self) -> int:
         """Layers attending to every earlier key (the rest are sliding-window layers)."""
         return self.layers - self.sliding_layers
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers whose KV counts per token: the full-attention layers; when every layer
+        slides (Mistral-7B v0.1), all of them (below)."""
+        return self.full_layers or self.layers
 
     def param_breakdown(self) -> dict[str, float]:
         """Parameters by part (all layers), matrices only.
@@ -313,7 +328,10 @@ class ModelCard:
         kv_lora_rank / 128 x 4 + qk_rope_head_dim x 2) = 656 B a layer for kv_lora 512,
         rope 64. Sliding-window layers are left out: vLLM's hybrid KV manager keeps only
         the last ``sliding_window`` tokens of them (a constant per request, not per token),
-        so per token of a long prompt only the full-attention layers' KV remains. The DSA
+        so per token of a long prompt only the full-attention layers' KV remains. A model
+        whose every layer slides has no such layer: there every layer's KV counts per token
+        (:attr:`kv_layers`; exact for prompts within the window, an upper bound beyond it),
+        never zero bytes a token. The DSA
         indexer's key cache (index_head_dim FP8 + a scale per token and layer) is not
         counted (a profile choice, shared/HARDWARE.md: +132 B/layer).
         """
@@ -331,7 +349,7 @@ class ModelCard:
                 per_layer = (self.kv_lora_rank + self.qk_rope_head_dim) * b
             return self.layers * per_layer
         b = DTYPE_BYTES[self.kv_dtype]
-        return self.full_layers * 2.0 * self.kv_heads_per_gpu(tp) * self.head_dim * b
+        return self.kv_layers * 2.0 * self.kv_heads_per_gpu(tp) * self.head_dim * b
 
     def kv_layout(self) -> dict[str, Any]:
         """The scenario's ``model.kv_layout`` (kvsim/config/schema.py MlaLayout or
@@ -359,7 +377,7 @@ class ModelCard:
             }
         return {
             "kind": "mha" if self.kv_heads == self.heads else "gqa",
-            "layers": self.full_layers,
+            "layers": self.kv_layers,
             "kv_heads": self.kv_heads,
             "head_dim": self.head_dim,
             "dtype_bytes": DTYPE_BYTES[self.kv_dtype],
@@ -436,12 +454,64 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: an object with a key given twice is refused (json keeps the
+    last silently), as YAML, CSV and GPU cards refuse theirs."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]')
+
+
+def _duplicate_line(text: str, key: str) -> int | None:
+    """The line of ``key``'s second occurrence in one JSON object (a token scan keeping one
+    set of keys per open object), for the error message."""
+    stack: list[set[str] | None] = []
+    tokens = list(_JSON_TOKEN.finditer(text))
+    for i, m in enumerate(tokens):
+        tok = m.group()
+        if tok == "{":
+            stack.append(set())
+        elif tok == "[":
+            stack.append(None)
+        elif tok in "}]":
+            if stack:
+                stack.pop()
+        elif tok.startswith('"') and i + 1 < len(tokens) and tokens[i + 1].group() == ":":
+            seen = stack[-1] if stack else None
+            if seen is None:
+                continue
+            try:
+                name = json.loads(tok)
+            except ValueError:
+                continue
+            if name == key and name in seen:
+                return text.count("\n", 0, m.start()) + 1
+            seen.add(name)
+    return None
+
+
 def _load_json(path: Path, where: str) -> dict[str, Any]:
     text = read_text(path, what="model config")
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         raise InputError(f"not valid JSON ({e.msg})", where=f"{where}:{e.lineno}") from None
+    except _DuplicateKey as e:
+        line = _duplicate_line(text, e.key)
+        at = f"{where}:{line}" if line else where
+        raise InputError(f"{e.key}: duplicate key", where=at) from None
     except (ValueError, RecursionError) as e:
         raise InputError(f"not valid JSON ({e})", where=where) from None
     if not isinstance(doc, dict):
@@ -506,38 +576,143 @@ def _sliding(r: _Reader, layers: int) -> tuple[int, int]:
     return window, layers  # Mistral-style: every layer slides
 
 
-def _moe(r: _Reader, layers: int) -> tuple[int, int, int, int, int]:
-    """(experts, experts_per_token, expert_intermediate, shared_experts, dense_layers)."""
-    key = r.first("n_routed_experts", "num_experts", "num_local_experts")
-    experts = r.num(key, "MoE", zero=True) if key else 0
-    if not experts:
-        return 0, 0, 0, 0, layers
-    k_key = r.first("num_experts_per_tok", "experts_per_token") or "num_experts_per_tok"
-    k = r.num(k_key, "the routed FLOPs (MoE)")
-    if k > experts:
-        raise r.fail(k_key, f"{k} experts per token but only {experts} experts ({key})")
-    if r.has("moe_intermediate_size") or key != "num_local_experts":
-        width = r.num("moe_intermediate_size", "the expert weights (MoE)")
-    else:  # Mixtral-style: intermediate_size is the expert width
-        width = r.num("intermediate_size", "the expert weights (MoE)")
-    shared = r.num("n_shared_experts", "", default=0, zero=True)
-    if r.has("first_k_dense_replace") or r.has("moe_layer_freq"):
+#: the MoE key families kvsim reads (the first present of each group wins; two that
+#: disagree are refused): routed experts, experts per token, shared experts
+_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_k")
+_SHARED_KEYS = ("n_shared_experts", "moe_num_shared_experts")
+_LAYOUT_KEYS = (
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "mlp_only_layers",
+    "decoder_sparse_step",
+    "moe_layer_start_index",
+    "moe_layer_end_index",
+    "moe_layer_interval",
+)
+#: MoE-looking keys that change no size or FLOP count (routing scores, losses, groups)
+_MOE_IGNORED = frozenset(
+    {
+        "norm_topk_prob",
+        "moe_norm_min",
+        "moe_use_aux_free",
+        "moe_capacity",
+        "moe_gate",
+        "moe_router_dtype",
+        "router_aux_loss_coef",
+        "output_router_logits",
+        "ep_size",
+    }
+)
+_MOE_READ = frozenset(_EXPERT_KEYS + _PER_TOKEN_KEYS + _SHARED_KEYS + _LAYOUT_KEYS)
+#: a config's layer count is bounded (the largest published model has under 200 layers)
+MAX_LAYERS = 10_000
+
+
+def _moe_keys(r: _Reader) -> None:
+    """Refuse MoE-looking keys (``*expert*``, ``moe_*``) kvsim does not read, naming them:
+    read as a dense model, such a config would be silently wrong."""
+    odd = sorted(
+        k
+        for k in r.doc
+        if ("expert" in k.lower() or "moe" in k.lower())
+        and k not in _MOE_READ
+        and k not in _MOE_IGNORED
+        and r.doc[k] is not None
+    )
+    if odd:
+        raise r.fail(
+            odd[0],
+            f"MoE key{'s' if len(odd) > 1 else ''} kvsim does not read: {', '.join(odd)} "
+            f"(it reads {', '.join(_EXPERT_KEYS)}; {', '.join(_PER_TOKEN_KEYS)}; "
+            "docs/catalogue.md lists the rest); remove them if the model is dense",
+        )
+
+
+def _one_of(r: _Reader, keys: tuple[str, ...], need: str, *, zero: bool) -> tuple[str, int]:
+    """(key, value) of the first of ``keys`` present; ("", 0) if none; every present one
+    must agree."""
+    got = [(k, r.num(k, need, zero=zero)) for k in keys if r.has(k)]
+    if not got:
+        return "", 0
+    for k, v in got[1:]:
+        if v != got[0][1]:
+            raise r.fail(k, f"{v} disagrees with {got[0][0]} ({got[0][1]})")
+    return got[0]
+
+
+def _moe_layer_count(r: _Reader, layers: int) -> int:
+    """Layers with a routed MoE MLP, counted arithmetically (never layer by layer)."""
+    if r.has("first_k_dense_replace") or r.has("moe_layer_freq"):  # DeepSeek, GLM
         first = r.num("first_k_dense_replace", "", default=0, zero=True)
         freq = r.num("moe_layer_freq", "", default=1)
         if first > layers:
             raise r.fail("first_k_dense_replace", f"{first} > {layers} layers")
-        moe = sum(1 for i in range(first, layers) if i % freq == 0)
-    elif r.has("mlp_only_layers") or r.has("decoder_sparse_step"):
+        # i in [first, layers) with i % freq == 0
+        return (layers - 1) // freq - (first - 1) // freq if first > 0 else (layers - 1) // freq + 1
+    if (
+        r.has("moe_layer_start_index")
+        or r.has("moe_layer_interval")
+        or (r.has("moe_layer_end_index"))
+    ):  # ERNIE: start <= i <= end and (i + 1) % interval == 0
+        start = r.num("moe_layer_start_index", "", default=0, zero=True)
+        end = layers - 1
+        if r.has("moe_layer_end_index") and r.doc["moe_layer_end_index"] != -1:
+            end = min(r.num("moe_layer_end_index", "", zero=True), layers - 1)
+        step = r.num("moe_layer_interval", "", default=1)
+        if start > end:
+            return 0
+        return (end + 1) // step - start // step
+    if r.has("mlp_only_layers") or r.has("decoder_sparse_step"):  # Qwen-MoE
         only = r.doc.get("mlp_only_layers") or []
         if not isinstance(only, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in only
         ):
             raise r.fail("mlp_only_layers", "expected a list of layer indices")
         step = r.num("decoder_sparse_step", "", default=1)
-        moe = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
-    else:
-        moe = layers
-    return experts, k, width, shared, layers - moe
+        dense = {i for i in only if 0 <= i < layers and (i + 1) % step == 0}
+        return layers // step - len(dense)
+    return layers
+
+
+def _moe(r: _Reader, layers: int) -> tuple[int, int, int, int, int]:
+    """(experts, experts_per_token, expert_intermediate, shared_experts, dense_layers)."""
+    _moe_keys(r)
+    key, experts = _one_of(r, _EXPERT_KEYS, "MoE", zero=True)
+    k_key, k = _one_of(r, _PER_TOKEN_KEYS, "the routed FLOPs (MoE)", zero=True)
+    if not experts:
+        if k:  # half an MoE config: refused, not read as a dense model
+            raise r.fail(
+                k_key,
+                f"{k} experts per token but "
+                + (f"{key} is 0" if key else f"no expert count ({', '.join(_EXPERT_KEYS)})"),
+            )
+        return 0, 0, 0, 0, layers
+    if not k:
+        raise r.fail(
+            k_key or _PER_TOKEN_KEYS[0],
+            f"missing or 0 (needed for the routed FLOPs of {key}: {experts} experts)",
+        )
+    if k > experts:
+        raise r.fail(k_key, f"{k} experts per token but only {experts} experts ({key})")
+    if r.has("moe_intermediate_size") or key != "num_local_experts":
+        width = r.num("moe_intermediate_size", "the expert weights (MoE)")
+    else:  # Mixtral-style: intermediate_size is the expert width
+        width = r.num("intermediate_size", "the expert weights (MoE)")
+    _, shared = _one_of(r, _SHARED_KEYS, "", zero=True)
+    if r.has("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
+        size = r.num("shared_expert_intermediate_size", "", zero=True)
+        if size % width:
+            raise r.fail(
+                "shared_expert_intermediate_size",
+                f"{size} is not a whole number of experts of moe_intermediate_size {width}",
+            )
+        if shared and shared != size // width:
+            raise r.fail("shared_expert_intermediate_size", f"disagrees with {shared} shared")
+        shared = size // width
+    return experts, k, width, shared, layers - _moe_layer_count(r, layers)
 
 
 def card_from_config(
@@ -550,6 +725,8 @@ def card_from_config(
         raise r.fail("kvsim", f"expected an object, got {shown(meta)}")
 
     layers = r.num("num_hidden_layers", "every per-layer quantity")
+    if layers > MAX_LAYERS:
+        raise r.fail("num_hidden_layers", f"{layers:,} layers: more than {MAX_LAYERS:,}")
     hidden = r.num("hidden_size", "the weights and FLOPs")
     heads = r.num("num_attention_heads", "the attention FLOPs")
     vocab = r.num("vocab_size", "the embedding and LM head")
@@ -724,6 +901,7 @@ def list_models() -> list[dict[str, str]]:
 
 __all__ = [
     "DTYPE_BYTES",
+    "MAX_LAYERS",
     "MODEL_DIR",
     "ModelCard",
     "card_from_config",

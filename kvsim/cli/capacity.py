@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kvsim.cli.common import _json_number
 from kvsim.errors import InputError
+from kvsim.results.uncertainty import bound_keys, read_bounds
 
 if TYPE_CHECKING:
     from kvsim.config.schema import Scenario
@@ -72,12 +73,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         paths = write_folder(args.out, files, flag="--out", owned=CAPACITY_FILES)
         print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if args.json:
-        records = json.loads(df.to_json(orient="records"))
-        for r in records:  # the paired intervals as JSON lists, not text
-            for k, v in r.items():
-                if k.startswith("delta_") and k.endswith("_ci") and isinstance(v, str):
-                    r[k] = json.loads(v)
-        print(json.dumps(records, indent=2))
+        print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
         return 0
     print(f"capacity at {caps[0].slo} ({args.reps} replications, 95% interval):")
     for cap, (_, row) in zip(caps, df.iterrows(), strict=True):
@@ -110,26 +106,28 @@ def _capacity_delta(cap: object, row: dict) -> str:
     if not math.isfinite(delta):
         return "delta: n/a"
     text = f"delta {delta:+.4g} requests/s"
-    ci = row["delta_capacity_rps_ci"]
-    bounds = json.loads(ci) if isinstance(ci, str) else None
+    bounds = read_bounds(row, "delta_capacity_rps")
     if bounds is None:
         return f"{text} vs the reference (one replication: no interval)"
     return f"{text} [{bounds[0]:+.4g}, {bounds[1]:+.4g}] vs the reference"
 
 
 def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    """``kvsim capacity SCENARIO --slo ... --minimize FIELD [--range LO..HI]``."""
+    """``kvsim capacity SCENARIO --slo ... --minimize FIELD [--range LO..HI]``, and over
+    every layout of a sweep: ``kvsim capacity --sweep SWEEP --minimize FIELD``."""
     from kvsim.api import load
     from kvsim.experiments.capacity import parse_slo
     from kvsim.experiments.planner import minimize
 
     if args.minimize is None:
         raise InputError("--range needs --minimize FIELD", where="--range")
-    if args.sweep is not None or args.cheapest:
-        raise InputError("--minimize searches one scenario: no --sweep or --cheapest")
+    if args.cheapest and args.sweep is None:
+        raise InputError("--cheapest compares the configurations of a --sweep", where="--cheapest")
     if args.out is not None:
         raise InputError("--minimize prints its answer; it writes no folder", where="--out")
     slo = parse_slo(args.slo)
+    if args.sweep is not None:
+        return _minimize_layouts(args, slo, log)
     sc = load(args.scenario, args.overrides)
     if not args.json:
         _log_resampling(sc, args.reps, log)
@@ -144,37 +142,124 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
     return 0
 
 
+def _minimize_layouts(args: argparse.Namespace, slo: object, log: Callable[[str], None]) -> int:
+    """``--minimize`` in every layout of ``--sweep`` (each as on its own), each layout's
+    price with the field at its value to provision, and with prices (always with
+    ``--cheapest``) the cheapest layout at that value: how many nodes, and which layout."""
+    from kvsim.experiments.planner import minimize_sweep
+
+    if not args.json:
+        _log_sweep_resampling(args, log)
+    rows = minimize_sweep(
+        args.sweep,
+        slo,  # type: ignore[arg-type]
+        args.minimize,
+        span=args.span,
+        reps=args.reps,
+        tol=args.tol,
+        sets=args.overrides,
+        priced=args.cheapest,
+        log=log,
+    )
+    done = [r for r in rows if r.answer is not None]
+    priced = [r for r in done if math.isfinite(r.usd_per_hour) and r.usd_per_hour > 0]
+    best = min(priced, key=lambda r: r.usd_per_hour) if priced else None
+    if args.json:
+        out = []
+        for r in rows:
+            row: dict[str, object] = {**r.config, "meets": r.answer is not None}
+            if r.answer is not None:
+                row.update(r.answer.as_json())
+            else:
+                row.update(failure=r.failure)
+                if r.explanation is not None:
+                    row["explanation"] = r.explanation.as_json()
+            out.append({**row, "cheapest": r is best})
+        print(json.dumps(out, indent=2))
+    else:
+        for r in rows:
+            print(f"layout {r.label}:")
+            if r.answer is None:
+                print(f"  {r.failure}")
+                if r.explanation is not None:
+                    print("\n".join(r.explanation.lines()))
+                continue
+            print("\n".join(f"  {line}" for line in r.answer.lines()))
+            if math.isfinite(r.usd_per_hour):
+                mark = "  <- cheapest" if r is best else ""
+                print(f"    ${r.usd_per_hour:,.2f}/h at that value{mark}")
+        if best is not None:
+            f = best.answer.field if best.answer is not None else None
+            value = f.show_up(best.answer.provision) if f and best.answer else ""
+            print(
+                f"cheapest: {best.label} with {args.minimize} = {value} "
+                f"(${best.usd_per_hour:,.2f}/h)"
+            )
+    if not done:
+        raise InputError(
+            f"the SLO ({slo}) fails in every layout even at the top of the range (see above)",
+            where=f"--minimize {args.minimize}",
+        )
+    return 0
+
+
+def _write_cheapest(out: str, rows: list[dict], found: list, slo: object) -> None:
+    """``--cheapest --out DIR``: the layouts' rows as ``cheapest.csv`` (the explanation,
+    nested, only in ``cheapest.json``), ``cheapest.json`` (what ``--json`` prints) and
+    ``cheapest.png`` (the metric with its interval against the SLO, and the price)."""
+    import pandas as pd
+
+    from kvsim.plots import cheapest_plot
+    from kvsim.results.writers import write_folder
+
+    flat = [{k: v for k, v in r.items() if k != "explanation"} for r in rows]
+    files = {
+        "cheapest.csv": lambda p: pd.DataFrame(flat).to_csv(p, index=False),
+        "cheapest.json": lambda p: p.write_text(json.dumps(rows, indent=2) + "\n"),
+        "cheapest.png": lambda p: cheapest_plot(flat, [x.config for x in found], slo, p),
+    }
+    paths = write_folder(out, files, flag="--out", owned=CHEAPEST_FILES)
+    print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+
+
+CHEAPEST_FILES = ("cheapest.csv", "cheapest.json", "cheapest.png")
+
+
 def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    """``kvsim capacity --sweep SWEEP --slo ... --cheapest``."""
+    """``kvsim capacity --sweep SWEEP --slo ... --cheapest [--out DIR]``."""
     from kvsim.experiments.capacity import parse_slo
     from kvsim.experiments.planner import cheapest, closest, layouts
 
     if args.sweep is None:
         raise InputError("--cheapest compares the configurations of a --sweep", where="--cheapest")
     if args.out is not None:
-        raise InputError("--cheapest prints its answer; it writes no folder", where="--out")
+        from kvsim.results.writers import check_out_folder
+
+        check_out_folder(args.out, flag="--out", owned=CHEAPEST_FILES)
     slo = parse_slo(args.slo)
     found = layouts(args.sweep, slo, reps=args.reps, sets=args.overrides, log=log)
     best = cheapest(found)
     slo = dataclasses.replace(slo, scope=found[0].scope) if found else slo
     nearest = closest(found, slo) if best is None else None
     why = nearest.why(slo) if nearest is not None else None
+    rows = [
+        {
+            **x.config,
+            slo.metric: _json_number(x.metric),
+            **bound_keys(slo.metric, x.interval),
+            "meets": x.meets,
+            "usd_per_hour": _json_number(x.usd_per_hour),
+            "usd_per_million_prompt_tokens": _json_number(x.usd_per_million_prompt_tokens),
+            "cheapest": x is best,
+            **_layout_deltas(x),
+            # when none meets the SLO, the closest layout says why (else no key)
+            **({"explanation": why.as_json()} if why is not None and x is nearest else {}),
+        }
+        for x in found
+    ]
+    if args.out is not None:
+        _write_cheapest(args.out, rows, found, slo)
     if args.json:
-        rows = [
-            {
-                **x.config,
-                slo.metric: x.metric,
-                "ci95": _json_number(x.metric_ci95),
-                "meets": x.meets,
-                "usd_per_hour": x.usd_per_hour,
-                "usd_per_million_prompt_tokens": x.usd_per_million_prompt_tokens,
-                "cheapest": x is best,
-                **_layout_deltas(x),
-                # when none meets the SLO, the closest layout says why (else no key)
-                **({"explanation": why.as_json()} if why is not None and x is nearest else {}),
-            }
-            for x in found
-        ]
         print(json.dumps(rows, indent=2))
         return 0 if best is not None else 1
     print(f"layouts at their own load, {slo} ({args.reps} replications, mean):")
@@ -210,8 +295,8 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
 
 def _layout_deltas(x: object) -> dict[str, object]:
     """A layout's paired differences from the reference layout for --json:
-    ``delta_<name>`` and ``delta_<name>_ci`` ([lo, hi], null without an interval), and
-    ``reference`` (with several layouts)."""
+    ``delta_<name>`` and its 95% interval ``delta_<name>_lo``, ``delta_<name>_hi``
+    (null without one), and ``reference`` (with several layouts)."""
 
     out: dict[str, object] = {}
     deltas = getattr(x, "deltas", {})
@@ -219,7 +304,7 @@ def _layout_deltas(x: object) -> dict[str, object]:
         out["reference"] = bool(getattr(x, "reference", False))
     for name, iv in deltas.items():
         out[f"delta_{name}"] = _json_number(iv.mean)
-        out[f"delta_{name}_ci"] = [_json_number(iv.lo), _json_number(iv.hi)] if iv.bounded else None
+        out.update(bound_keys(f"delta_{name}", iv))
     return out
 
 

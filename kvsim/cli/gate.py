@@ -18,13 +18,10 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
-    from kvsim.config.loader import parse_override
+    from kvsim.config.loader import with_sets
 
     check_out_folder(args.out, flag="--out", owned=BASELINE_FILES)
-    extra = {}
-    for expr in args.overrides:
-        parts, value = parse_override(expr)
-        extra[".".join(parts)] = value
+    extra = with_sets({}, args.overrides)  # each --set parsed as `kvsim run` parses it
     suite = load_suite(args.suite, extra)
     doc = measure(
         suite,
@@ -45,7 +42,7 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from kvsim.config.loader import parse_override
+    from kvsim.config.loader import with_sets
     from kvsim.experiments.regression import (
         baseline_path,
         check_baseline,
@@ -61,10 +58,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
     baseline = read_baseline(args.baseline)  # every field checked before anything runs
-    extra = {}
-    for expr in args.overrides:
-        parts, value = parse_override(expr)
-        extra[".".join(parts)] = value
+    extra = with_sets({}, args.overrides)  # each --set parsed as `kvsim run` parses it
     suite = load_suite(args.suite, extra)
     # the suite matches the baseline: checked before anything runs
     check_baseline(suite, baseline, strict=args.strict, where=str(baseline_path(args.baseline)))

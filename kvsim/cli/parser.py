@@ -169,7 +169,15 @@ def _parser() -> argparse.ArgumentParser:
         type=_word,
         metavar="LIST",
         help="report these capacities instead: a comma list of tokens (a trace) or of sizes "
-        "such as '4 GB' (an accesses.parquet)",
+        "with a unit such as '4 GB' or '1000 B' (an accesses.parquet)",
+    )
+    tm.add_argument(
+        "--run",
+        type=_path,
+        metavar="DIR",
+        help="a run folder (kvsim run --out) to compare a trace's curve with: the curve at "
+        "the run's GPU capacity per engine (in the run's policy, unless --policy), beside "
+        "the run's GPU-tier hits (the run's block size and bytes per token)",
     )
     tm.add_argument(
         "--profile",
@@ -280,7 +288,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_overrides(cp)
     cp.add_argument("--reps", type=int, default=3, help="replications (seeds) per search")
     cp.add_argument("--tol", type=float, default=0.02, help="relative width to stop at")
-    cp.add_argument("--out", type=_path, help="write capacity.csv (and a bar plot with --sweep)")
+    cp.add_argument(
+        "--out",
+        type=_path,
+        help="write capacity.csv (and a bar plot with --sweep); with --cheapest: "
+        "cheapest.csv, cheapest.json and cheapest.png",
+    )
     cp.add_argument(
         "--workers",
         type=int,
@@ -293,7 +306,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FIELD",
         help="instead of a rate: the smallest value of a numeric FIELD (e.g. "
         "tiers.host.capacity, cluster.engines, remote.servers) that meets the SLO at the "
-        "scenario's load",
+        "scenario's load; with --sweep, in each of its layouts (priced: the cheapest marked)",
     )
     cp.add_argument(
         "--range",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from kvsim.errors import InputError
@@ -40,8 +41,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
                     where=flag,
                 )
         paths = run_plots(d, args.format)
+        _warn_steady(d / "summary.json")
     elif any((d / n).exists() for n in ("results.parquet", "capacity.csv")):
         paths = sweep_plots(d, args.format, x=args.x, slo=slo, overlay=folders[1:])
+        for f in folders:
+            _warn_steady_runs(f)
         if not paths:
             raise InputError(
                 "nothing to plot: nothing swept (no grid) and no capacity.csv",
@@ -56,3 +60,36 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     for p in paths:
         print(p)
     return 0
+
+
+def _warn_steady(summary_path: Path) -> None:
+    """The run's steady-state warnings (its summary's ``steady_state``), on stderr: the
+    figures drawn are of a run still filling up."""
+    import json
+
+    from kvsim.cli.run import steady_warnings
+
+    try:  # (run_plots has read and checked it)
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    for line in steady_warnings(summary) if isinstance(summary, dict) else []:
+        print(f"warning: {line}", file=sys.stderr)
+
+
+def _warn_steady_runs(folder: Path) -> None:
+    """A sweep folder's runs that were not in steady state (results.parquet), on stderr."""
+    table = folder / "results.parquet"
+    if not table.is_file():
+        return
+    import pandas as pd
+
+    from kvsim.results.timeseries import STEADY_COLUMN, unsteady_runs_note
+
+    try:
+        df = pd.read_parquet(table, columns=None)
+    except Exception:  # (sweep_plots has read it; an unreadable one is its message)
+        return
+    note = unsteady_runs_note(df) if STEADY_COLUMN in df.columns else None
+    if note is not None:
+        print(f"warning: {folder}: {note}", file=sys.stderr)

@@ -46,7 +46,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _show_composition(args: argparse.Namespace) -> int:
-    from kvsim.catalogue.compose import compose, describe, numbers
+    from kvsim.catalogue.compose import calibrated_notes, compose, describe, numbers
 
     if not args.model or not args.gpu:
         raise InputError("usage: kvsim profiles show MODEL GPU [--gpus N --tp N --pcp N --ep N]")
@@ -59,17 +59,22 @@ def _show_composition(args: argparse.Namespace) -> int:
     except InputError as e:  # name the flag or argument the user gave
         field, _, why = e.reason.partition(": ")
         key = field.removeprefix("profile.")
+        if e.where:  # a card's own mistake: its file and line
+            raise InputError(why or e.reason, where=e.where) from None
         if not why or (key not in spec and key != "profile"):
             raise
         where = {"model": args.model, "gpu": args.gpu, "profile": "profiles show"}
         raise InputError(why, where=where.get(key, f"--{key}")) from None
     rows = describe(comp)
+    notes = calibrated_notes(comp)  # a calibrated profile of the same system: say so
     if args.json:
         shown = [{"quantity": q, "value": v, "how": h} for q, v, h in rows]
-        print(json.dumps({"numbers": numbers(comp), "rows": shown}, indent=2))
+        print(json.dumps({"numbers": numbers(comp), "rows": shown, "notes": notes}, indent=2))
         return 0
     width = max(len(q) for q, _, _ in rows)
     vwidth = max(len(v) for _, v, _ in rows)
     for q, v, h in rows:
         print(f"{q:<{width}}  {v:<{vwidth}}  {h}")
+    for line in notes:
+        print(f"note: {line}")
     return 0

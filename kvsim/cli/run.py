@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -53,4 +54,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(summary_table(results.summary))
     if paths:
         print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    # a measured window still filling (summary.json's steady_state says it too)
+    for line in steady_warnings(results.summary):
+        print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def steady_warnings(summary: dict[str, Any]) -> list[str]:
+    """The warnings of a summary's ``steady_state`` (none in an older kvsim's summary)."""
+    st = summary.get("steady_state")
+    got = st.get("warnings") if isinstance(st, dict) else None
+    return [str(x) for x in got] if isinstance(got, list) else []

@@ -30,6 +30,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
     check_out_folder(args.out, flag="--out", owned=SWEEP_FILES)
     _log_resampling(sweep)  # what the seeds replay (--quiet drops only the progress bar)
+    from kvsim.experiments.sweep import fixed_count_note
+
+    fixed = fixed_count_note(sweep)  # a swept rate with a fixed request count
+    if fixed is not None:
+        print(f"warning: {fixed}", file=sys.stderr)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -73,6 +78,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"{counted(len(table), 'run')} ({reused} reused from {args.out}/runs.jsonl, "
         f"{len(failed)} failed) in {args.out}/results.parquet and results.csv"
     )
+    from kvsim.results.timeseries import unsteady_runs_note
+
+    unsteady = unsteady_runs_note(table)  # runs whose measured window was still filling
+    if unsteady is not None:
+        print(f"warning: {unsteady}", file=sys.stderr)
     if len(failed):
         for _, row in failed.iterrows():
             print(f"  run {row['run']} failed: {row['error']}", file=sys.stderr)
@@ -171,21 +181,12 @@ def _bounds(lo: float, hi: float) -> str:
 def _p99_interval(g: Any) -> str:
     """A configuration's p99: the 95% interval of its mean over seeds (never below 0), or
     with one seed that run's own (block bootstrap) interval."""
-    import json
-    import math
-
-    from kvsim.results.uncertainty import mean_interval
+    from kvsim.results.uncertainty import mean_interval, read_bounds
 
     values = [float(v) for v in g["ttft_p99_s"] if isinstance(v, (int, float))]
-    if len(values) == 1 and "ttft_p99_ci_s" in g.columns:
-        raw = g["ttft_p99_ci_s"].iloc[0]
-        try:
-            lo, hi = json.loads(raw) if isinstance(raw, str) else raw
-            if math.isfinite(lo) and math.isfinite(hi):
-                return _bounds(lo, hi) + " (run)"
-        except (TypeError, ValueError):
-            pass
-        return "n/a"
+    if len(values) == 1:  # (an older kvsim's table: the text column ttft_p99_ci_s)
+        run = read_bounds(g.iloc[0], "ttft_p99_s", legacy="ttft_p99_ci_s")
+        return _bounds(*run) + " (run)" if run is not None else "n/a"
     iv = mean_interval(values)
     return _bounds(iv.lo, iv.hi) if iv.bounded else "n/a"
 
@@ -194,17 +195,18 @@ def _delta_text(g: Any, metric: str) -> str:
     """A configuration's mean paired difference in ``metric`` from the reference and its
     95% interval over seeds ("+0.012 [-0.003, 0.027]"); "n/a" when no seed of it pairs
     with a finished run of the reference."""
-    import json
     import math
+
+    from kvsim.results.uncertainty import read_bounds
 
     d = g[f"delta_{metric}"].dropna()
     if d.empty:
         return "n/a"
     text = f"{d.mean():+.4g}"
-    raw = g[f"delta_{metric}_ci"].dropna()
-    if raw.empty:
+    bounds = read_bounds(g.loc[d.index[0]], f"delta_{metric}", legacy=f"delta_{metric}_ci")
+    if bounds is None:
         return f"{text} (one seed)"
-    lo, hi = json.loads(raw.iloc[0])
+    lo, hi = bounds
     if lo == hi:  # every seed moved by exactly this much: no interval to show
         return f"{text} (every seed)"
     # a difference's bounds carry their signs, as kvsim check and --cheapest write them

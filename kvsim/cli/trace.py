@@ -65,17 +65,48 @@ def _cmd_trace_mrc(args: argparse.Namespace) -> int:
     if args.plot:
         _check_plot_path(args.plot)  # before the pass over the trace, which may be long
     if _is_accesses(args.trace):
+        if args.run:
+            raise InputError(
+                "compares a trace's curve with a run; a recorded stream is the run's own "
+                "(its replay at the run's capacity gives the run's counts)",
+                where="--run",
+            )
         return _mrc_accesses(args, _policies(args.policy, args.plugins) or None)
     _trace_only(args)
     capacities = _capacities(args.capacities, in_bytes=False)
-    requests, block, sc = _open_trace(args.trace, args.block_tokens)
-    # a scenario's own plugins: may name the policies too
-    specs = [*args.plugins, *(sc.plugins if sc is not None else [])]
+    run = _read_run(args.run) if args.run else None
+    block_tokens = args.block_tokens
+    if (
+        run is not None
+        and block_tokens is None
+        and Path(args.trace).suffix.lower()
+        not in (
+            ".yaml",
+            ".yml",
+        )
+    ):
+        block_tokens = run.block  # the run's blocks, unless told otherwise
+    requests, block, sc = _open_trace(args.trace, block_tokens)
+    if run is not None and block != run.block:
+        raise InputError(
+            f"the run's blocks are {run.block:,} tokens, the trace's {block:,}: the curve "
+            "cannot stand beside it (drop --block-tokens, or give the run's)",
+            where="--run",
+        )
+    # a scenario's own plugins (and the run's): may name the policies too
+    specs = [
+        *args.plugins,
+        *(sc.plugins if sc is not None else []),
+        *(run.sc.plugins if run is not None else []),
+    ]
     policies = _policies(args.policy, specs) or None
-    if args.profile or sc is None:
+    if run is not None and policies is None:  # the run's own policy, to compare like with like
+        policies = [_run_policy(run, specs)]
+    if args.profile or sc is None or run is not None:
         from kvsim.profiles import DEFAULT_PROFILE
 
-        sc = profile_scenario(args.profile or DEFAULT_PROFILE)
+        sc = run.sc if run is not None and not args.profile else None
+        sc = sc or profile_scenario(args.profile or DEFAULT_PROFILE)
     kv = sc.model.kv_bytes
     if policies is None:
         return _mrc_lru(args, miss_ratio_curve(requests, block), capacities, block, sc)
@@ -89,6 +120,8 @@ def _cmd_trace_mrc(args: argparse.Namespace) -> int:
     else:
         curve = miss_ratio_curve(requests, block)
     caps = capacities if capacities is not None else curve.capacities(args.points)
+    if run is not None:
+        caps = sorted({*caps, *run.points})
     recompute = (
         _recompute(sc, block)
         if any(p.name not in ("lru", "fifo", "opt") for p in replayed)
@@ -124,7 +157,133 @@ def _cmd_trace_mrc(args: argparse.Namespace) -> int:
         f"Prefix-cache hit ratio (prompt tokens from the cache) on {args.trace} ({block}-token "
         f"blocks; bytes at {kv:,.0f} B/token, {sc.profile})"
     )
-    return _mrc_out(args, rows, "capacity_tokens", kv, title, head)
+    notes = _run_notes(run, rows, asked) if run is not None else []
+    return _mrc_out(args, rows, "capacity_tokens", kv, title, head, notes)
+
+
+class _Run:
+    """What ``trace mrc --run DIR`` compares a trace's curve with: a run's GPU tier."""
+
+    def __init__(self, path: Path, sc: Any, summary: dict) -> None:
+        from kvsim.units import fmt_bytes
+
+        where = str(path / "summary.json")
+        try:
+            gpu = summary["tiers"]["gpu"]
+            engines = int(summary["engines"])
+            self.hits = int(gpu["hits"])
+            self.misses = int(gpu["misses"])
+            per_engine = float(gpu["capacity_bytes"]) / engines
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            raise InputError(
+                "no GPU tier counts (tiers.gpu hits, misses, capacity_bytes; engines): not a "
+                "kvsim run's summary",
+                where=where,
+            ) from None
+        if not (math.isfinite(per_engine) and per_engine >= 0) or self.hits + self.misses <= 0:
+            raise InputError("the run looked nothing up in its GPU tier", where=where)
+        self.path, self.sc, self.engines = path, sc, engines
+        self.block = sc.workload.block_tokens
+        self.capacity_bytes = per_engine
+        self.tokens = int(per_engine // sc.model.kv_bytes)  # whole tokens of KV per engine
+        # the capacities to show: one engine's; and all engines' (one cache of their sum)
+        self.points = {self.tokens: f"one engine's {fmt_bytes(per_engine)}"}
+        if engines > 1:
+            total = engines * per_engine
+            self.points[int(total // sc.model.kv_bytes)] = (
+                f"the {engines} engines' {fmt_bytes(total)} together"
+            )
+        tiers = summary["tiers"]
+        self.lower_hits = sum(
+            int(t.get("hits", 0) or 0)
+            for name, t in tiers.items()
+            if name != "gpu" and isinstance(t, dict)
+        )
+        self.policy = sc.tiers.gpu.eviction
+
+
+def _read_run(text: str) -> _Run:
+    """A run folder (``kvsim run --out``): its summary.json and scenario.yaml."""
+    from kvsim.api import load
+
+    path = Path(text)
+    if not path.is_dir():
+        raise InputError("not a run folder (kvsim run --out DIR writes one)", where=str(path))
+    for name in ("summary.json", "scenario.yaml"):
+        if not (path / name).is_file():
+            raise InputError(
+                f"no {name} here: not a run folder (kvsim run --out DIR writes one)",
+                where=str(path),
+            )
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(
+            f"cannot read as JSON ({type(e).__name__})", where=str(path / "summary.json")
+        ) from None
+    if not isinstance(summary, dict):
+        raise InputError("not a run's summary (a JSON object)", where=str(path / "summary.json"))
+    return _Run(path, load(path / "scenario.yaml"), summary)
+
+
+def _run_policy(run: _Run, specs: list[str]) -> Any:
+    """The run's GPU eviction policy as a replay takes it."""
+    from kvsim.workload.streams import PolicySpec, check_policy
+
+    ref = run.policy
+    return check_policy(PolicySpec(ref.name, dict(ref.params) or None, tuple(specs)))
+
+
+def _run_notes(run: _Run, rows: list[dict], asked: int) -> list[str]:
+    """The run's GPU-tier figure beside the curve's at the run's capacity (per engine),
+    and why they may differ. Both are blocks found / blocks asked, over every lookup."""
+    from kvsim.units import fmt_bytes
+
+    for r in rows:
+        if r["capacity_tokens"] in run.points:
+            r["run"] = {
+                "path": str(run.path),
+                "policy": str(run.policy),
+                "capacity": run.points[r["capacity_tokens"]],
+                "hit_blocks": run.hits,
+                "miss_blocks": run.misses,
+                "hit_ratio": run.hits / (run.hits + run.misses),
+            }
+    run_asked = run.hits + run.misses
+    lines = [
+        f"run {run.path}: GPU tier {run.policy}, {fmt_bytes(run.capacity_bytes)} on each of "
+        f"{run.engines} engine(s): found {run.hits:,} of {run_asked:,} blocks asked "
+        f"({100 * run.hits / run_asked:.2f}%)"
+    ]
+    for r in rows:
+        if "run" in r:
+            c = r["capacity_tokens"]
+            lines.append(
+                f"this trace's curve, {r['policy']}, at {run.points[c]} ({c:,} tokens): "
+                f"found {r['hit_blocks']:,} of {asked:,} blocks asked "
+                f"({100 * r['hit_blocks'] / asked if asked else 0:.2f}%)"
+            )
+    if str(run.policy) not in {r["policy"] for r in rows}:
+        lines.append(f"(the run's policy is {run.policy}: --policy {run.policy} replays it)")
+    if run_asked != asked:
+        lines.append(
+            f"(the run asked its GPU tier for {run_asked:,} blocks, the trace {asked:,}: the "
+            "run looked some requests up again, or served another workload)"
+        )
+    why = [
+        "its requests overlap in time (a request stores its blocks when its prefill ends, "
+        "after later arrivals looked theirs up)"
+    ]
+    if run.engines > 1:
+        why.append("each engine keeps its own cache of the requests routed to it")
+    if run.lower_hits:
+        why.append("a block a lower tier serves is no hole in the prefix")
+    why.append("running requests' KV may take room")
+    lines.append(
+        f"A run can differ from its trace's curve: {', '.join(why[:-1])} and {why[-1]}; "
+        "the curve is one cache serving the requests one after another."
+    )
+    return lines
 
 
 def _mrc_lru(
@@ -220,9 +379,10 @@ def _mrc_out(
     kv: float | None,
     title: str,
     head: str,
+    notes: list[str] | None = None,
 ) -> int:
     """Plot, JSON or a table of ``rows`` (one per policy and capacity; one column per
-    policy in the table)."""
+    policy in the table); ``notes`` after the table (with --json: on stderr)."""
     from kvsim.units import fmt_bytes
 
     if args.plot:
@@ -232,6 +392,8 @@ def _mrc_out(
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
+        for line in notes or []:
+            print(line, file=sys.stderr)
         return 0
     names = list(dict.fromkeys(r["policy"] for r in rows))
     table: dict[Any, dict[str, float]] = {}
@@ -258,6 +420,8 @@ def _mrc_out(
             "opt: Belady's bound (the block needed farthest ahead goes first); the optimum "
             "in blocks found when all blocks are the same size"
         )
+    for line in notes or []:
+        print(line)
     return 0
 
 
@@ -380,8 +544,9 @@ def _policy_params(item: str) -> tuple[str, dict[str, Any]]:
 
 
 def _capacities(text: str | None, in_bytes: bool) -> list[float] | None:
-    """--capacities: tokens (a trace: whole numbers) or sizes ('4 GB'; a plain number is
-    bytes), sorted, without repeats."""
+    """--capacities: tokens (a trace: whole numbers) or sizes (a recorded stream: read by
+    :func:`kvsim.units.parse_size`, so a unit is needed, '4 GB' or '1000 B': a plain
+    number is refused, as everywhere a size is read), sorted, without repeats."""
     if text is None:
         return None
     from kvsim.units import parse_size
@@ -389,18 +554,21 @@ def _capacities(text: str | None, in_bytes: bool) -> list[float] | None:
     out: set[float] = set()
     for item in text.split(","):
         item = item.strip()
-        try:
-            value = float(item)
-        except ValueError:
-            if not in_bytes:
+        if in_bytes:
+            try:
+                value = parse_size(item)
+            except ValueError as e:
+                raise InputError(
+                    f"a recorded stream's capacities are sizes: {e}", where="--capacities"
+                ) from None
+        else:
+            try:
+                value = float(item)
+            except ValueError:
                 raise InputError(
                     f"a trace's capacities are tokens (whole numbers), got {item!r}",
                     where="--capacities",
                 ) from None
-            try:
-                value = parse_size(item)
-            except ValueError as e:
-                raise InputError(str(e), where="--capacities") from None
         if not math.isfinite(value) or value < 0 or (not in_bytes and value != int(value)):
             raise InputError(
                 f"expected {'a size' if in_bytes else 'a whole number of tokens'} >= 0, "

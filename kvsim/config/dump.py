@@ -56,3 +56,18 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     if path is not None:
         out["workload"]["path"] = str(Path(path).resolve())
     return out
+
+
+# Scenario fields that cannot change any result (words for humans): left out of the
+# scenario's identity, so that `kvsim check --strict` does not call a scenario changed
+# when only its description is. (``source``, the file it came from, is never written.)
+NOT_RESULTS = ("description",)
+
+
+def scenario_identity(sc: Scenario) -> dict[str, Any]:
+    """:func:`scenario_to_dict` without :data:`NOT_RESULTS`: what a scenario's hash covers
+    (kvsim.experiments.regression: a baseline's entries, ``kvsim check``)."""
+    out = scenario_to_dict(sc)
+    for key in NOT_RESULTS:
+        out.pop(key, None)
+    return out

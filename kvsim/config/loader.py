@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -710,8 +710,8 @@ def _compose_profile(
             ) from None
     try:
         layer = profile_layer(spec, base, scenario_dir)
-    except InputError as e:
-        raise InputError(e.reason, where=where) from None
+    except InputError as e:  # a card's own mistake keeps the card's file and line
+        raise InputError(e.reason, where=e.where or where) from None
 
     origins: Origins = {}
 
@@ -749,6 +749,46 @@ def parse_override(expr: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def _parsed_sets(sets: Iterable[str], label: str = "--set ") -> list[tuple[list[str], Any, str]]:
+    """Each ``path=value`` expression parsed: (path, value, where), a field given twice
+    refused (which value would be meant?); ``plugins`` may be given again: they add up."""
+    items: list[tuple[list[str], Any, str]] = []
+    given: dict[tuple[str, ...], str] = {}
+    for expr in sets:
+        parts, value = parse_override(expr)
+        earlier = given.get(tuple(parts))
+        given[tuple(parts)] = expr
+        if earlier is not None and parts != ["plugins"]:
+            raise InputError(
+                f"{_dotted(parts)} is set twice (also by {label}{earlier}); give it once",
+                where=f"{label}{expr}",
+            )
+        items.append((parts, value, f"{label}{expr}"))
+    return items
+
+
+def with_sets(
+    overrides: Mapping[str, Any] | None, sets: Sequence[str] | Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A configuration's overrides (a sweep's ``set`` and swept values, a suite entry's
+    ``set``) with the command line's ``--set`` on top, as one mapping (field path -> value)
+    for :func:`load_scenario`. Every command that runs such configurations takes ``--set``
+    this way, so that it reaches the same layer as ``kvsim run --set``: below the profile
+    merge, where ``--set profile=...`` chooses the profile (set over an already loaded
+    Scenario, it would change nothing but the name). Plugins add up."""
+    out = dict(overrides or {})
+    if isinstance(sets, Mapping):
+        pairs = [(str(k), v) for k, v in sets.items()]
+    else:
+        pairs = [(".".join(p), v) for p, v, _ in _parsed_sets(sets or [])]
+    for key, value in pairs:
+        if key == "plugins" and isinstance(value, list) and isinstance(out.get(key), list):
+            value = [*out[key], *(v for v in value if v not in out[key])]
+        out.pop(key, None)  # (applied after the configuration's own overrides)
+        out[key] = value
+    return out
+
+
 def apply_overrides(
     data: dict[str, Any],
     origins: Origins,
@@ -763,18 +803,7 @@ def apply_overrides(
             where = f"{label}{v}" if label.endswith("=") else f"{label}{k}={v}"
             items.append((k.split("."), v, where))
     else:
-        given: dict[tuple[str, ...], str] = {}
-        for expr in overrides:
-            parts, value = parse_override(expr)
-            earlier = given.get(tuple(parts))
-            given[tuple(parts)] = expr
-            # the same field twice: which value is meant? (plugins add up, by design)
-            if earlier is not None and parts != ["plugins"]:
-                raise InputError(
-                    f"{_dotted(parts)} is set twice (also by {label}{earlier}); give it once",
-                    where=f"{label}{expr}",
-                )
-            items.append((parts, value, f"{label}{expr}"))
+        items = _parsed_sets(overrides, label)
     for parts, value, where in items:
         if len(parts) > MAX_YAML_DEPTH:  # also keeps the bookkeeping below linear
             raise InputError(f"field path deeper than {MAX_YAML_DEPTH} levels", where=where)
@@ -818,49 +847,96 @@ def _where(origins: Origins, path: Path_, default: str) -> str:
     return default
 
 
-def _data_path(data: Any, loc: Sequence[Any]) -> Path_:
-    """Drop pydantic's union-tag entries from a loc so it matches the YAML keys."""
+# pydantic's names for the schema it tried, which a loc may hold between the user's keys
+# (a union member: "function-after[_one_line(), constrained-str]", "ProfileSpec", "str")
+_PLAIN_TYPES = {"str", "int", "float", "bool", "list", "dict", "none"}
+_FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+
+
+def _data_path(
+    data: Any, loc: Sequence[Any], kind: str = "", root: type[BaseModel] = Scenario
+) -> Path_:
+    """A pydantic loc as the user's field path: its keys that the data holds, a field of
+    the record there that the data leaves out (a required one missing, a parameter), and a
+    field below a value a validator rewrites (a policy's bare name); pydantic's own
+    segments (union members, validators, tags) are dropped."""
     out: list[Any] = []
     node = data
     for i, key in enumerate(loc):
         last = i == len(loc) - 1
         if (isinstance(node, dict) and key in node) or (
-            isinstance(node, list) and isinstance(key, int) and key < len(node)
+            isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
         ):
             out.append(key)
             node = node[key]
-        elif last or not isinstance(node, dict):
-            out.append(key)
+        elif isinstance(node, dict):
+            there = _annotation_at(root, tuple(out), data)
+            fields = (
+                there.model_fields
+                if isinstance(there, type) and issubclass(there, BaseModel)
+                else {key: None}  # a free mapping (a policy's params): any key is the user's
+                if there is dict or get_origin(there) is dict
+                else {}
+            )
+            if (last and kind == "missing") or key in fields:
+                out.append(key)  # a field of the mapping that the data leaves out
+                node = None
+            # else: a union member's or a tag's name
+        elif (
+            isinstance(key, str) and _FIELD_NAME.match(key) and key not in _PLAIN_TYPES
+        ) or isinstance(key, int):
+            out.append(key)  # below a value the schema rewrites ("lru" -> {name: lru})
             node = None
     return tuple(out)
 
 
-def _model_at(model: Any, path: Path_, data: Any) -> type[BaseModel] | None:
-    """The record class that validates the mapping at ``path`` (for 'did you mean')."""
+def _annotation_at(model: Any, path: Path_, data: Any) -> Any:
+    """The annotation of the field at ``path`` (the root model for the top level), the
+    union members on the way picked by the data; None where the schema has no such field."""
     node = data
-    for key in path:
+    for i, key in enumerate(path):
         if isinstance(key, int):  # an item of a list field
             args = get_args(model)
             if get_origin(model) not in (list, tuple) or not args:
                 return None
             node = node[key] if isinstance(node, list) and key < len(node) else None
-            model = _pick(args[0], node)
-            continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        field = model.model_fields.get(key)
-        if field is None:
-            return None
-        node = node.get(key) if isinstance(node, dict) else None
-        model = _pick(field.annotation, node)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+            given = args[0]
+        else:
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                return None
+            field = model.model_fields.get(key)
+            if field is None:
+                return None
+            node = node.get(key) if isinstance(node, dict) else None
+            given = field.annotation
+        model = _pick(given, node)
+        if model is None and i == len(path) - 1:
+            return given  # a union the data picks no member of: all of it
+    return model
+
+
+def _model_at(model: Any, path: Path_, data: Any) -> type[BaseModel] | None:
+    """The record class that validates the mapping at ``path`` (for 'did you mean')."""
+    found = _annotation_at(model, path, data)
+    return found if isinstance(found, type) and issubclass(found, BaseModel) else None
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The alternatives of an (Optional, Annotated, discriminated) union annotation."""
+    args = get_args(annotation)
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(args[0])
+    if origin is Union or (origin is not None and "UnionType" in str(origin)):
+        return [m for a in args if a is not type(None) for m in _members(a)]
+    return [annotation]
 
 
 def _pick(annotation: Any, node: Any) -> Any:
     """The member of an (Optional/discriminated) union annotation that fits ``node``."""
     args = get_args(annotation)
     origin = get_origin(annotation)
-    if origin is not None and str(origin) == "typing.Annotated":
+    if origin is Annotated:
         return _pick(args[0], node)
     if origin is Union or (origin is not None and "UnionType" in str(origin)):
         members = [_pick(a, node) for a in args if a is not type(None)]
@@ -878,13 +954,84 @@ def _pick(annotation: Any, node: Any) -> Any:
     return annotation
 
 
-def _describe(
-    err: Mapping[str, Any], data: Any, path: Path_, root: type[BaseModel] = Scenario
-) -> str:
+def _tagged(annotation: Any) -> tuple[str, list[str]] | None:
+    """(tag field, its values) of a discriminated union of records, e.g. ("kind",
+    ["mooncake", "azure", "synthetic"]); None for anything else."""
+    models = [m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+    for tag in _TAGS:
+        values = [
+            str(v)
+            for m in models
+            if tag in m.model_fields
+            for v in get_args(m.model_fields[tag].annotation)
+        ]
+        if len(models) > 1 and values:
+            return tag, values
+    return None
+
+
+def _either(words: Sequence[str]) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _mapping_text(annotation: Any) -> str:
+    """What a record field takes, in the user's words: its fields or its tag's values."""
+    tagged = _tagged(annotation)
+    if tagged is not None:
+        tag, values = tagged
+        return f"a mapping with {tag}: {_either([repr(v) for v in values])}"
+    models = [m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+    if len(models) == 1:
+        names = list(models[0].model_fields)
+        more = ", ..." if len(names) > 8 else ""
+        return f"a mapping {{{', '.join(names[:8])}{more}}}"
+    return "a mapping"
+
+
+# error types on a length: (which bound, what is counted)
+_LENGTH_ERRORS = {
+    "too_short": ("min", "item"),
+    "too_long": ("max", "item"),
+    "string_too_short": ("min", "character"),
+    "string_too_long": ("max", "character"),
+}
+# error types whose message names a type or a record class: what the field takes instead
+_MAPPING_ERRORS = {"model_type", "model_attributes_type", "dict_type", "mapping_type"}
+
+
+def _allowed(err: Mapping[str, Any], annotation: Any) -> str:
+    """What the field of a pydantic error takes, in the user's words (pydantic's message
+    without "Input should be", a record class as its fields, a tagged union as its tags)."""
     kind = err["type"]
+    if kind in _MAPPING_ERRORS:
+        return _mapping_text(annotation) if annotation is not None else "a mapping"
+    ctx = err.get("ctx") or {}
+    if kind in _LENGTH_ERRORS:  # "List should have at least 1 item after validation, not 0"
+        bound, unit = _LENGTH_ERRORS[kind]
+        n = ctx.get(f"{bound}_length")
+        if isinstance(n, int):
+            return f"{'at least' if bound == 'min' else 'at most'} {n} {unit}{'s' * (n != 1)}"
     msg = str(err["msg"])
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
+    msg = msg.removeprefix("Input should be ").removeprefix("Value error, ")
+    # "a valid number, unable to parse string as a number": the allowed part only
+    msg = re.split(r", (?:unable to|invalid|got|input )", msg, maxsplit=1)[0]
+    return msg
+
+
+def _describe(
+    err: Mapping[str, Any],
+    data: Any,
+    path: Path_,
+    root: type[BaseModel] = Scenario,
+    others: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """One pydantic error (and ``others``: the other members of a union tried at the same
+    field) as the user reads it: what was given and what is allowed, in the user's words
+    (no validator, union-member or class names)."""
+    kind = err["type"]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    got = err.get("input")
     if kind == "extra_forbidden":
         gone = REMOVED_FIELDS.get((str(path[-2]), str(path[-1]))) if len(path) > 1 else None
         if gone is not None:
@@ -896,14 +1043,83 @@ def _describe(
         return f"unknown field{hint}" + (
             f" (valid: {', '.join(valid)})" if valid and not near else ""
         )
+    if kind == "union_tag_invalid":  # (the path ends with the tag field: kind, dist...)
+        tagged = _tagged(_annotation_at(root, path[:-1], data))
+        values = tagged[1] if tagged is not None else []
+        node: Any = data
+        for key in path:  # the tag as written (pydantic's ctx has it as text)
+            node = node[key] if isinstance(node, (dict, list)) else None
+        given = node if path and not isinstance(node, dict) else err.get("ctx", {}).get("tag")
+        return f"given {_given(given)}; allowed {_either([repr(v) for v in values] or ['?'])}"
+    annotation = _annotation_at(root, path, data)
     if kind == "missing":
+        tagged = _tagged(annotation)
+        if tagged is not None:
+            return f"missing required field; allowed {_either([repr(v) for v in tagged[1]])}"
         return "missing required field"
-    if kind in ("union_tag_invalid", "union_tag_not_found"):
-        return msg.replace("Input tag", "tag")
-    got = err.get("input")
-    if kind not in ("value_error",) and not isinstance(got, (dict, list)):
-        return f"{msg}, got {shown(got)}"
-    return msg
+    if kind == "union_tag_not_found":
+        tagged = _tagged(annotation)
+        if tagged is None:  # pragma: no cover - every discriminated union has one
+            return "given a mapping without its kind"
+        tag, values = tagged
+        return f"given a mapping without {tag}; allowed {tag}: {_either([repr(v) for v in values])}"
+    if kind in ("value_error", "assertion_error"):  # kvsim's own words: they name the value
+        return msg
+    allowed = [_allowed(e, annotation) for e in (err, *others)]
+    return f"given {_given(got)}; allowed {_either(list(dict.fromkeys(allowed)))}"
+
+
+def _given(value: Any) -> str:
+    """A value a message quotes as given: a mapping or list by its kind, anything else as
+    written (repr, cut)."""
+    if isinstance(value, dict):
+        return "a mapping" if value else "an empty mapping"
+    if isinstance(value, list):
+        return shown(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return shown(value)
+
+
+def _path_of(data: Any, err: Mapping[str, Any], root: type[BaseModel] = Scenario) -> Path_:
+    """The user's field path of a pydantic error; an unknown tag's, the tag field's own
+    (``workload.kind``: its line is the one to fix)."""
+    path = _data_path(data, err["loc"], err["type"], root)
+    if err["type"] == "union_tag_invalid":
+        tag = str(err.get("ctx", {}).get("discriminator", "")).strip("'")
+        node: Any = data
+        for key in path:
+            node = node[key] if isinstance(node, (dict, list)) else None
+        if isinstance(node, dict) and tag in node:
+            path = (*path, tag)
+    return path
+
+
+def _validation_error(
+    e: ValidationError,
+    data: Any,
+    origins: Origins,
+    default_where: str,
+    root: type[BaseModel] = Scenario,
+) -> InputError:
+    """The one place a pydantic ValidationError becomes an InputError: the first error's
+    field path (as the user wrote it), file and line, what was given and what is allowed,
+    and how many other fields are wrong. The errors of a union's members at one field are
+    one error (``profile`` given 5: neither a name nor a composition)."""
+    errors = e.errors()
+    paths = [_path_of(data, x, root) for x in errors]
+    path = paths[0]
+    same = [x for x, p in zip(errors[1:], paths[1:], strict=True) if p == path]
+    if errors[0]["type"] in ("missing", "extra_forbidden"):
+        same = []
+    others = len(dict.fromkeys(paths)) - 1
+    more = f" (and {others} more)" if others else ""
+    return InputError(
+        f"{_dotted(path)}: {_describe(errors[0], data, path, root, same)}{more}",
+        where=_where(origins, path, default_where),
+    )
 
 
 _KIND_HINTS = {
@@ -948,12 +1164,7 @@ def load_record(
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = _data_path(data, err["loc"])
-        raise InputError(
-            f"{_dotted(loc)}: {_describe(err, data, loc, model)}",
-            where=_where(origins, loc, str(p)),
-        ) from None
+        raise _validation_error(e, data, origins, str(p), model) from None
 
 
 def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scenario:
@@ -968,14 +1179,7 @@ def validate(data: dict[str, Any], origins: Origins, default_where: str) -> Scen
         with plugin_scope(plugins):  # its policy names: built-in ones and its plugins'
             scenario = Scenario.model_validate(data)
     except ValidationError as e:
-        errors = e.errors()
-        err = errors[0]
-        path = _data_path(data, err["loc"])
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InputError(
-            f"{_dotted(path)}: {_describe(err, data, path)}{more}",
-            where=_where(origins, path, default_where),
-        ) from None
+        raise _validation_error(e, data, origins, default_where) from None
     problems = cross_checks(scenario)
     w = scenario.workload
     if getattr(w, "path", None) is not None:

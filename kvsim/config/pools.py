@@ -218,6 +218,9 @@ def pool_lines(sc: Scenario) -> list[str]:
         ("working pool (max)", _gb(p.kv), _gb(p.node_kv)),
         ("working w/o evicting", _gb(p.slack / g), _gb(p.slack)),
     ]
-    out = [f"GPU memory ({g} GPUs):{'per GPU':>16}{'per node':>14}"]
-    out += [f"  {name:<24}{a:>14}{b:>14}" for name, a, b in rows]
+    # columns as wide as their widest number (issue 39: two numbers never run together)
+    wa = max(14, *(len(a) + 2 for _, a, _ in rows))
+    wb = max(14, *(len(b) + 2 for _, _, b in rows))
+    out = [f"GPU memory ({g} GPUs):{'per GPU':>{wa + 2}}{'per node':>{wb}}"]
+    out += [f"  {name:<24}{a:>{wa}}{b:>{wb}}" for name, a, b in rows]
     return out

@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 from pydantic.functional_validators import BeforeValidator
 
 from kvsim.config import schema
+from kvsim.config.dump import NOT_RESULTS
 
 _TAGS = ("kind", "dist", "process")
 _BOUNDS = (
@@ -134,7 +135,19 @@ def render() -> str:
         "`synthetic`; write it as `workload.requests`. A policy field takes a name or",
         "`{name: NAME, params: {...}}`: a plugin class's keyword arguments, checked against its",
         "`__init__` and set or swept as e.g. `tiers.host.eviction.params.small_frac`",
-        '(docs/extending.md, "Parameters"; `kvsim plugins` lists each policy\'s).',
+        '(docs/extending.md, "Parameters"; `kvsim plugins` lists each policy\'s). A mapping',
+        "names its policy: params without a `name` (`{params: {...}}`, or a `--set` of one",
+        "parameter where no file names the policy) are refused, not given to the default.",
+        "",
+        "`--set PATH=VALUE` sets a field the same way in every command that takes it (run,",
+        "validate, trace generate, costmodel, capacity in all its modes, sensitivity,",
+        "baseline, check): on top of the scenario file (and of a sweep's or a suite's own",
+        "`set`), before the profile is merged, so `--set profile=NAME` (or a composition",
+        "`--set 'profile={model: ..., gpu: ...}'`) chooses the profile. A wrong",
+        "value is named by its field path as written here, what was given and what is",
+        "allowed (`cluster.engines: given 'four'; allowed a valid integer`). A scenario's",
+        f"hash (`kvsim check --strict`) leaves out {', '.join(f'`{k}`' for k in NOT_RESULTS)},",
+        "which cannot change a result.",
         "",
         *_limits(),
         "",

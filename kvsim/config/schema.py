@@ -371,8 +371,7 @@ def _ref(name: str) -> PolicyRef:
     return PolicyRef(name=name)
 
 
-# the name a policy field of each kind takes by default (a mapping without a name, as an
-# override of one parameter makes, is for it)
+# the name a policy field of each kind takes by default (when the field is not given)
 POLICY_DEFAULTS: dict[str, str] = {
     "eviction": "lru",
     "admission": "all",
@@ -383,20 +382,36 @@ POLICY_DEFAULTS: dict[str, str] = {
 }
 
 
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an eviction policy", "a router"."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def _promote(kind: str) -> Callable[[Any], Any]:
-    """A policy field's YAML as a PolicyRef's: ``NAME`` is ``{name: NAME}``; a mapping
-    without a name (an override of one parameter makes one) is for the kind's default."""
+    """A policy field's YAML as a PolicyRef's: ``NAME`` is ``{name: NAME}``. A mapping
+    must name its policy: params without a name (``{params: {...}}``, or an override of one
+    parameter where no layer names the policy) are for no policy in particular, and are
+    refused rather than given to the kind's default."""
 
     def promote(value: Any) -> Any:
         if isinstance(value, str):
             return {"name": value}
         if isinstance(value, dict):
-            return value if "name" in value else {"name": POLICY_DEFAULTS[kind], **value}
+            if value.get("name") is None:
+                keys = ", ".join(sorted(str(k) for k in value if k != "name"))
+                given = f"a mapping of {keys}" if keys else "an empty mapping"
+                given += " with name null" if "name" in value else " without a name"
+                raise ValueError(
+                    f"given {given}; {_a(LABELS[kind])} mapping names the "
+                    "policy its params are for: {name: NAME, params: {...}} (a field left "
+                    f"out is {POLICY_DEFAULTS[kind]!r})"
+                )
+            return value
         if isinstance(value, PolicyRef):
             return value
         raise ValueError(
-            f"expected a {LABELS[kind]}'s name or a mapping {{name: NAME, params: {{...}}}}, "
-            f"got {shown(value)}"
+            f"expected {_a(LABELS[kind])}'s name or a mapping "
+            f"{{name: NAME, params: {{...}}}}, got {shown(value)}"
         )
 
     return promote
@@ -1114,7 +1129,7 @@ def _prompt_range(value: object) -> object:
     if not isinstance(value, str):
         raise ValueError(
             f"expected a token range LO..HI in quotes such as {PROMPT_RANGE_EXAMPLE}, "
-            f"not {type(value).__name__}"
+            f"got {shown(value)}"
         )
     prompt_bounds(value)
     return "".join(value.split())

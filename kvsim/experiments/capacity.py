@@ -39,7 +39,7 @@ from kvsim.errors import InputError
 from kvsim.experiments.explain import Explanation, explain
 from kvsim.experiments.replicate import load_overrides, replication_overrides
 from kvsim.results.metrics import NUMERIC
-from kvsim.results.uncertainty import Interval, mean_interval
+from kvsim.results.uncertainty import Interval, bound_keys, mean_interval
 from kvsim.units import parse_duration
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -338,6 +338,10 @@ def search(
         if (lo, seed) not in ran:  # (the search always ran its answer; to be sure)
             run(lo, seed)
         summaries.append(ran[lo, seed])
+        # the answer's run still filling up: its SLO figure is of a transient
+        steady = ran[lo, seed].get("steady_state")
+        for line in steady.get("warnings", []) if isinstance(steady, dict) else []:
+            log(f"  warning: at that load, {line}")
         if sessions:
             st = found[lo, seed]
             if st is not None:
@@ -396,13 +400,15 @@ def floor_report(why: Explanation) -> str:
 
 
 def capacity_table(caps: list[Capacity]) -> Any:
-    """One row per configuration: capacity (mean, 95% half-width), factor, per-rep rates;
-    with several configurations, each one's paired difference from the reference (the one
-    marked :attr:`Capacity.reference`, else the first): ``delta_capacity_rps`` (mean of the
-    per-seed differences: every configuration searched on the same seeds, hence the same
-    workload draws) and ``delta_capacity_rps_ci`` (its 95% interval over seeds, JSON text
-    "[lo, hi]"; empty for the reference and with one replication), and the same for
-    ``sessions_per_gpu`` where the table has it."""
+    """One row per configuration: capacity (mean, and its 95% interval as the numbers
+    ``capacity_rps_lo`` and ``capacity_rps_hi``: :func:`~kvsim.results.uncertainty.
+    bound_keys`), factor, per-rep rates; with several configurations, each one's paired
+    difference from the reference (the one marked :attr:`Capacity.reference`, else the
+    first): ``delta_capacity_rps`` (mean of the per-seed differences: every configuration
+    searched on the same seeds, hence the same workload draws) and its 95% interval over
+    seeds ``delta_capacity_rps_lo``, ``delta_capacity_rps_hi`` (empty for the reference
+    and with one replication), and the same for ``sessions_per_gpu`` where the table has
+    it."""
     import pandas as pd
 
     ref = next((c for c in caps if c.reference), caps[0]) if len(caps) > 1 else None
@@ -414,7 +420,7 @@ def capacity_table(caps: list[Capacity]) -> Any:
                 "configuration": label,
                 "slo": str(c.slo),
                 "capacity_rps": c.mean,
-                "ci95_rps": c.ci95,
+                **bound_keys("capacity_rps", c.interval),
                 "factor": c.mean / c.base_rate,  # over the scenario's offered rate
                 "replications": len(c.rates),
                 "evaluations": c.evaluations,
@@ -428,10 +434,9 @@ def capacity_table(caps: list[Capacity]) -> Any:
 
 
 def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any]:
-    """``delta_capacity_rps`` and its ``_ci`` against ``ref`` (and ``delta_sessions_per_gpu``
-    with its ``_ci`` when ``sessions``), from per-seed values; empty for ``ref`` itself."""
-    import json
-
+    """``delta_capacity_rps`` and its ``_lo``/``_hi`` against ``ref`` (and
+    ``delta_sessions_per_gpu`` with its own when ``sessions``), from per-seed values;
+    empty for ``ref`` itself."""
     from kvsim.results.uncertainty import paired_interval
 
     pairs = {"capacity_rps": (c.rates, ref.rates)}
@@ -442,26 +447,27 @@ def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any
         )
     out: dict[str, Any] = {}
     for name, (new, base) in pairs.items():
-        out[f"delta_{name}"], out[f"delta_{name}_ci"] = math.nan, None
+        out[f"delta_{name}"] = math.nan
+        out.update(bound_keys(f"delta_{name}", None))
         if c is ref or not new or len(new) != len(base):
             continue
         iv = paired_interval(new, base)
         out[f"delta_{name}"] = iv.mean
-        if iv.bounded:
-            out[f"delta_{name}_ci"] = json.dumps([iv.lo, iv.hi])
+        out.update(bound_keys(f"delta_{name}", iv))
     return out
 
 
 def _session_columns(c: Capacity, wanted: bool) -> dict[str, Any]:
-    """sessions_per_gpu (mean), its 95% half-width, the session rate and lifetime (means)
-    and the per-replication values, when a configuration of the table has sessions."""
+    """sessions_per_gpu (mean), its 95% interval (``sessions_per_gpu_lo``, ``_hi``), the
+    session rate and lifetime (means) and the per-replication values, when a
+    configuration of the table has sessions."""
     if not wanted:
         return {}
     iv = c.sessions_per_gpu
     n = len(c.sessions)
     return {
         "sessions_per_gpu": iv.mean,
-        "ci95_sessions_per_gpu": iv.half,
+        **bound_keys("sessions_per_gpu", iv),
         "session_rate_per_s": sum(s.rate for s in c.sessions) / n if n else math.nan,
         "session_lifetime_s": sum(s.lifetime for s in c.sessions) / n if n else math.nan,
         "sessions_per_gpu_reps": " ".join(f"{s.per_gpu:.6g}" for s in c.sessions),
@@ -471,8 +477,9 @@ def _session_columns(c: Capacity, wanted: bool) -> dict[str, Any]:
 def _search_config(args: tuple[str, dict[str, Any], list[str], str, int, float]) -> Capacity:
     base, overrides, extra, slo_text, reps, tol = args
     from kvsim import api
+    from kvsim.config.loader import with_sets
 
-    sc = api.load(api.load(base, overrides), extra or None)
+    sc = api.load(base, with_sets(overrides, extra))  # --set as `kvsim run` takes it
     cap = search(sc, parse_slo(slo_text), reps=reps, tol=tol)
     cap.config = overrides
     return cap
@@ -491,26 +498,27 @@ def sweep_with_sets(sweep: Any, sets: list[str]) -> list[tuple[dict[str, Any], S
             raise InputError(
                 f"{key} is swept by the sweep file; --set cannot fix it", where=f"--set {o}"
             )
-    from kvsim.config.loader import parse_override
+    from kvsim.config.loader import with_sets
+    from kvsim.experiments.sweep import relabel
 
     # plugins a --set (or --plugin) adds: loaded with the swept values, which may name them
-    extra: list[Any] = []
-    for o in sets:
-        parts, value = parse_override(str(o))
-        if parts == ["plugins"] and isinstance(value, list):
-            extra += value
+    given = with_sets({}, sets)  # (each --set parsed; one given twice refused)
+    extra = given.get("plugins")
     base = sweep.runs[0].base
+    labels = dict(sweep.runs[0].labels)
     out = []
     for cfg in sweep.configurations():
         overrides = {**sweep.set, **cfg}
         first = overrides
-        if extra:
+        if isinstance(extra, list) and extra:
             first = {**overrides, "plugins": [*overrides.get("plugins", []), *extra]}
-        sc = api.load(base, first)
+        # the --set go in where `kvsim run --set` puts them: below the profile merge, so
+        # that --set profile=... (or a composed profile mapping) chooses the profile
         try:
-            sc = api.load(sc, sets or None)
-        except InputError as e:
-            raise InputError(e.reason, where=" ".join(f"--set {o}" for o in sets)) from None
+            sc = api.load(base, with_sets(first, sets))
+        except InputError as e:  # a sweep's own value named by its line, as `kvsim sweep` does
+            own = {k: v for k, v in first.items() if k not in given}
+            raise relabel(e, own, labels) from None
         out.append((first, sc))  # (the plugins travel with the configuration's overrides)
     return out
 

@@ -81,8 +81,9 @@ def metric_quantile(metric: str) -> float | None:
 
 
 def explains(metric: str) -> bool:
-    """Whether the tail and floor speak to ``metric``: a TTFT statistic."""
-    return metric.startswith("ttft_") and not metric.endswith("_ci_s")
+    """Whether the tail and floor speak to ``metric``: a TTFT statistic (not an end of
+    its interval, ``_lo``/``_hi``: :func:`~kvsim.results.uncertainty.bound_keys`)."""
+    return metric.startswith("ttft_") and not metric.endswith(("_lo", "_hi"))
 
 
 @dataclass(frozen=True)

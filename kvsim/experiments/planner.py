@@ -8,7 +8,11 @@ the field per replication, assuming more is never worse (a bigger tier, more eng
 servers, a faster link); the replications' thresholds give the answer's spread. A field
 is numeric when its value is a number: a count, or a size, bandwidth, duration or rate
 (written back in base units); a field where more can be worse (a latency, a T0) is not
-one to minimize. ``--cheapest`` needs a ``cost:`` section: a configuration
+one to minimize; an answer at the least value the field's schema accepts (one engine) is
+that value, not "that value or lower" (:func:`field_floor`). :func:`minimize_sweep` runs
+``--minimize`` in every configuration of a sweep, each exactly as on its own, and prices
+each at its value to provision (the joint question: how many nodes, which layout).
+``--cheapest`` needs a ``cost:`` section: a configuration
 meets the SLO when the mean of its metric over the replications does, and the cheapest of
 those by ``usd_per_hour`` wins.
 """
@@ -26,7 +30,7 @@ from kvsim.errors import InputError
 from kvsim.experiments.capacity import SLO, Infeasible
 from kvsim.experiments.explain import Explanation, RunFacts, explain, run_facts
 from kvsim.experiments.replicate import replication_overrides
-from kvsim.results.uncertainty import IDENTICAL, Interval, mean_interval
+from kvsim.results.uncertainty import IDENTICAL, Interval, bound_keys, mean_interval
 from kvsim.units import UNIT_WRITERS, parse_bandwidth, parse_duration, parse_rate, parse_size
 
 PARSERS: dict[str, Callable[[object], float]] = {
@@ -47,6 +51,7 @@ class NumericField:
     value: float
     integer: bool
     unit: str | None
+    floor: float | None = None  # the least value the scenario accepts (None: no least)
 
     def override(self, x: float) -> Any:
         """The value as a ``--set`` override."""
@@ -145,7 +150,22 @@ def numeric_field(sc: Scenario, path: str, where: str | None = None) -> NumericF
     if not math.isfinite(value):
         raise InputError(f"not a finite number ({value})", where=where)
     unit = field_unit(info.annotation, info.metadata)
-    return NumericField(path, float(value), isinstance(value, int), unit)
+    integer = isinstance(value, int)
+    return NumericField(path, float(value), integer, unit, field_floor(info.metadata, integer))
+
+
+def field_floor(metadata: list[Any], integer: bool) -> float | None:
+    """The least value a field's schema accepts, from its bounds: ``ge=k`` gives k, and
+    for a whole number ``gt=k`` gives k + 1 (``cluster.engines``: 1); None when there is
+    no least value (a real number above a bound, or no bound)."""
+    least = None
+    for m in metadata:
+        ge, gt = getattr(m, "ge", None), getattr(m, "gt", None)
+        if ge is not None:
+            least = float(ge)
+        elif gt is not None and integer:
+            least = float(gt) + 1.0
+    return least
 
 
 def fingerprint(results: Any) -> tuple[Any, ...]:
@@ -199,6 +219,8 @@ class Minimum:
     evaluations: int
     span: tuple[float, float] = (math.nan, math.nan)  # the range searched
     at_bottom: int = 0  # replications already meeting the SLO at the range's bottom
+    # the price of the value to provision (the run that found it; NaN without prices)
+    usd_per_hour: float = math.nan
 
     @property
     def mean(self) -> float:
@@ -240,12 +262,24 @@ class Minimum:
         top = max(self.values)
         return float(math.ceil(top)) if self.field.integer else top
 
+    @property
+    def at_floor(self) -> bool:
+        """The range's bottom is the least value the field can take (one engine): an
+        answer there is the smallest there is, not "that value or lower"."""
+        return self.field.floor is not None and self.span[0] <= self.field.floor
+
     def lines(self) -> list[str]:
         """The answer as ``kvsim capacity --minimize`` prints it."""
         f, n = self.field, len(self.values)
         each = ", ".join(map(f.show, self.values))
         out = [f"smallest {f.path} meeting {self.slo} at the scenario's load ({n} replications):"]
         bottom = f.show(self.span[0])
+        if self.all_at_bottom and self.at_floor:
+            out.append(
+                f"  {bottom}, the least {f.path} can be: every replication met the SLO there"
+            )
+            out.append(f"  provision {f.show_up(self.provision)}")
+            return out
         if self.all_at_bottom:
             out.append(
                 f"  {bottom} or lower: every replication met the SLO at the bottom of the "
@@ -267,7 +301,12 @@ class Minimum:
         else:
             out.append(f"  {f.show(self.mean)} ({spread}); per replication: {each}")
         out.append(f"  provision {f.show_up(self.provision)} to meet it in every replication")
-        if self.at_bottom:
+        if self.at_bottom and self.at_floor:
+            out.append(
+                f"  note: {self.at_bottom} of {n} replication(s) met the SLO at {bottom}, the "
+                f"least {f.path} can be"
+            )
+        elif self.at_bottom:
             out.append(
                 f"  note: {self.at_bottom} of {n} replication(s) met the SLO at the bottom of "
                 f"the range ({bottom}): their smallest value may be lower; widen --range"
@@ -275,7 +314,8 @@ class Minimum:
         return out
 
     def as_json(self) -> dict[str, Any]:
-        """The answer for ``--json`` (base units; a count as whole numbers)."""
+        """The answer for ``--json`` (base units; a count as whole numbers). Its interval
+        is ``mean_lo`` and ``mean_hi`` (numbers, null without an interval)."""
         f = self.field
         whole: Callable[[float], Any] = int if f.integer else float
         b = self.bounds()
@@ -288,13 +328,19 @@ class Minimum:
             "integer": f.integer,
             "slo": str(self.slo),
             "mean": self.mean,
-            "ci95": [whole(b[0]), whole(b[1])] if b is not None else [None, None],
+            **bound_keys("mean", None if b is None else (whole(b[0]), whole(b[1]))),
             "provision": whole(self.provision),
             "values": [whole(v) for v in self.values],
             "range": [whole(x) for x in self.span],
             "at_range_bottom": self.at_bottom,
+            "at_field_floor": self.at_floor,
             "evaluations": self.evaluations,
+            "usd_per_hour": _json_float(self.usd_per_hour),
         }
+
+
+def _json_float(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def minimize(
@@ -321,6 +367,7 @@ def minimize(
 
     prints: dict[float, tuple[Any, ...]] = {}  # the first replication's runs at lo and hi
     tops: dict[int, Any] = {}  # the runs at the range's best end (Results), by seed
+    prices: dict[tuple[float, int], float] = {}  # usd_per_hour of each run, by value and seed
 
     def meets(x: float, seed: int) -> bool:
         nonlocal evaluations
@@ -335,6 +382,7 @@ def minimize(
             prints[x] = fingerprint(res)
         if x == hi:
             tops[seed] = res
+        prices[x, seed] = float(res.summary.get("usd_per_hour", math.nan))
         return slo.met(res.summary)
 
     def does_nothing() -> bool:
@@ -391,7 +439,86 @@ def minimize(
             found = b
         log(f"replication {rep + 1}/{reps} (seed {seed}): {path} = {f.show(found)}")
         values.append(found)
-    return Minimum(slo, f, values, evaluations, (lo, hi), at_bottom)
+    top, seed = max((v, sc.seed + r) for r, v in enumerate(values))
+    answer = Minimum(slo, f, values, evaluations, (lo, hi), at_bottom)
+    answer.usd_per_hour = prices.get((top, seed), math.nan)  # (a count's top is whole)
+    return answer
+
+
+@dataclass
+class LayoutMinimum:
+    """``--minimize`` in one configuration of a sweep: its answer, or why there is none
+    (the SLO fails even at the top of the range: ``failure``, ``explanation``)."""
+
+    config: dict[str, Any]
+    answer: Minimum | None
+    failure: str = ""
+    explanation: Explanation | None = None
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.config.items()) or "the scenario"
+
+    @property
+    def usd_per_hour(self) -> float:
+        """The layout's price with the field at the value to provision (NaN: no answer or
+        no prices)."""
+        return self.answer.usd_per_hour if self.answer is not None else math.nan
+
+
+def minimize_sweep(
+    sweep_path: str,
+    slo: SLO,
+    path: str,
+    *,
+    span: str | None = None,
+    reps: int = 3,
+    tol: float = 0.02,
+    sets: list[str] | None = None,
+    priced: bool = False,
+    log: Callable[[str], None] = lambda _m: None,
+) -> list[LayoutMinimum]:
+    """:func:`minimize` in every configuration of a sweep, each exactly as on its own
+    (``kvsim capacity BASE --set ... --minimize``: the same scenario, seeds and range):
+    the joint question "how many nodes, and which layout is cheapest". A layout where the
+    SLO fails even at the top of the range has no answer (its failure and explanation
+    kept); any other refusal (a range the scenario refuses, a field the layout does not
+    depend on) stops the command, naming the layout. ``priced``: refuse, before any run,
+    a layout without prices (``--cheapest``)."""
+    from kvsim.experiments.capacity import sweep_with_sets
+    from kvsim.experiments.sweep import load_sweep
+
+    sweep = load_sweep(sweep_path)
+    if path in sweep.columns:
+        raise InputError(
+            f"{path} is swept by the sweep file: --minimize searches it in each layout, "
+            "so it cannot also be swept",
+            where=f"--minimize {path}",
+        )
+    configs = sweep_with_sets(sweep, list(sets or []))
+    for overrides, sc in configs:  # a field a layout cannot search: refused before any run
+        try:
+            parse_range(numeric_field(sc, path), span)
+        except InputError as e:
+            label = ", ".join(f"{k}={v}" for k, v in overrides.items() if k in sweep.columns)
+            raise InputError(f"configuration {label}: {e.reason}", where=e.where) from None
+        if priced:
+            _require_prices(sc, sweep_path)
+    log(f"{len(configs)} configurations, {reps} replications each")
+    out = []
+    for overrides, sc in configs:
+        cfg = {k: v for k, v in overrides.items() if k in sweep.columns}
+        row = LayoutMinimum(cfg, None)
+        log(f"{row.label}:")
+        try:
+            row.answer = minimize(sc, slo, path, span=span, reps=reps, tol=tol, log=log)
+        except Infeasible as e:
+            row.failure, row.explanation = e.reason, e.explanation
+            log(f"  {e.reason}")
+        except InputError as e:
+            raise InputError(f"configuration {row.label}: {e}") from None
+        out.append(row)
+    return out
 
 
 @dataclass
@@ -440,17 +567,11 @@ def layouts(
     from kvsim import api
     from kvsim.experiments.capacity import sweep_with_sets
     from kvsim.experiments.sweep import load_sweep
-    from kvsim.results.records import usd_per_hour
 
     sweep = load_sweep(sweep_path)
     configs, scenarios = [], []
     for overrides, sc in sweep_with_sets(sweep, list(sets or [])):  # priced before any run
-        if sc.cost is None or usd_per_hour(sc) == 0:
-            raise InputError(
-                "--cheapest needs prices: add a cost: section with at least one price above "
-                "0 to the base scenario or the sweep's set (see docs/planning.md)",
-                where=str(sweep_path),
-            )
+        _require_prices(sc, sweep_path)
         configs.append({k: v for k, v in overrides.items() if k in sweep.columns})
         scenarios.append(sc)
     log(f"{len(configs)} configurations, {reps} replications each")
@@ -481,6 +602,18 @@ def layouts(
     if len(out) > 1:
         paired_deltas(out, slo.metric, sweep.reference_index())
     return out
+
+
+def _require_prices(sc: Scenario, sweep_path: str) -> None:
+    """Refuse a layout without prices (no ``cost:`` section, or every price 0)."""
+    from kvsim.results.records import usd_per_hour
+
+    if sc.cost is None or usd_per_hour(sc) == 0:
+        raise InputError(
+            "--cheapest needs prices: add a cost: section with at least one price above "
+            "0 to the base scenario or the sweep's set (see docs/planning.md)",
+            where=str(sweep_path),
+        )
 
 
 PRICES = ("usd_per_hour", "usd_per_million_prompt_tokens")

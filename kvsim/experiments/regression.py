@@ -62,6 +62,7 @@ import json
 import math
 import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -72,8 +73,8 @@ from xml.sax.saxutils import escape, quoteattr
 from pydantic import Field
 
 from kvsim import __version__
-from kvsim.config.dump import scenario_to_dict
-from kvsim.config.loader import load_record
+from kvsim.config.dump import scenario_identity
+from kvsim.config.loader import load_record, with_sets
 from kvsim.config.schema import Record, prompt_bounds
 from kvsim.errors import InputError, clean
 from kvsim.experiments.capacity import OUTCOMES
@@ -86,6 +87,7 @@ from kvsim.experiments.sweep import (
     counted,
     execute,
     load_sweep,
+    run_one,
     scenario_files,
 )
 from kvsim.files import MAX_TABLE_BYTES, read_text
@@ -93,6 +95,7 @@ from kvsim.results.provenance import differences, environment
 from kvsim.results.uncertainty import (
     IDENTICAL,
     Interval,
+    bound_keys,
     detectable_change,
     mean_interval,
     paired_interval,
@@ -280,7 +283,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
                 where=where,
             )
         for spath, overrides, label in configs:
-            merged = {**overrides, **(extra or {})}
+            merged = with_sets(overrides, extra)  # --set over the entry's own
             sc = api.load(spath, merged)
             files = {_portable_path(f, p.parent): d for f, d in scenario_files(sc).items()}
             entries.append(
@@ -290,7 +293,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
                     spath,
                     tuple(merged.items()),
                     tuple(e.loads),
-                    _digest(_portable(scenario_to_dict(sc), p.parent)),
+                    _digest(_portable(scenario_identity(sc), p.parent)),
                     tuple(sorted(files.items())),
                 )
             )
@@ -365,11 +368,13 @@ def measure(
     if len(suite.seeds) < MIN_SEEDS:
         log(f"note: {few_seeds_note(len(suite.seeds))}")
     values: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    rows = execute(specs, workers, None)
+    rows = execute(specs, workers, None, runner=timed_run)
+    seconds: dict[tuple[int, int], float] = {}  # wall time of each point's runs
     with contextlib.closing(rows):
         for row in rows:
             ei, li = where[row["run"]]
             e = suite.entries[ei]
+            seconds[(ei, li)] = seconds.get((ei, li), 0.0) + float(row.pop(WALL, 0.0))
             if row["status"] != "ok":
                 raise InputError(
                     f"entry {e.id!r} @ {e.loads[li]:g}x load: {row['error']}",
@@ -405,7 +410,10 @@ def measure(
                 else:
                     mean = lo = hi = math.nan
                 metrics[m] = {"mean": mean, "lo": lo, "hi": hi, "values": vals}
-            points.append({"load": load, "metrics": metrics})
+            # (the time it took, for the reports: never compared)
+            points.append(
+                {"load": load, "metrics": metrics, "seconds": round(seconds[(ei, li)], 3)}
+            )
         doc_entries.append(
             {
                 "id": e.id,
@@ -427,6 +435,18 @@ def measure(
         "provenance": environment(),
         "entries": doc_entries,
     }
+
+
+WALL = "_wall_s"  # a row's wall-clock seconds (timed_run), taken out of it by measure
+
+
+def timed_run(spec: RunSpec) -> dict[str, Any]:
+    """:func:`~kvsim.experiments.sweep.run_one`, with its wall-clock time in the row
+    (:data:`WALL`): what the JUnit report gives as each check's time."""
+    start = time.perf_counter()
+    row = run_one(spec)
+    row[WALL] = time.perf_counter() - start
+    return row
 
 
 def _number(value: Any) -> float:
@@ -708,6 +728,8 @@ class Comparison:
     means_only: bool = False
     # which way is better (Tolerance.direction); None: default_direction(metric)
     direction: Direction | None = None
+    # wall-clock seconds of the check: its load point's new runs, shared by its metrics
+    seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.direction is None:
@@ -999,6 +1021,7 @@ def compare(
                         tolerance,
                         means_only,
                         tol.direction or default_direction(m),
+                        float(p.get("seconds", 0.0)) / len(suite.metrics),
                     )
                 )
     unpaired = sum(not c.paired for c in comparisons) if not means_only else 0
@@ -1048,11 +1071,13 @@ def seeds_needed(sd: float, target: float, most: int = 100) -> int | None:
 
 def power_warnings(doc: dict[str, Any], suite: Suite) -> list[str]:
     """What ``kvsim baseline`` warns about: one line per gated metric and load point whose
-    minimum detectable change is above :data:`POWER_LIMIT` of its mean, then a count.
+    minimum detectable change is above :data:`POWER_LIMIT` of its mean or above the
+    metric's tolerance, saying how many seeds would bring it under each, then a count.
 
     There are no pairs yet: the differences' standard deviation is estimated by the seeds'
     own (:data:`ESTIMATE`). The change counted is the seeds' alone (tolerance 0): a
-    tolerance is the suite's choice, the noise is what the seeds allow. Nothing with
+    tolerance is the suite's choice, the noise is what the seeds allow; a gate whose noise
+    alone is above the tolerance decides by the noise, not by the tolerance. Nothing with
     fewer than :data:`MIN_SEEDS` seeds (no interval to have power; said elsewhere)."""
     n = len(doc["seeds"])
     if n < MIN_SEEDS:
@@ -1069,27 +1094,43 @@ def power_warnings(doc: dict[str, Any], suite: Suite) -> list[str]:
                     continue
                 s = statistics.stdev(vals)
                 mdc = detectable_change(s, n)
-                if not mdc > POWER_LIMIT * abs(mean):
-                    continue
                 unit = " s" if m.endswith("_s") else ""
-                need = seeds_needed(s, POWER_LIMIT * abs(mean))
-                more = (
-                    f"about {need} seeds would bring it to {POWER_LIMIT:.0%}"
-                    if need
-                    else "more than 100 seeds would be needed to bring it to "
-                    f"{POWER_LIMIT:.0%}: widen the entry (more requests) instead"
+                tol = suite.metrics[m]
+                tolerance = max(tol.rel * abs(mean), tol.abs)
+                over_limit = mdc > POWER_LIMIT * abs(mean)
+                over_tol = mdc > tolerance
+                if not (over_limit or over_tol):
+                    continue
+                tol_text = f"its tolerance {tolerance:.3g}{unit} ({tolerance / abs(mean):.0%})"
+                above = " and ".join(
+                    x for x, on in ((f"{POWER_LIMIT:.0%}", over_limit), (tol_text, over_tol)) if on
                 )
+                needs: dict[int | None, list[str]] = {}  # seeds -> what they bring it to
+                for target, what, on in (
+                    (tolerance, "under its tolerance", over_tol),
+                    (POWER_LIMIT * abs(mean), f"to {POWER_LIMIT:.0%}", over_limit),
+                ):
+                    if on:
+                        needs.setdefault(seeds_needed(s, target), []).append(what)
+                more = [
+                    f"about {need} seeds would bring it {' and '.join(what)}"
+                    if need
+                    else f"more than 100 seeds would be needed to bring it {' and '.join(what)}: "
+                    "widen the entry (more requests) instead"
+                    for need, what in needs.items()
+                ]
                 lines.append(
                     f"{e['id']} @ {float(pt['load']):g}x load: {m}: minimum detectable change "
                     f"{mdc:.3g}{unit} ({mdc / abs(mean):.0%} of the mean {mean:.4g}{unit}) "
-                    f"with {n} seeds, above {POWER_LIMIT:.0%}: a smaller real change is caught "
-                    f"less than 80% of the time ({ESTIMATE}); {more}"
+                    f"with {n} seeds, above {above}: a smaller real change is caught "
+                    f"less than 80% of the time ({ESTIMATE}); {'; '.join(more)}"
                 )
     if lines:
         lines.append(
             f"{len(lines)} of {total} gated metrics (per entry and load point) cannot detect "
-            f"a {POWER_LIMIT:.0%} change with {n} seeds (minimum detectable change at 80% "
-            "power above it; docs/ci-regression-gate.md says how many seeds to use)"
+            f"a {POWER_LIMIT:.0%} change (or a change at their tolerance) with {n} seeds "
+            "(minimum detectable change at 80% power above it; docs/ci-regression-gate.md "
+            "says how many seeds to use)"
         )
     return lines
 
@@ -1233,7 +1274,8 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
         fails = sum(c.failed for c in cs)
         out.append(
             f'  <testsuite name={quoteattr(entry)} tests="{len(cs)}" '
-            f'failures="{fails}" errors="0" skipped="0">'
+            f'failures="{fails}" errors="0" skipped="0" '
+            f'time="{sum(c.seconds for c in cs):.3f}">'
         )
         if result.paired:
             out += [
@@ -1243,13 +1285,21 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
             ]
         for c in cs:
             name = quoteattr(f"{c.metric} @ {c.load:g}x load")
-            out.append(f'    <testcase classname={quoteattr(entry)} name={name} time="0">')
+            # the real time of the check: its point's runs (every seed), shared by its metrics
+            out.append(
+                f'    <testcase classname={quoteattr(entry)} name={name} time="{c.seconds:.3f}">'
+            )
             props = {
                 "verdict": "ok (within noise)" if c.within_noise else c.verdict,
                 "baseline": _num(c.base["mean"]),
                 "new": _num(c.new["mean"]),
                 "delta": "" if c.missing else _num(c.delta),
-                "delta_ci": c.interval_text(),
+                # its 95% interval as two numbers (empty without one; both the delta when
+                # exact); the text form is the markdown report's
+                **{
+                    k: "" if v is None else _num(v)
+                    for k, v in bound_keys("delta", None if c.missing else c.diff).items()
+                },
                 "mdc": _num(c.mdc),
                 "mdc_rel": _num(c.mdc_rel),
                 "tolerance": _num(c.tolerance),

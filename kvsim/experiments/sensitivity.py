@@ -455,14 +455,12 @@ def report_lines(result: Sensitivity) -> list[str]:
 
 def table(result: Sensitivity) -> Any:
     """sensitivity.csv: a row per field; ``swing`` is the mean per-seed (paired)
-    difference, ``swing_ci`` its 95% interval as a JSON list "[lo, hi]" (empty with one
+    difference, ``swing_lo`` and ``swing_hi`` its 95% interval (numbers; empty with one
     seed), ``noise`` the noise row's half-width (empty with one seed) and
     ``within_noise`` whether the swing cannot be told from it."""
     import pandas as pd
 
-    def ci(s: Swing) -> str:
-        iv = s.interval
-        return f"[{iv.lo!r}, {iv.hi!r}]" if math.isfinite(iv.lo) else ""
+    from kvsim.results.uncertainty import bound_keys
 
     noise = result.noise if math.isfinite(result.noise) else None
     return pd.DataFrame(
@@ -476,7 +474,7 @@ def table(result: Sensitivity) -> Any:
                 f"{result.metric}_low": s.metric_low,
                 f"{result.metric}_high": s.metric_high,
                 "swing": s.swing,
-                "swing_ci": ci(s),
+                **bound_keys("swing", s.interval),
                 "noise": noise,
                 "within_noise": result.within_noise(s) if noise is not None else None,
                 "seeds": result.reps,
@@ -490,16 +488,17 @@ def table(result: Sensitivity) -> Any:
 
 def tornado_figure(result: Sensitivity) -> Any:
     """The tornado chart as a matplotlib figure: for each field whose swing is not 0, a
-    bar from the baseline to its low side's and its high side's metric (means over
-    seeds), with the paired 95% interval of each side against the baseline as an error
-    bar; the noise row as a shaded band around the baseline; the metric's unit on the
-    axis; the largest swing on top."""
+    bar from the baseline (0 on the axis: the axis is the change from it) to its low
+    side's and its high side's metric (mean paired differences over seeds), with their
+    95% intervals as error bars; the noise row as a shaded band around 0; the metric's
+    unit on the axis, symmetric-log where the bars span more than 10x (a linear axis
+    would squash every row beside one large swing); the largest swing on top."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvsim.plots import metric_unit, unit_axis, wrap
+    from kvsim.plots import LOG_SPAN, metric_unit, unit_axis, wrap
 
     drawn = [s for s in result.swings if s.swing != 0]
     zero = len(result.swings) - len(drawn)
@@ -507,7 +506,7 @@ def tornado_figure(result: Sensitivity) -> Any:
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.45 * len(rows) + 1.8)))
     y = list(range(len(rows)))
     base = result.base
-    values = [base]
+    values = [0.0]  # distances from the baseline the axis must hold
 
     def side(s: Swing, name: str, vals: list[float]) -> tuple[float, float, float]:
         """(mean distance from the baseline, error below, error above); 0s if refused."""
@@ -518,34 +517,41 @@ def tornado_figure(result: Sensitivity) -> Any:
             return _mean(vals) - base, 0.0, 0.0
         return iv.mean, iv.mean - iv.lo, iv.hi - iv.mean
 
+    sides = []
     for offset, name, color in ((0.2, "low", "#4c78a8"), (-0.2, "high", "#f58518")):
         parts = [side(s, name, s.low_values if name == "low" else s.high_values) for s in rows]
+        sides.append((offset, name, color, parts))
+        values += [p[0] + p[2] for p in parts] + [p[0] - p[1] for p in parts]
+    # the axis is the distance from the baseline; symmetric-log where the bars span more
+    # than 10x (one large swing would otherwise squash every other row to nothing)
+    moved = [abs(p[0]) for *_, parts in sides for p in parts if p[0] != 0]
+    symlog = bool(moved) and max(moved) / min(moved) > LOG_SPAN
+    if symlog:
+        ax.set_xscale("symlog", linthresh=min(moved), linscale=0.5)
+    for offset, name, _color, parts in sides:
         widths = [p[0] for p in parts]
         err = [[p[1] for p in parts], [p[2] for p in parts]]
-        values += [base + w + e for w, e in zip(widths, err[1], strict=True)]
-        values += [base + w - e for w, e in zip(widths, err[0], strict=True)]
         sign = "-" if name == "low" else "+"
         has_err = any(e > 0 for e in err[0] + err[1])
         ax.barh(
             [i + offset for i in y],
             widths,
             height=0.4,
-            left=base,
-            color=color,
+            color=_color,
             xerr=err if has_err else None,
             error_kw={"elinewidth": 1, "capsize": 2, "ecolor": "black"},
             label=f"field {sign}{result.by:.0%}" + (" (paired 95% interval)" if has_err else ""),
         )
-    ax.axvline(base, color="black", lw=1)
+    ax.axvline(0.0, color="black", lw=1)
     if math.isfinite(result.noise) and result.noise > 0:
         ax.axvspan(
-            base - result.noise,
-            base + result.noise,
+            -result.noise,
+            result.noise,
             color="grey",
             alpha=0.25,
             label=f"noise row (2 replications of {result.reps} seeds)",
         )
-        values += [base - result.noise, base + result.noise]
+        values += [-result.noise, result.noise]
     labels = [
         f"{s.path} ({s.mark}){' (one side)' if s.refused else ''}"
         + ("\nwithin noise" if result.within_noise(s) else "")
@@ -557,7 +563,13 @@ def tornado_figure(result: Sensitivity) -> Any:
         ax.text(0.5, 0.5, f"no field moved {result.metric}", ha="center", transform=ax.transAxes)
     # "ttft_p99 (ms)", not "ttft_p99_s (ms)": the unit is the axis's, not the name's
     label = result.metric.removesuffix("_s") if result.metric.endswith("_s") else result.metric
+    label = f"change in {label} from the baseline"
     unit_axis(ax, "x", metric_unit(result.metric), values, label=label, log=False)
+    if symlog:  # (unit_axis named the unit; say the scale too)
+        ax.set_xlabel(ax.get_xlabel().removesuffix(")") + ", symmetric log scale)")
+    lo, hi = min(values), max(values)
+    pad = 0.05 * (hi - lo) if not symlog else 0.0
+    ax.set_xlim(lo - pad, hi + pad) if not symlog else ax.set_xlim(lo * 1.3, hi * 1.3)
     seeds = (
         f"paired, mean of {result.reps} seeds"
         if result.reps > 1

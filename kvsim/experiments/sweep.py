@@ -14,23 +14,25 @@ A sweep file::
     replications: 2                           # seeds base, base+1 (or seeds: [...])
     reference: {cluster.load_policy: sync}    # optional: compared with (default: the first)
 
-Each run is identified by a hash of the resolved base scenario, its overrides, its seed
-and the content of every file it reads by name (a trace, plugin files and modules, a
-file a swept value names: :func:`scenario_files`), so that a changed file is run again
-while an unchanged one keeps its runs. Every configuration is resolved before any run: a
-swept load (an arrival rate, a time scale, a whole ``arrivals`` or ``workload`` mapping)
-scales the warm-up and time limit with it, and a policy name no plugin of the
-configuration registers is refused then. Finished runs (successful or not) are appended
-to ``runs.jsonl`` in the output folder as they complete, so re-running the same command
-skips them: an interrupted sweep resumes without duplicates. At the end
+Each run is identified by a hash of the resolved base scenario (its identity,
+:func:`kvsim.config.dump.scenario_identity`: a new ``description`` alone resumes), its
+overrides, its seed and the content of every file it reads by name (a trace, plugin
+files and modules, a file a swept value names: :func:`scenario_files`), so that a changed
+file is run again while an unchanged one keeps its runs. Every configuration is resolved
+before any run: a swept load (an arrival rate, a time scale, a whole ``arrivals`` or
+``workload`` mapping) scales the warm-up and time limit with it, and a policy name no
+plugin of the configuration registers is refused then. Finished runs (successful or
+not) are appended to ``runs.jsonl`` in the output folder as they complete, so re-running
+the same command skips them: an interrupted sweep resumes without duplicates. At the end
 ``results.parquet`` and ``results.csv`` hold one row per run, in expansion order: the
 swept values, the seed, ``status`` and ``error``, every scalar summary metric, the run's
-own intervals (:data:`INTERVALS`, JSON text "[lo, hi]"), and the paired differences from
-the reference configuration (:func:`add_paired`: every configuration runs the same seeds,
-so seed s of each saw the same workload draw). A failing run is recorded with its error
-and does not stop the others. Runs execute on local worker processes, or on a Dask
-cluster given its scheduler address (``tcp://HOST:PORT``); each run is deterministic,
-so the rows do not depend on either.
+own intervals (:data:`~kvsim.results.metrics.INTERVALS`, as numbers ``<value>_lo`` and
+``<value>_hi``), and the
+paired differences from the reference configuration (:func:`add_paired`: every
+configuration runs the same seeds, so seed s of each saw the same workload draw). A
+failing run is recorded with its error and does not stop the others. Runs execute on
+local worker processes, or on a Dask cluster given its scheduler address
+(``tcp://HOST:PORT``); each run is deterministic, so the rows do not depend on either.
 
 What is refused before any run (exit 2): a key that is not a scenario field path, ``seed``
 as a key (a sweep's seeds are ``seeds:`` or ``replications:``), a value listed twice, more
@@ -69,7 +71,7 @@ from typing import Annotated, Any
 import pandas as pd
 from pydantic import Field
 
-from kvsim.config.dump import scenario_to_dict
+from kvsim.config.dump import scenario_identity
 from kvsim.config.loader import load_record
 from kvsim.config.schema import REMOVED_FIELDS, PosInt, Record, Scenario, SyntheticWorkload
 from kvsim.errors import InputError, clean
@@ -81,6 +83,7 @@ from kvsim.experiments.replicate import (
 )
 from kvsim.files import check_regular, is_regular, sha256_file, text_values
 from kvsim.plugins import is_file_spec
+from kvsim.results.metrics import INTERVALS, LEGACY_INTERVALS
 from kvsim.results.writers import clean_leftovers
 
 RESULTS = "results.parquet"
@@ -321,7 +324,7 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     ref = sc0 if sc0 is not None else loaded[0]  # the load the scenario's windows fit
     seeds = spec.seeds or [ref.seed + i for i in range(n_seeds)]
     # a base that is not valid alone: each run is identified by its resolved scenario
-    base_hash = _digest(scenario_to_dict(sc0)) if sc0 is not None else _digest(str(base))
+    base_hash = _digest(scenario_identity(sc0)) if sc0 is not None else _digest(str(base))
     given = [*fixed_set, *grid_keys, *zip_keys]  # what the sweep sets itself
     fixed = tuple(fixed_set.items())
     labelled = tuple(labels.items())
@@ -489,7 +492,7 @@ def _config_files(
     }
     files.update(named)
     if config is not None and (named or whole):
-        files["(resolved scenario)"] = _digest(scenario_to_dict(config))
+        files["(resolved scenario)"] = _digest(scenario_identity(config))
     return files
 
 
@@ -499,7 +502,7 @@ def scenario_files(sc: Scenario) -> dict[str, str]:
     existing file (a trace, a plugin file, a profile file...), and the file of each plugin
     given as a module. (What the loader reads whole: ``extends`` bases, profiles, timing
     tables, is in the resolved scenario itself.) An unchanged file keeps its digest."""
-    d = scenario_to_dict(sc)
+    d = scenario_identity(sc)  # (a description names no file the run reads)
     root = Path(sc.source).parent if sc.source else Path.cwd()
     out: dict[str, str] = {}
     for s in text_values(d):
@@ -687,8 +690,11 @@ def _digest(obj: Any) -> str:
 
 def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The scalar summary metrics, nested ones as ``parent.child`` (per-tier lists out),
-    and the run's 95% intervals (``ttft_p50_ci_s``, ``ttft_p99_ci_s``, ``hit_ratio_ci``:
-    ``[lo, hi]``, JSON text "[lo, hi]" in the results tables)."""
+    and the run's 95% intervals (:data:`~kvsim.results.metrics.INTERVALS`) as the summary
+    holds them, two numbers beside their value: ``ttft_p50_s_lo``, ``ttft_p50_s_hi``, ...
+    (:func:`~kvsim.results.uncertainty.bound_keys`; NaN without one, a column of numbers).
+    An older kvsim's summary's ``[lo, hi]`` lists (``ttft_p50_ci_s``...:
+    :data:`~kvsim.results.metrics.LEGACY_INTERVALS`) become the same two numbers."""
     out: dict[str, Any] = {}
     for k, v in summary.items():
         if k in ("tiers", "provenance"):  # per-tier lists; no provenance column either
@@ -697,12 +703,29 @@ def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
             for k2, v2 in v.items():
                 if not isinstance(v2, (dict, list)):
                     out[f"{k}.{k2}"] = v2
-        elif not isinstance(v, list) or k in INTERVALS:
+        elif k in LEGACY_INTERVALS:
+            out.update(_bounds_of(LEGACY_INTERVALS[k], v))
+        elif k in _BOUNDS:
+            out[k] = math.nan if v is None else v
+        elif not isinstance(v, list):
             out[k] = v
     return out
 
 
-INTERVALS = ("ttft_p50_ci_s", "ttft_p99_ci_s", "hit_ratio_ci")  # a run's own, kept by a sweep
+_BOUNDS = frozenset(key for pair in INTERVALS.values() for key in pair)
+
+
+def _bounds_of(name: str, raw: Any) -> dict[str, Any]:
+    """A run's interval (a list [lo, hi], or an older journal's JSON text of one) as
+    ``name_lo``, ``name_hi`` (NaN without one: a column of numbers)."""
+    from kvsim.results.uncertainty import bound_keys
+
+    try:
+        lo, hi = json.loads(raw) if isinstance(raw, str) else raw
+        bounds = (float(lo), float(hi))
+    except (TypeError, ValueError):
+        bounds = None
+    return {k: math.nan if v is None else v for k, v in bound_keys(name, bounds).items()}
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -957,10 +980,19 @@ def connect(scheduler: str) -> Any:
 
 
 def execute(
-    todo: list[RunSpec], workers: int, scheduler: str | None = None, *, client: Any = None
+    todo: list[RunSpec],
+    workers: int,
+    scheduler: str | None = None,
+    *,
+    client: Any = None,
+    runner: Callable[[RunSpec], dict[str, Any]] | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Rows as runs complete, on local processes or a Dask cluster (``client``, or one
-    connected to ``scheduler``). Closing the iterator early stops the workers."""
+    connected to ``scheduler``); ``runner`` (a module-level function, for the workers;
+    :func:`run_one` when not given, looked up at call time) makes each row. Closing the
+    iterator early stops the workers."""
+    if runner is None:
+        runner = run_one
     if client is None and scheduler:
         client = connect(scheduler)
     if client is not None:
@@ -970,7 +1002,7 @@ def execute(
         try:
             futures = []
             for s in todo:
-                fut = client.submit(run_one, s, pure=False, key=f"kvsim-{s.run_id}-{s.index}")
+                fut = client.submit(runner, s, pure=False, key=f"kvsim-{s.run_id}-{s.index}")
                 spec_of[fut.key] = s
                 futures.append(fut)
             for fut in as_completed(futures):
@@ -991,12 +1023,12 @@ def execute(
         return
     if workers <= 1 or len(todo) <= 1:
         for s in todo:
-            yield run_one(s)
+            yield runner(s)
         return
     pool = worker_pool(min(workers, len(todo)))
     finished = False
     try:
-        pending: set[Future] = {pool.submit(run_one, s) for s in todo}
+        pending: set[Future] = {pool.submit(runner, s) for s in todo}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -1243,6 +1275,12 @@ def results_table(sweep: Sweep, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     df = df.sort_values("run", kind="stable").reset_index(drop=True)
     rest = [c for c in df.columns if c not in first]
     df = df[[c for c in first if c in df.columns] + rest]
+    for old, name in LEGACY_INTERVALS.items():  # an older kvsim's journal rows: [lo, hi]
+        if old in df.columns:
+            bounds = pd.DataFrame([_bounds_of(name, v) for v in df[old]], index=df.index)
+            for col in bounds.columns:
+                df[col] = df[col].fillna(bounds[col]) if col in df.columns else bounds[col]
+            df = df.drop(columns=old)
     df = add_paired(df, sweep)
     for col in df.columns:  # one type per column, or Parquet refuses it
         if col not in sweep.columns and df[col].dtype != object:
@@ -1266,9 +1304,9 @@ def add_paired(df: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
     (:meth:`Sweep.reference_index`), per compared metric M (:data:`PAIRED_METRICS`):
     ``delta_M``, per row, this run minus the reference's run with the same seed (every
     configuration runs every seed, so the two saw the same workload draw), and
-    ``delta_M_ci``, the configuration's 95% interval of the mean difference over its
-    seeds (:func:`~kvsim.results.uncertainty.paired_interval`), JSON text "[lo, hi]"
-    on each of its rows. Both empty on the reference's rows, for a run that failed (or
+    ``delta_M_lo`` and ``delta_M_hi``, the configuration's 95% interval of the mean
+    difference over its seeds (:func:`~kvsim.results.uncertainty.paired_interval`),
+    numbers on each of its rows. Both empty on the reference's rows, for a run that failed (or
     whose reference run did), and the interval with fewer than two paired seeds. A
     sweep of one configuration gets no columns."""
     import numpy as np
@@ -1292,13 +1330,16 @@ def add_paired(df: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
         paired = np.array([base.get(s, np.nan) for s in seeds], dtype=float)
         delta = values - paired
         delta[is_ref] = np.nan
-        cis: dict[int, str | None] = {}
+        cis: dict[int, tuple[float, float]] = {}
         for c in np.unique(conf[~is_ref & (conf >= 0)]):
             mask = (conf == c) & np.isfinite(delta)
             iv = paired_interval(values[mask], paired[mask])
-            cis[int(c)] = json.dumps([iv.lo, iv.hi]) if iv.bounded else None
+            if iv.bounded:
+                cis[int(c)] = (iv.lo, iv.hi)
         added[f"delta_{m}"] = delta
-        added[f"delta_{m}_ci"] = [cis.get(int(c)) for c in conf]
+        none = (math.nan, math.nan)
+        added[f"delta_{m}_lo"] = [cis.get(int(c), none)[0] for c in conf]
+        added[f"delta_{m}_hi"] = [cis.get(int(c), none)[1] for c in conf]
     return pd.concat([df, pd.DataFrame(added, index=df.index)], axis=1) if added else df
 
 
@@ -1338,3 +1379,32 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
         for tmp in temps.values():
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
+
+
+RATE_PATH = "workload.arrivals.rate"
+
+
+def fixed_count_note(sweep: Sweep) -> str | None:
+    """A warning for a sweep that varies the arrival rate (``workload.arrivals.rate``)
+    while the request count stays fixed: a run at a higher rate then spans less time, so
+    its fill (warm-up, caches, sessions) is a larger share of it and the grid compares
+    runs of different lengths as well as different rates (p95 falling as the rate rises).
+    None when the count is swept too, or the workload has no count (a trace)."""
+    if RATE_PATH not in sweep.columns or "workload.requests" in sweep.columns or not sweep.runs:
+        return None
+    from kvsim import api
+
+    run = sweep.runs[0]
+    try:
+        sc = api.load(run.base, run.overrides())
+    except InputError:  # (its runs fail with their own message)
+        return None
+    requests = getattr(sc.workload, "requests", None)
+    if not isinstance(requests, int):
+        return None
+    return (
+        f"the sweep varies {RATE_PATH} but leaves workload.requests fixed at {requests:,}: "
+        "a run at a higher rate spans less time, so its warm-up and filling caches weigh "
+        "more in it and the rows differ in run length as well as rate; sweep "
+        "workload.requests in proportion (or compare loads with kvsim capacity)"
+    )

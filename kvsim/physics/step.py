@@ -156,6 +156,8 @@ class Parallel:
             moved += (self.pcp - 1) / self.pcp * context * self.exchange
         if self.ep > 1:
             moved += (self.ep - 1) / self.ep * (tokens / self.gpus) * self.alltoall
+        if not moved:  # one GPU, or nothing to exchange: no link is needed (nor divided by)
+            return 0.0
         return moved / self.nvlink
 
 

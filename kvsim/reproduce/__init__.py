@@ -3,6 +3,8 @@ names ``kvsim reproduce NAME`` accepts to their modules."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 
 from kvsim.errors import InputError
@@ -24,3 +26,14 @@ def study(name: str) -> ModuleType:
     if name not in studies:
         raise InputError(f"unknown study {name!r}; choose one of {sorted([*studies, 'all'])}")
     return studies[name]
+
+
+def check_files(paths: Iterable[Path]) -> None:
+    """Load (and so check) every scenario file a study will run, before its first run: a
+    typo in the last one is refused at once, by file and line, not after minutes of the
+    others' runs. Each study's ``scenario_files(folder)`` lists its files; ``kvsim
+    reproduce all`` checks every study's before any runs."""
+    from kvsim import api
+
+    for p in paths:
+        api.load(p)

@@ -220,6 +220,12 @@ def find_scenarios(folder: str | Path | None = None) -> Path:
     )
 
 
+def scenario_files(folder: str | Path | None = None) -> list[Path]:
+    """The scenario files the study runs (:func:`kvsim.reproduce.check_files`)."""
+    d = find_scenarios(folder)
+    return [d / f"{name}.yaml" for name in LAYOUTS]
+
+
 def _row(name: str, values: list[float], unit: str, what: str, kind: str = "predicted") -> Row:
     iv = mean_interval(values)  # (identical values: lo = hi = the mean)
     lo, hi = iv.lo, iv.hi

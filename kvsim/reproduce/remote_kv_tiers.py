@@ -21,6 +21,7 @@ from kvsim import api
 from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB
 from kvsim.report import columns
+from kvsim.reproduce import check_files
 from kvsim.reproduce.ranges import (
     THRESHOLD,
     VERDICTS,
@@ -574,6 +575,12 @@ def find_scenarios(folder: str | Path | None = None) -> Path:
     )
 
 
+def scenario_files(folder: str | Path | None = None) -> list[Path]:
+    """The scenario files the study runs (:func:`kvsim.reproduce.check_files`)."""
+    d = find_scenarios(folder)
+    return [d / "base.yaml", *(d / f"{name}.yaml" for name in CONFIGS), d / "micro.yaml"]
+
+
 def _single_requests(path: Path, overrides: list[str], tokens: int) -> list[Results]:
     """Two identical requests a minute apart on an idle engine: cold, then cached."""
     sc = api.load(path, overrides)
@@ -602,6 +609,7 @@ def reproduce(
     if seeds < 2:
         raise InputError(f"must be >= 2 (an interval needs spread), got {seeds}", where="--seeds")
     d = find_scenarios(folder)
+    check_files(scenario_files(d))  # every file checked before the first run
     base = api.load(d / "base.yaml")
     seed_list = [base.seed + i for i in range(seeds)]
     runs: dict[str, list[Results]] = {}

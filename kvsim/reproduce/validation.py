@@ -171,12 +171,21 @@ def run_all(
     """Run every study; return the validation rows and each study's reproduction."""
     import time
 
-    from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
+    from kvsim.reproduce import central_nvme, check_files, remote_kv_tiers, vllm_offload
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     paper = remote_kv_tiers.find_scenarios(paper_folder)
+    # every study's files, before the first run of any: a typo in the last study's is
+    # refused at once (by file and line), not after the others' runs
+    check_files(
+        [
+            *remote_kv_tiers.scenario_files(paper),
+            *vllm_offload.scenario_files(vllm_folder),
+            *central_nvme.scenario_files(),
+        ]
+    )
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
         t = time.monotonic()

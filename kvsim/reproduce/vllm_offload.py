@@ -35,7 +35,7 @@ from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.report import columns
-from kvsim.reproduce import remote_kv_tiers
+from kvsim.reproduce import check_files, remote_kv_tiers
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
 from kvsim.results import Results
 from kvsim.workload.request import Request
@@ -252,6 +252,12 @@ def ttft_pair(path: Path, tokens: int) -> tuple[float, float]:
 # ---- the reproduction ----------------------------------------------------------------------
 
 
+def scenario_files(folder: str | Path | None = None) -> list[Path]:
+    """The scenario files the study runs (:func:`kvsim.reproduce.check_files`)."""
+    d = find_scenarios(folder)
+    return [d / f"{name}.yaml" for name in CONFIGS]
+
+
 def reproduce(
     folder: str | Path | None = None,
     log: Callable[[str], None] = lambda _msg: None,
@@ -265,6 +271,7 @@ def reproduce(
     ``range_seeds`` are accepted for the CLI's sake and ignored."""
     d = find_scenarios(folder)
     path = {name: d / f"{name}.yaml" for name in CONFIGS}
+    check_files(path.values())  # every file checked before the first run
     base = api.load(path["base"])
     values: dict[str, float] = {
         "h2d_one_way": base.node.h2d_per_gpu / 1e9,

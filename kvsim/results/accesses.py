@@ -53,6 +53,11 @@ promotions, prestored blocks, TTL expiry, tenant deletions, failures.
 Keys must fit int64: with ``tenancy.isolation: tenant`` a tenant t > 0's keys are
 ``hash + t x 2**64``, which do not; recording such a run stops with a one-line error.
 
+Reading it back (``kvsim trace mrc``/``reuse``, :func:`check`): a file whose integer
+columns are not integers, whose tier is unknown, whose ``bytes`` are negative, NaN or
+infinite, or whose ``time`` goes backwards from one row to the next (or is negative, NaN
+or infinite) is refused with one line naming the file and the row (from 0).
+
 Cost: nothing when not asked (the stores' ``watch`` stays None; ``Engine`` tests one
 attribute per lookup, reservation and admission). When asked, the rows are kept in compact
 columns (``array``: 8 bytes per float or key, 1 per tier and event code, 4 per engine) and
@@ -302,3 +307,61 @@ def write(df: pd.DataFrame, path: Any) -> None:
     """``accesses.parquet`` (always Parquet, whatever ``--format``: it is the largest
     output, and ``kvsim trace mrc`` reads it)."""
     df.to_parquet(path, index=False)
+
+
+def check(frame: pd.DataFrame, where: str) -> None:
+    """A recorded accesses table as a replay may trust it, or InputError naming ``where``
+    (the file) and the first bad row (counted from 0, as ``frame.iloc`` counts): the
+    integer columns (``engine``, ``key``, ``request``) integers, ``tier`` one of
+    :data:`TIERS`, ``bytes`` finite and >= 0, ``time`` finite, >= 0 and never before the
+    row above it (the row order is the event order)."""
+    for name in ("engine", "key", "request"):
+        if not pd.api.types.is_integer_dtype(frame[name].dtype):
+            raise InputError(
+                f"column {name} holds {frame[name].dtype}, expected integers "
+                "(kvsim run --record-accesses writes int64/int32)",
+                where=where,
+            )
+        missing = np.flatnonzero(frame[name].isna().to_numpy())
+        if missing.size:
+            raise InputError(f"{name} is missing", where=f"{where}: row {int(missing[0])}")
+    for name in ("time", "bytes"):
+        if not pd.api.types.is_numeric_dtype(frame[name].dtype) or pd.api.types.is_bool_dtype(
+            frame[name].dtype
+        ):
+            raise InputError(
+                f"column {name} holds {frame[name].dtype}, expected numbers", where=where
+            )
+    tiers = frame["tier"].astype(str).to_numpy()
+    _refuse_first(
+        ~np.isin(tiers, TIERS), lambda i: f"tier {tiers[i]!r} is not one of {list(TIERS)}", where
+    )
+    size = frame["bytes"].to_numpy(dtype=np.float64, na_value=np.nan)
+    _refuse_first(
+        ~(np.isfinite(size) & (size >= 0)),
+        lambda i: f"bytes is {float(size[i])!r}; expected a finite size >= 0",
+        where,
+    )
+    time = frame["time"].to_numpy(dtype=np.float64, na_value=np.nan)
+    _refuse_first(
+        ~(np.isfinite(time) & (time >= 0)),
+        lambda i: f"time is {float(time[i])!r} s; expected a finite time >= 0",
+        where,
+    )
+    back = np.flatnonzero(time[1:] < time[:-1])
+    if back.size:
+        i = int(back[0]) + 1
+        now, before = float(time[i]), float(time[i - 1])
+        raise InputError(
+            f"time {now!r} s is before row {i - 1}'s {before!r} s: rows out of time order "
+            "(the row order is the event order; kvsim run --record-accesses writes them so)",
+            where=f"{where}: row {i}",
+        )
+
+
+def _refuse_first(bad: np.ndarray, reason: Callable[[int], str], where: str) -> None:
+    """InputError at the first row ``bad`` marks (rows counted from 0, as ``iloc``)."""
+    rows = np.flatnonzero(bad)
+    if rows.size:
+        i = int(rows[0])
+        raise InputError(reason(i), where=f"{where}: row {i}")

@@ -32,10 +32,11 @@ METRICS: dict[str, str] = {
     "ttft_mean_s": "mean time to first token (prefill end - arrival)",
     **{f"ttft_p{q}_s": f"{q}th percentile of TTFT" for q in QUANTILES},
     **{
-        f"ttft_p{q}_ci_s": f"[low, high] 95% interval of the {q}th percentile of TTFT: a "
-        "stationary block bootstrap of the measured requests in arrival order (so a trace "
-        "replay has one too)"
+        f"ttft_p{q}_s_{end}": f"{word} end of the 95% interval of ttft_p{q}_s (null under "
+        "20 requests): a stationary block bootstrap of the measured requests in arrival "
+        "order (so a trace replay has one too)"
         for q in (50, 99)
+        for end, word in (("lo", "low"), ("hi", "high"))
     },
     "ttft_max_s": "largest TTFT",
     "requests_cold": "measured requests that were cold: the first of their session (the "
@@ -89,8 +90,12 @@ METRICS: dict[str, str] = {
     "remote_put_ops": "remote put operations over the whole run, warm-up included (one per "
     "chunk on each server written: an object store's billed PUT requests)",
     "hit_ratio": "prompt tokens served from any cache tier / all prompt tokens",
-    "hit_ratio_ci": "[low, high] 95% interval of hit_ratio (a ratio of sums): the same "
-    "stationary block bootstrap of the measured requests in arrival order; within [0, 1]",
+    **{
+        f"hit_ratio_{end}": f"{word} end of the 95% interval of hit_ratio (a ratio of sums; "
+        "null under 20 requests): the same stationary block bootstrap of the measured "
+        "requests in arrival order; within [0, 1]"
+        for end, word in (("lo", "low"), ("hi", "high"))
+    },
     "token_source_frac": "per source (gpu, host, nvme, remote, peer, compute): its prompt tokens "
     "/ all",
     "recomputed_tokens": "measured prompt tokens computed again: in blocks computed (or "
@@ -129,6 +134,17 @@ METRICS: dict[str, str] = {
     "(role, path and sha256 of the scenario file, the files it extends, its profile, timing "
     "table, trace and plugin files)",
 }
+# a run's own 95% intervals, each as two numbers beside the value it bounds (the one form
+# of an interval for scripts: kvsim.results.uncertainty.bound_keys): value -> its keys
+INTERVALS: dict[str, tuple[str, str]] = {
+    v: (f"{v}_lo", f"{v}_hi") for v in ("ttft_p50_s", "ttft_p99_s", "hit_ratio")
+}
+# an older kvsim's summary key of each: a [low, high] list (read back, never written)
+LEGACY_INTERVALS = {
+    "ttft_p50_ci_s": "ttft_p50_s",
+    "ttft_p99_ci_s": "ttft_p99_s",
+    "hit_ratio_ci": "hit_ratio",
+}
 NUMERIC = tuple(
     k
     for k in METRICS
@@ -140,9 +156,7 @@ NUMERIC = tuple(
         "load_policy",
         "prompt_range",
         "token_source_frac",
-        "ttft_p50_ci_s",
-        "ttft_p99_ci_s",
-        "hit_ratio_ci",
+        *(key for pair in INTERVALS.values() for key in pair),  # bounds, not outcomes
         "tier_read_bytes",
         "tier_write_bytes",
         "tier_dropped_on_backlog",

@@ -19,7 +19,7 @@ from kvsim.config.schema import Scenario, prompt_bounds
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
 from kvsim.results.provenance import provenance
-from kvsim.results.uncertainty import mser5, percentile_cis, ratio_ci
+from kvsim.results.uncertainty import bound_keys, mser5, percentile_cis, ratio_ci
 from kvsim.rng import stream
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
 from kvsim.sim.rows import COLUMNS as COLUMNS
@@ -119,6 +119,7 @@ def summarize(
     served = float(everyone["input_tokens"].sum())  # (= prompt without a prompt range)
     src = {s: float(m[f"tokens_{s}"].sum()) for s in SOURCES}
     got = m[(m["remote_get_s"] > 0) & (m["retries"] == 0)]  # one GET per row
+    intervals = ttft_intervals(m, sc.seed)  # each pair beside the value it bounds
     summary: dict[str, Any] = {
         "scenario": sc.name,
         "seed": sc.seed,
@@ -137,7 +138,7 @@ def summarize(
         "warmup_s": warmup,
         "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"),
         **{f"ttft_p{q}_s": percentile(ttft, q) for q in QUANTILES},
-        **ttft_intervals(m, sc.seed),
+        **{k: v for k, v in intervals.items() if k.startswith("ttft_")},
         "ttft_max_s": float(ttft.max()) if ttft.size else float("nan"),
         **cold_warm(m),
         "queue_wait_mean_s": float(m["queue_wait_s"].mean()) if len(m) else float("nan"),
@@ -155,6 +156,7 @@ def summarize(
         "requests_per_s": ratio(len(everyone), span),
         **prices(sc, ratio(served, span), *remote_op_rates(out)),
         "hit_ratio": ratio(prompt - src["compute"], prompt),
+        **{k: v for k, v in intervals.items() if k.startswith("hit_ratio_")},
         "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
         "recomputed_tokens": int(m["recomputed_tokens"].sum()),
         "gpu_recompute_frac": gpu_recompute_frac(m),
@@ -183,9 +185,18 @@ def summarize(
     }
     if out.faults:
         summary["faults"] = out.faults
+    from kvsim.catalogue.compose import scenario_notes
+
+    notes = scenario_notes(sc)  # a composed profile beside a calibrated one (issue 39)
+    if notes:
+        summary["profile_notes"] = notes
     tenants = sorted(measured["tenant"].unique())
     if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
         summary["tenants"] = tenant_summary(m, out, tenants)
+    from kvsim.results.timeseries import steady_state
+
+    # is the measured window still filling? (GPU busy or queue wait rising across it)
+    summary["steady_state"] = steady_state(m, act, sc.run.timeseries_window, engines, hi)
     # last: what produced the run (code, core, packages, input files' SHA-256)
     summary["provenance"] = provenance(sc)
     return summary
@@ -325,19 +336,23 @@ def prices(
     return {"usd_per_hour": usd, "usd_per_million_prompt_tokens": per_m}
 
 
-def ttft_intervals(m: pd.DataFrame, seed: int) -> dict[str, list[float]]:
-    """95% intervals of TTFT p50 and p99 and of the hit ratio (``hit_ratio_ci``: hit
-    prompt tokens over prompt tokens, a ratio of sums, within [0, 1]) by a stationary
-    block bootstrap of the measured requests in arrival order
-    (kvsim.results.uncertainty); [nan, nan] under 20."""
+def ttft_intervals(m: pd.DataFrame, seed: int) -> dict[str, float | None]:
+    """95% intervals of TTFT p50 and p99 and of the hit ratio (hit prompt tokens over
+    prompt tokens, a ratio of sums, within [0, 1]) by a stationary block bootstrap of the
+    measured requests in arrival order (kvsim.results.uncertainty), as two numbers beside
+    each value (:func:`~kvsim.results.uncertainty.bound_keys`): ``ttft_p50_s_lo``,
+    ``ttft_p50_s_hi``, ``ttft_p99_s_lo``, ``ttft_p99_s_hi``, ``hit_ratio_lo``,
+    ``hit_ratio_hi``; None under 20 requests."""
     m = m.sort_values("arrival_s", kind="stable")
     cis = percentile_cis(m["ttft_s"].to_numpy(), (50, 99), stream(seed, "ttft_ci"))
     prompt = m["input_tokens"].to_numpy(dtype=float)
     hits = prompt - m["tokens_compute"].to_numpy(dtype=float)
-    return {
-        **{f"ttft_p{q}_ci_s": list(cis[q]) for q in (50, 99)},
-        "hit_ratio_ci": list(ratio_ci(hits, prompt, stream(seed, "hit_ratio_ci"))),
-    }
+    out: dict[str, float | None] = {}
+    for q in (50, 99):
+        out.update(bound_keys(f"ttft_p{q}_s", cis[q]))
+    # (the stream keeps its name: the same draws, so the same bounds as before)
+    out.update(bound_keys("hit_ratio", ratio_ci(hits, prompt, stream(seed, "hit_ratio_ci"))))
+    return out
 
 
 def tenant_summary(m: pd.DataFrame, out: SimOutput, tenants: list[int]) -> dict[str, Any]:

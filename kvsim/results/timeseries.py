@@ -8,6 +8,11 @@ two runs with the same window line up. A request belongs to the window of its ar
 the GPU's busy fraction is of the window's own time (the engines' GPU work spans clipped
 to the window and to the last first token, as the summary's ``gpu_busy_frac``).
 
+The requests counted are those the summary measures: finished, after the warm-up and,
+with ``run.prompt_range``, with a prompt in that range (``keep``; :func:`of_results`
+passes it), so a window's statistics and the summary's agree in scope. The GPU's busy
+fraction is the engines' and so covers every request's work, as the summary's does.
+
 Columns the requests table lacks (``warm``, ``restore_*_s``, ``recomputed_tokens``,
 ``gpu_compute_s``: an older kvsim's table) give NaN columns, so the table always has
 :data:`TIMESERIES_COLUMNS`.
@@ -15,7 +20,9 @@ Columns the requests table lacks (``warm``, ``restore_*_s``, ``recomputed_tokens
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,7 +42,11 @@ MAX_WINDOWS = 1_000_000
 TIMESERIES_COLUMNS: tuple[tuple[str, str], ...] = (
     ("window_start_s", "start of the window (simulated time, a multiple of the window)"),
     ("window_end_s", "end of the window (window_start_s + run.timeseries_window)"),
-    ("requests", "measured requests that arrived in the window (finished, not warm-up)"),
+    (
+        "requests",
+        "measured requests that arrived in the window (finished, not warm-up, a prompt in "
+        "run.prompt_range when it is set: the summary's scope)",
+    ),
     ("requests_cold", "of them, cold: the first of their session or shared prefix"),
     ("requests_warm", "of them, warm: later ones"),
     ("ttft_p50_s", "median TTFT of the window's requests"),
@@ -52,7 +63,7 @@ TIMESERIES_COLUMNS: tuple[tuple[str, str], ...] = (
     (
         "gpu_busy_frac",
         "GPU (SM) work of the engines inside the window / (engines x window), the window cut "
-        "at the last first token",
+        "at the last first token (every request's work, as the summary's gpu_busy_frac)",
     ),
     *(
         (f"restore_{p}_mean_s", f"mean restore_{p}_s over the window's requests that restored")
@@ -90,20 +101,27 @@ def timeseries(
     activity: Sequence[Mapping[str, Sequence[float]]],
     window: float,
     engines: int,
+    keep: pd.Series | np.ndarray | None = None,
 ) -> pd.DataFrame:
     """One row per ``window`` seconds of the measured requests' arrival times, with the
     columns :data:`TIMESERIES_COLUMNS` (see the module's text). ``activity``: per engine,
     its flat ``gpu`` spans (:class:`kvsim.sim.simulation.SimOutput`); none gives a NaN
-    ``gpu_busy_frac``. :class:`InputError` naming ``run.timeseries_window`` when the
-    windows would be more than :data:`MAX_WINDOWS`."""
+    ``gpu_busy_frac``. ``keep`` (aligned with ``df``): the rows in the summary's scope
+    (``run.prompt_range``); the others are not counted (None: every row).
+    :class:`InputError` naming ``run.timeseries_window`` when the windows would be more
+    than :data:`MAX_WINDOWS`."""
     if not (window > 0 and np.isfinite(window)):
         raise InputError(f"{window!r} is not a positive duration", where="run.timeseries_window")
-    done = df[df["decision"] != "dropped"] if "decision" in df else df
-    done = done[
-        np.isfinite(done["ttft_s"].to_numpy(dtype=float))
-        & np.isfinite(done["arrival_s"].to_numpy(dtype=float))
-    ]
-    m = done[~done["warmup"].astype(bool)] if "warmup" in done else done
+    ok = np.isfinite(df["ttft_s"].to_numpy(dtype=float)) & np.isfinite(
+        df["arrival_s"].to_numpy(dtype=float)
+    )
+    if "decision" in df:
+        ok &= (df["decision"] != "dropped").to_numpy()
+    done = df[ok]  # (the busy clock's end: every finished request's, as the summary's)
+    if keep is not None:  # the summary's scope (run.prompt_range)
+        ok &= np.asarray(keep, dtype=bool)
+    m = df[ok]
+    m = m[~m["warmup"].astype(bool)] if "warmup" in m else m
     if m.empty:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMN_NAMES})
     arrival = m["arrival_s"].to_numpy(dtype=float)
@@ -202,9 +220,16 @@ def _restored(m: pd.DataFrame) -> np.ndarray:
 def of_results(results: Results) -> pd.DataFrame:
     """A run's time series in its scenario's ``run.timeseries_window`` (what ``kvsim run
     --out`` writes as timeseries.parquet)."""
+    from kvsim.results.records import in_prompt_range
+
     sc = results.scenario
+    df = results.requests
     return timeseries(
-        results.requests, results.activity, sc.run.timeseries_window, sc.cluster.engines
+        df,
+        results.activity,
+        sc.run.timeseries_window,
+        sc.cluster.engines,
+        keep=in_prompt_range(df, sc).to_numpy() if sc.run.prompt_range is not None else None,
     )
 
 
@@ -233,3 +258,152 @@ def _gpu_busy(
     span = top - lo
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(span > 0, busy / (engines * span), 0.0)
+
+
+# ---- steady state: is the measured window still trending? -------------------------------
+
+#: the measured window's series is cut into this many consecutive blocks, whose means
+#: (batch means: nearly independent where single windows are not) the trend is fitted to
+TREND_BLOCKS = 8
+#: Student t quantile for a two-sided 1% test of the slope of TREND_BLOCKS block means
+#: (TREND_BLOCKS - 2 = 6 degrees of freedom): a stationary series with independent block
+#: means is flagged at most 1% of the time (tests/test_steady_state.py measures it)
+TREND_T = 3.707
+#: and only a change that matters: the fitted rise across the window is at least this
+#: share of the series' mean (a long run's small but significant drift is not flagged)
+TREND_MIN_RISE = 0.25
+#: fewer windows than this (two per block) tell nothing: no verdict
+TREND_MIN_WINDOWS = 2 * TREND_BLOCKS
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A series still rising over the measured window: the straight line through its
+    block means, at the first block and the last, and the slope's t statistic."""
+
+    first: float
+    last: float
+    t: float
+
+    @property
+    def rise(self) -> float:
+        """last / first - 1 (inf from 0)."""
+        return self.last / self.first - 1 if self.first > 0 else math.inf
+
+
+def trend(
+    values: Sequence[float] | np.ndarray,
+    *,
+    blocks: int = TREND_BLOCKS,
+    t_crit: float = TREND_T,
+    min_rise: float = TREND_MIN_RISE,
+) -> Trend | bool | None:
+    """Is a series (one value per window, in time order; NaN windows left out) still
+    rising? Pure. Its values are cut into ``blocks`` consecutive blocks and a straight
+    line fitted to the block means; a :class:`Trend` when the slope is positive with
+    t above ``t_crit`` (a two-sided 1% test for 8 blocks) *and* the fitted rise from the
+    first block to the last is at least ``min_rise`` of the series' mean; False when it
+    is not (steady, as far as this test sees); None when fewer than two values a block
+    (too short to tell)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if blocks < 3 or len(x) < 2 * blocks:
+        return None
+    means = np.array([b.mean() for b in np.array_split(x, blocks)])
+    pos = np.arange(blocks, dtype=float)
+    pos -= pos.mean()
+    slope = float(pos @ (means - means.mean()) / (pos @ pos))
+    fit = means.mean() + slope * pos
+    resid = means - fit
+    se = math.sqrt(float(resid @ resid) / (blocks - 2) / float(pos @ pos))
+    t = slope / se if se > 0 else (math.inf if slope > 0 else 0.0)
+    first, last = float(fit[0]), float(fit[-1])
+    scale = abs(float(x.mean()))
+    if t > t_crit and last - first >= min_rise * scale and last > first:
+        return Trend(first, last, t)
+    return False
+
+
+def _percent(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def steady_state(
+    m: pd.DataFrame,
+    activity: Sequence[Mapping[str, Sequence[float]]],
+    window: float,
+    engines: int,
+    end: float,
+) -> dict[str, object]:
+    """The summary's ``steady_state``: whether the engines' GPU busy fraction or the
+    measured requests' mean queue wait, per ``window`` of arrivals (as timeseries.parquet
+    cuts them), is still rising across the measured window (:func:`trend`). ``m``: the
+    measured requests (``arrival_s``, ``queue_wait_s``); ``end``: the summary's clock
+    end (the last first token). ``{"steady": True | False | None, "warnings": [...]}``:
+    None (with no warning) when the run has fewer than :data:`TREND_MIN_WINDOWS`
+    windows."""
+    from kvsim.units import fmt_duration
+
+    arrival = m["arrival_s"].to_numpy(dtype=float) if len(m) else np.empty(0)
+    arrival = arrival[np.isfinite(arrival)]
+    if not (window > 0 and np.isfinite(window)) or arrival.size == 0:
+        return {"steady": None, "warnings": []}
+    k = np.floor(m["arrival_s"].to_numpy(dtype=float) / window)
+    k0 = float(np.nanmin(k))
+    n = int(np.nanmax(k) - k0) + 1
+    if n < TREND_MIN_WINDOWS or n > MAX_WINDOWS:
+        return {"steady": None, "warnings": []}
+    ok = np.isfinite(k)
+    idx = (k[ok] - k0).astype(np.int64)
+    starts = (k0 + np.arange(n)) * window
+    busy = (
+        _gpu_busy(pd.DataFrame({"finish_s": [end]}), activity, starts, starts + window, engines)
+        if activity
+        else np.full(n, np.nan)
+    )
+    busy = np.where(starts < end, busy, np.nan)  # windows past the clock's end: no value
+    wait = m["queue_wait_s"].to_numpy(dtype=float)[ok]
+    seen = np.bincount(idx, minlength=n)[:n]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        queue = np.where(seen > 0, _sums(np.nan_to_num(wait), idx, n) / seen, np.nan)
+    warnings = []
+    verdicts = []
+    for name, series in (("GPU busy", busy), ("queue wait", queue)):
+        got = trend(series)
+        verdicts.append(got)
+        if isinstance(got, Trend):
+            show: Callable[[float], str] = _percent if name == "GPU busy" else fmt_duration
+            t = f"t = {got.t:.1f}" if got.t < 100 else "t > 100"
+            warnings.append(
+                f"not in steady state: {name} still rises across the measured window, from "
+                f"{show(max(got.first, 0.0))} to {show(got.last)} ({window:g} s windows of "
+                f"arrivals, a straight line through {TREND_BLOCKS} block means, {t}): its "
+                "figures mix a filling system with a full one; run longer (more requests) "
+                "or lower the load"
+            )
+    steady: bool | None = None if all(v is None for v in verdicts) else not warnings
+    return {"steady": steady, "warnings": warnings}
+
+
+STEADY_COLUMN = "steady_state.steady"  # a sweep's results table: each run's verdict
+
+
+def unsteady_runs_note(table: pd.DataFrame) -> str | None:
+    """A sweep's (or capacity search's) line on its runs whose measured window was still
+    filling (:func:`steady_state`, the results table's ``steady_state.steady`` column:
+    False); None when every run was steady or could not tell (an older kvsim's table has
+    no such column)."""
+    if STEADY_COLUMN not in table.columns or "run" not in table.columns:
+        return None
+    flags = table[STEADY_COLUMN]
+    bad = table[flags.notna() & (flags.astype(object) == False)]  # noqa: E712 (None too)
+    if bad.empty:
+        return None
+    runs = ", ".join(str(r) for r in bad["run"].tolist()[:10])
+    more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+    return (
+        f"not in steady state: {len(bad)} of {len(table)} runs (run {runs}{more}) still had "
+        "their GPU busy or queue wait rising across the measured window (each run's "
+        "summary steady_state): their figures mix a filling system with a full one; give "
+        "them more requests or a lower load"
+    )

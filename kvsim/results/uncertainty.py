@@ -36,10 +36,12 @@ but its requests are still a sample of the traffic it stands for.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -427,3 +429,37 @@ def ratio_ci(
         half = NormalDist().inv_cdf(1.0 - alpha) * float(np.std(est, ddof=1))
         lo, hi = point - half, point + half
     return (max(min(lo, point), low), min(max(hi, point), high))
+
+
+# ---- the one form of an interval in a table or a JSON file ----------------------------
+
+
+def bound_keys(name: str, bounds: Interval | tuple[float, float] | None) -> dict[str, float | None]:
+    """An interval as a table or JSON file holds it: two numbers beside the value
+    ``name``, ``{name}_lo`` and ``{name}_hi`` (None, or an empty cell, without an
+    interval). Every interval kvsim writes for scripts takes this form; "± h" and
+    "[lo, hi]" are only printed (:meth:`Interval.text`)."""
+    if isinstance(bounds, Interval):
+        bounds = (bounds.lo, bounds.hi) if bounds.bounded else None
+    if bounds is None or not all(math.isfinite(float(x)) for x in bounds):
+        return {f"{name}_lo": None, f"{name}_hi": None}
+    return {f"{name}_lo": bounds[0], f"{name}_hi": bounds[1]}
+
+
+def read_bounds(
+    row: Mapping[str, Any], name: str, legacy: str | None = None
+) -> tuple[float, float] | None:
+    """The interval of the value ``name`` in a row kvsim wrote (:func:`bound_keys`), or in
+    an older kvsim's text column ``legacy`` (JSON text "[lo, hi]"); None without one."""
+    pair: Any = (row.get(f"{name}_lo"), row.get(f"{name}_hi"))
+    if pair[0] is None and legacy is not None:
+        raw: Any = row.get(legacy)
+        try:
+            pair = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            return None
+    try:
+        lo, hi = (float(x) for x in pair)
+    except (TypeError, ValueError):
+        return None
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None

@@ -317,7 +317,12 @@ class EvictionHook(StoreHook):
 
         def check(value: Any) -> int:
             key = _whole(value)  # keys are ints: the core never sees the plugin's object
-            if key is None or key not in store.blocks:
+            if key is None:  # the type first: 58.0 is no key, resident or not
+                raise _Refused(
+                    f"returned {show(value)}; a key must be an int (a block's key, as the "
+                    "tier's events give it)"
+                )
+            if key not in store.blocks:
                 raise _Refused(
                     f"returned {show(value)}, which is not a block resident in {self.tier}"
                 )

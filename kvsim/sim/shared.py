@@ -35,6 +35,22 @@ if TYPE_CHECKING:
     from kvsim.sim.job import Job
 
 
+def head_share(sc: Scenario) -> float:
+    """The share of a block's KV one tensor-parallel rank holds, by heads: a GQA or MHA
+    model's TP ranks split its KV heads (each keeps max(kv_heads // tp, 1) of them, as
+    vLLM does), so each copies only its heads when the block is staged for a put; an MLA
+    latent (or a KV size given without its layout) is kept whole by every rank. ``tp``
+    is the roofline's, else the node's GPUs per context-parallel rank (a measured
+    timing table's engine is the node)."""
+    layout = sc.model.kv_layout
+    if layout is None or layout.kind == "mla":
+        return 1.0
+    r = sc.timing.roofline
+    tp = r.tp if r is not None else max(sc.node.gpus // sc.node.pcp, 1)
+    heads = int(getattr(layout, "kv_heads", 1))
+    return max(heads // tp, 1) / heads
+
+
 def _unset(*_args: Any) -> Any:
     raise RuntimeError("Shared callback used before the simulation set it")
 
@@ -167,9 +183,11 @@ class Shared:
         self.remote = remote
         self._op_bytes = op_bytes
         self._op_factor = op_factor
-        # unsharded: one rank saves everything through its own link (LMCache's MLA
-        # default); per rank: every rank copies its shard in parallel
-        self.stage_share = 1.0 / remote.shards
+        # the part of a staged block rank 0 copies on its own GPU-to-host link: its
+        # shard of the tokens (per-rank sharding: 1/shards; unsharded: one rank saves
+        # every token, LMCache's MLA default) times its share of the heads
+        # (:func:`head_share`: 1/tp of a GQA/MHA model's KV heads, whole for MLA)
+        self.stage_share = head_share(self.scenario) / remote.shards
         # what the GET's clients can pull, equation (2) of kvsim.physics.client: one
         # rank's client unsharded (whole chunks), every rank's own per rank (its shard
         # of each chunk), once per run; the server's part stays on the fabric

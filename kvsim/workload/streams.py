@@ -22,6 +22,19 @@ insert/refresh rows, removes from delete/expire rows; evict rows are what a poli
 decides, so the replay ignores them. Its hit ratio is in blocks, hits / (hits + misses),
 as the summary's ``tiers.<tier>.hits/misses`` count.
 
+The lookup rule (one rule, :func:`_found`): a lookup finds the blocks the store holds
+within its *located prefix*, the longest prefix of the chain whose every block is held
+by the store or was found in another tier. A trace has no other tier (one store is the
+whole cache): the located prefix is the held prefix. A recorded lookup carries, per
+block, whether the run found it in another tier (``Stream.located``, from the hit rows
+of the same lookup in the other tiers: :func:`lookup_located`), as
+``Engine._count_lookup`` counts: a block of the located prefix is a hit in the tier that
+holds it, so a block after a hole in this tier (a block another tier served: FIFO's
+holes in a chain) is still a hit here, and a block past the run's located prefix is not.
+At the run's own capacity and policy the store holds what the run's did, so the replay
+gives back the run's counts exactly; at other capacities the other tiers are taken as
+the run had them (a block this tier no longer holds is not assumed found below it).
+
 Policies are the simulator's own stores: ``lru`` and ``fifo`` from
 :func:`kvsim.cache.eviction.make_store`, a plugin through
 :class:`kvsim.cache.eviction.Delegated` and :class:`kvsim.sim.hooks.EvictionHook` (a
@@ -77,6 +90,9 @@ class Stream:
     block_tokens: int = 0  # a trace's block size (0: a recorded stream)
     label: str = ""  # what it is, for messages and titles (e.g. "engine 0")
     prompt_tokens: int = 0  # a trace's prompt tokens (every lookup's sizes)
+    # a recorded stream: per key position of a lookup, whether the run found the block
+    # in another tier (None: a trace, one store, nothing found elsewhere)
+    located: list[bool] | None = None
     _next: list[int] | None = field(default=None, repr=False)
 
     def ops(self) -> Iterator[tuple[int, int, int]]:
@@ -189,7 +205,8 @@ def trace_stream(requests: Iterable[Request], block_tokens: int) -> Stream:
 
 def read_accesses(source: str | Path | Any) -> Any:
     """An ``accesses.parquet`` (or a run folder holding one, or a DataFrame) as a
-    DataFrame with the columns a replay reads; InputError naming what is missing."""
+    DataFrame with the columns a replay reads; InputError naming what is missing, or the
+    file and row of a value a replay cannot trust (:func:`kvsim.results.accesses.check`)."""
     import pandas as pd
 
     if isinstance(source, pd.DataFrame):
@@ -223,6 +240,9 @@ def read_accesses(source: str | Path | Any) -> Any:
         raise InputError(
             f"unknown event(s) {unknown[:5]}; expected {sorted(EVENTS)}", where=f"{where}: event"
         )
+    from kvsim.results.accesses import check
+
+    check(frame, where)
     frame.attrs["where"] = where
     return frame
 
@@ -262,32 +282,96 @@ def accesses_streams(
                 )
             present = [engine]
         groups = [(mine & (engines == e), f"engine {e}") for e in present]
-    event = frame["event"].astype(str).map(EVENTS).to_numpy().astype(np.int64)
+    names = frame["event"].astype(str)
+    event = names.map(EVENTS).to_numpy().astype(np.int64)
     key = frame["key"].to_numpy().astype(np.int64)
     size = frame["bytes"].to_numpy().astype(np.float64)
     request = frame["request"].to_numpy().astype(np.int64)
     time = frame["time"].to_numpy().astype(np.float64)
+    located = lookup_located(tiers, names.to_numpy() == "hit", event == LOOKUP, key, request, time)
     out = []
     for rows, label in groups:
         keep = rows & (event >= 0)
         out.append(
             _stream_of_rows(
-                event[keep], key[keep], size[keep], request[keep], time[keep], f"{tier}, {label}"
+                event[keep], key[keep], size[keep], request[keep], time[keep], f"{tier}, {label}",
+                located[keep],
             )
-        )
+        )  # fmt: skip
+    return out
+
+
+#: The order a lookup asks the tiers in (``Engine._count_lookup``; peer before remote).
+LOOKUP_ORDER = {"gpu": 0, "host": 1, "nvme": 2, "peer": 3, "remote": 4}
+
+
+def lookup_located(
+    tiers: np.ndarray,
+    hit: np.ndarray,
+    lookup: np.ndarray,
+    key: np.ndarray,
+    request: np.ndarray,
+    time: np.ndarray,
+) -> np.ndarray:
+    """For each row of a recorded file: a miss row whose block the same lookup found in
+    another tier (a hit row of that block in a tier of the same lookup); False otherwise.
+
+    One lookup's rows are written together (``AccessRecorder.lookup``): a run of hit/miss
+    rows of one request and time, its tiers in lookup order (gpu first). A new lookup
+    starts where a row is not part of the run, its request or time changes, its tier
+    comes before the previous row's in lookup order, or its tier asks a key again."""
+    n = len(tiers)
+    out = np.zeros(n, dtype=bool)
+    if not n or not lookup.any():
+        return out
+    import pandas as pd
+
+    rank = pd.Series(tiers).map(LOOKUP_ORDER).fillna(5).to_numpy(dtype=np.int64)
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (
+        ~lookup[:-1]
+        | (request[1:] != request[:-1])
+        | (time[1:] != time[:-1])
+        | (rank[1:] < rank[:-1])
+    )
+    cut &= lookup
+    inst = np.cumsum(cut)
+    idx = np.flatnonzero(lookup)
+    rows = pd.DataFrame({"i": inst[idx], "r": rank[idx], "k": key[idx], "h": hit[idx]})
+    again = rows.duplicated(["i", "r", "k"]).to_numpy()
+    if again.any():  # a tier asked a key again: the request looked up again (rare)
+        bad = set(rows["i"].to_numpy()[again].tolist())
+        ids = rows["i"].to_numpy().copy()
+        fresh = int(inst[-1]) + 1
+        seen: set[tuple[int, int]] = set()
+        cur = -1
+        triples = zip(ids.tolist(), rows["r"].tolist(), rows["k"].tolist(), strict=True)
+        for j, (i, r, k) in enumerate(triples):
+            if i not in bad:
+                continue
+            if i != cur:
+                cur, seen, now = i, set(), i
+            if (r, k) in seen:
+                seen, now, fresh = set(), fresh, fresh + 1
+            seen.add((r, k))
+            ids[j] = now
+        rows["i"] = ids
+    anywhere = rows.groupby(["i", "k"], sort=False)["h"].transform("max").to_numpy(dtype=bool)
+    out[idx] = anywhere & ~hit[idx]  # a block is a hit in one tier: elsewhere for the rest
     return out
 
 
 def _stream_of_rows(
     event: np.ndarray, key: np.ndarray, size: np.ndarray, request: np.ndarray,
-    time: np.ndarray, label: str,
+    time: np.ndarray, label: str, located: np.ndarray,
 ) -> Stream:  # fmt: skip
     """Rows of one store, in order, as operations: a lookup is a run of hit/miss rows of
     one request (a key asked again starts a new one), a store a run of insert/refresh
-    rows, a remove a run of delete (or expire) rows."""
+    rows, a remove a run of delete (or expire) rows. ``located``: per row, whether the
+    run found the block in another tier (:func:`lookup_located`)."""
     n = len(event)
     if n == 0:
-        return Stream([], [], [], [], [], [], label=label)
+        return Stream([], [], [], [], [], [], label=label, located=[])
     cut = np.ones(n, dtype=bool)
     cut[1:] = (event[1:] != event[:-1]) | ((event[1:] == LOOKUP) & (request[1:] != request[:-1]))
     starts = np.flatnonzero(cut).tolist()
@@ -317,7 +401,9 @@ def _stream_of_rows(
             s_out.append(s)
             e_out.append(e)
     times = time[s_out].tolist()
-    return Stream(kinds, s_out, e_out, times, keys, size.tolist(), label=label)
+    return Stream(
+        kinds, s_out, e_out, times, keys, size.tolist(), label=label, located=located.tolist()
+    )
 
 
 # ---- replays -----------------------------------------------------------------------------
@@ -463,27 +549,57 @@ def _result(stream: Stream, capacity: float, hit: int, asked: int, tokens: int) 
     return out
 
 
+def _found(keys: list[int], s: int, e: int, held: Any, located: list[bool] | None) -> list[int]:
+    """The lookup rule (module docstring): the positions in ``s:e`` of the blocks that
+    ``held`` holds within the located prefix (the blocks held, or found by the run in
+    another tier; ``located`` None: held only, a trace's prefix)."""
+    p = s
+    if located is None:
+        while p < e and keys[p] in held:
+            p += 1
+        return list(range(s, p))
+    out = []
+    while p < e:
+        if keys[p] in held:
+            out.append(p)
+        elif not located[p]:
+            break
+        p += 1
+    return out
+
+
 def _replay_store(stream: Stream, store: Any, hooks: _ReplayHooks | None) -> tuple[int, int, int]:
     """(hit blocks, asked blocks, hit tokens) of a stream through a store."""
     keys, sizes = stream.keys, stream.sizes
     blocks = store.blocks
     touch, insert, remove = store.touch, store.insert_many, store.remove
     last_token = stream.tokens
+    located = stream.located
     hit = asked = tokens = 0
     times = stream.times
     for i, (kind, s, e) in enumerate(stream.ops()):
         if hooks is not None:
             hooks.now = times[i]
         if kind == LOOKUP:
-            p = s
-            while p < e and keys[p] in blocks:
-                p += 1
-            if p > s:
-                touch(keys[s:p])
-                h = p - s
-                hit += h
-                if last_token:
-                    tokens += int(sum(sizes[s:p])) - (p == e)
+            if located is None:  # a trace: the found blocks are a prefix, tokens count
+                p = s
+                while p < e and keys[p] in blocks:
+                    p += 1
+                if p > s:
+                    touch(keys[s:p])
+                    hit += p - s
+                    if last_token:
+                        tokens += int(sum(sizes[s:p])) - (p == e)
+            else:
+                found = _found(keys, s, e, blocks, located)
+                j = 0
+                while j < len(found):  # touched in runs, as the run's lookup does
+                    q = j + 1
+                    while q < len(found) and found[q] == found[q - 1] + 1:
+                        q += 1
+                    touch(keys[found[j] : found[q - 1] + 1])
+                    j = q
+                hit += len(found)
             asked += e - s
         elif kind == STORE:
             insert(keys[s:e], sizes[s:e])
@@ -516,21 +632,20 @@ def _replay_opt(stream: Stream, capacity: float) -> tuple[int, int, int]:
     used = 0.0
     hit = asked = tokens = 0
     last_token = stream.tokens
+    located = stream.located
     push, pop = heapq.heappush, heapq.heappop
     for kind, s, e in stream.ops():
         if kind == LOOKUP:
-            p = s
-            while p < e:
+            found = _found(keys, s, e, held, located)
+            for p in found:
                 k = keys[p]
-                if k not in held:
-                    break
                 q = nxt[p]
                 held[k] = q
                 push(heap, (-q, k))
-                p += 1
-            if p > s:
-                hit += p - s
-                if last_token:
+            if found:
+                hit += len(found)
+                if last_token:  # a trace's are a prefix
+                    p = s + len(found)
                     tokens += int(sum(sizes[s:p])) - (p == e)
             asked += e - s
         elif kind == STORE:
