@@ -489,3 +489,41 @@ def test_unsafe_characters_in_card_text_are_refused(tmp_path, capsys, old, new, 
     msg = refused(tmp_path, capsys, gpu=gpu_card(tmp_path, GPU_CARD.replace(old, new)))
     assert msg.startswith(f"{tmp_path / 'g.yaml'}:") and f"{field}: unsafe character" in msg
     assert "\x1b" not in msg and "\r" not in msg
+
+
+def test_each_printed_efficiency_carries_its_own_mark(tmp_path, capsys):
+    # a card that states only hbm_frac: the HBM row says "card", the FLOP/s row keeps
+    # the generation's mark (each row its own value's mark, not flops_frac's for all)
+    gpu_card(tmp_path, GPU_CARD + "efficiency:\n  hbm_frac: 0.7\n")
+    assert main(["profiles", "show", "llama-3.1-8b", str(tmp_path / "g.yaml")]) == 0
+    rows = {line[:32].strip(): line for line in capsys.readouterr().out.splitlines()}
+    hopper = efficiency("hopper", "bf16")
+    assert rows["HBM bandwidth reached"].endswith("x 0.7 (card)")
+    assert rows["achievable FLOP/s"].endswith(f"({hopper.marks['flops_frac']})")
+    assert rows["host link"].endswith(f"({hopper.marks['host_link_frac']})")
+
+
+def test_moe_keys_in_a_nested_mapping_are_refused_not_read_as_dense(tmp_path, capsys):
+    # DBRX keeps its experts under ffn_config: read as dense it would be a quarter of its
+    # size; kvsim reads MoE keys at the top level only, so it refuses, naming the paths
+    cfg = {
+        "architectures": ["DbrxForCausalLM"],
+        "hidden_size": 6144,
+        "num_attention_heads": 48,
+        "num_hidden_layers": 40,
+        "num_key_value_heads": 8,
+        "intermediate_size": 10752,
+        "vocab_size": 100352,
+        "torch_dtype": "bfloat16",
+        "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["profiles", "show", str(tmp_path / "config.json"), "H100-SXM"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.json" in err
+    assert "ffn_config.moe_num_experts, ffn_config.moe_top_k" in err
+    # a nested mapping without MoE keys (quantisation, RoPE scaling) is not in the way
+    cfg.pop("ffn_config")
+    cfg["rope_scaling"] = {"type": "linear", "factor": 2.0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["profiles", "show", str(tmp_path / "config.json"), "H100-SXM"]) == 0

@@ -373,3 +373,16 @@ def test_fuzz_the_joint_forms_exit_cleanly(joint, capsys):
         wrote = (joint / out).exists()
         # (a rate search and --cheapest write --out; --minimize never does)
         assert wrote == ("--out" in argv and "--minimize" not in argv and code in (0, 1)), argv
+
+
+def test_a_sweep_files_seed_count_is_the_default_replications(joint, capsys):
+    # `replications: 2` in the sweep file: the search runs 2 replications unless --reps
+    # says otherwise (it was silently 3, --reps' own default)
+    (joint / "two.yaml").write_text(LAYOUTS + "replications: 2\n")
+    argv = ("--slo", SLO_TEXT, "--minimize", "cluster.engines", "--range", "1..8", "--json")
+    code, out, err = cli(capsys, "capacity", "--sweep", "two.yaml", *argv)
+    assert code == 0, err
+    assert [len(r["values"]) for r in json.loads(out)] == [2, 2]
+    code, out, err = cli(capsys, "capacity", "--sweep", "two.yaml", *argv, "--reps", "3")
+    assert code == 0, err
+    assert [len(r["values"]) for r in json.loads(out)] == [3, 3]

@@ -213,3 +213,58 @@ def test_capacity_warns_when_the_run_at_its_answer_was_still_filling(tmp_path, m
     search(sc, parse_slo("ttft_p99<=1s"), reps=1, tol=0.2, log=logged.append)
     warns = [x for x in logged if "warning: at that load, not in steady state" in x]
     assert len(warns) == 1, logged
+
+
+def test_a_short_overloaded_run_is_judged_on_finer_windows():
+    # 300 requests in 60 s (six 10 s windows: too few for the 16 the test needs) whose
+    # queue never drains, on an engine busy all the time: judged on 16 windows of 3.7 s
+    t = np.linspace(0.0, 60.0, 300)
+    busy = [{"gpu": [0.0, 400.0]}]
+    got = steady_state(_measured(t, t / 2), busy, 10.0, 1, 400.0)
+    assert got["steady"] is False
+    (line,) = got["warnings"]
+    assert "queue wait still rises" in line and "3.75 s windows" in line
+    # the advice names both causes, with the busy fraction at the end
+    assert "GPU busy 100% at the end" in line and "add engines" in line
+    # the same with a flat queue: steady; with too few requests: no verdict
+    assert steady_state(_measured(t, np.full(300, 0.01)), busy, 10.0, 1, 400.0)["steady"]
+    few = _measured(t[::6], t[::6] / 2)
+    assert steady_state(few, busy, 10.0, 1, 400.0)["steady"] is None
+
+
+def test_every_field_that_sets_the_rate_gets_the_fixed_count_warning(tmp_path):
+    # the rate reached through the arrivals mapping, or a trace's time scale, leaves run
+    # lengths unequal just as workload.arrivals.rate does (one set of rate fields)
+    base = _toy_scenario(tmp_path, 2.0)
+    mapping = tmp_path / "arrivals.yaml"
+    mapping.write_text(
+        f"base: {base}\ngrid:\n  workload.arrivals:\n"
+        "    - {process: poisson, rate: 2/s}\n    - {process: poisson, rate: 8/s}\n"
+    )
+    assert "varies workload.arrivals but leaves" in (fixed_count_note(load_sweep(mapping)) or "")
+    # a field that does not set the rate: no warning
+    other = tmp_path / "other.yaml"
+    other.write_text(f"base: {base}\ngrid:\n  cluster.engines: [1, 2]\n")
+    assert fixed_count_note(load_sweep(other)) is None
+
+
+def test_minimize_warns_when_its_answer_rests_on_a_run_still_filling(tmp_path):
+    # a session workload that builds up over the whole run: the answer's runs are flagged
+    sc = tmp_path / "climb.yaml"
+    sc.write_text(
+        "name: climb\nprofile: {model: llama-3.1-8b, gpu: H100, gpus: 1, tp: 1}\nseed: 1\n"
+        "run: {warmup: 0 s}\ncluster: {engines: 1}\n"
+        "workload:\n  kind: synthetic\n  requests: 800\n"
+        "  arrivals: {process: poisson, rate: 0.5/s}\n"
+        "  sessions: {turns: {dist: geometric, mean: 40}, think_time: 30 s}\n"
+        "  prompt_tokens: {dist: lognormal, median: 3000, sigma: 0.5, max: 16384}\n"
+        "  output_tokens: {dist: lognormal, median: 200, sigma: 0.7, max: 2048}\n"
+        "tiers:\n  host: {capacity: 40 GB}\n"
+    )
+    args = ["capacity", str(sc), "--slo", "ttft_p99<=300s", "--minimize"]
+    args += ["tiers.host.capacity", "--range", "10 GB..100 GB", "--reps", "2", "--json"]
+    rc, out, err = _cli(*args)
+    assert rc == 0, err
+    got = json.loads(out)["steady_state_warnings"]
+    assert len(got) == 2 and all("GPU busy still rises" in w for w in got)
+    assert err.count("warning: at the answer, tiers.host.capacity = 10 GB") == 2

@@ -546,7 +546,7 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
         (
             "HBM bandwidth reached",
             f"{g.hbm_bandwidth * comp.eff.hbm_frac / 1e12:,.2f} TB/s per GPU",
-            f"x {comp.eff.hbm_frac:g} ({comp.eff.mark})",
+            f"x {comp.eff.hbm_frac:g} ({comp.eff.marks.get('hbm_frac', comp.eff.mark)})",
         ),
         (
             "fixed per step",
@@ -557,7 +557,8 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
         (
             "host link",
             f"{comp.host_link / 1e9:,.1f} GB/s each way",
-            f"{g.host_link} {g.host_link_per_direction / 1e9:g} GB/s x {comp.eff.host_link_frac:g}",
+            f"{g.host_link} {g.host_link_per_direction / 1e9:g} GB/s x {comp.eff.host_link_frac:g}"
+            f" ({comp.eff.marks.get('host_link_frac', comp.eff.mark)})",
         ),
         ("lone 16k prefill", f"{t16:.3f} s", f"{per_step:,}-token steps ({rate:,.0f} tokens/s)"),
         (

@@ -611,6 +611,23 @@ _MOE_READ = frozenset(_EXPERT_KEYS + _PER_TOKEN_KEYS + _SHARED_KEYS + _LAYOUT_KE
 MAX_LAYERS = 10_000
 
 
+#: nested mappings whose keys are not model sizes (quantisation, RoPE scaling): not scanned
+_NESTED_READ = frozenset({"quantization_config", "rope_scaling", "compression_config"})
+
+
+def _moe_looking(doc: dict[str, Any], prefix: str) -> list[str]:
+    """Dotted paths of the MoE-looking keys (``*expert*``, ``*moe*``, not null) anywhere
+    inside a nested mapping."""
+    out = []
+    for k, v in doc.items():
+        path = f"{prefix}.{k}"
+        if isinstance(v, dict):
+            out += _moe_looking(v, path)
+        elif ("expert" in k.lower() or "moe" in k.lower()) and v is not None:
+            out.append(path)
+    return out
+
+
 def _moe_keys(r: _Reader) -> None:
     """Refuse MoE-looking keys (``*expert*``, ``moe_*``) kvsim does not read, naming them:
     read as a dense model, such a config would be silently wrong."""
@@ -622,6 +639,20 @@ def _moe_keys(r: _Reader) -> None:
         and k not in _MOE_IGNORED
         and r.doc[k] is not None
     )
+    nested = [
+        (k, path)
+        for k, v in r.doc.items()
+        if isinstance(v, dict) and k not in _NESTED_READ
+        for path in _moe_looking(v, k)
+    ]
+    if nested:  # DBRX's ffn_config: {moe_num_experts, moe_top_k}: not read, so refused
+        key = nested[0][0]
+        raise r.fail(
+            key,
+            f"MoE key{'s' if len(nested) > 1 else ''} inside a nested mapping kvsim does "
+            f"not read: {', '.join(p for _, p in nested[:5])} (it reads MoE keys at the "
+            "top level only: docs/catalogue.md); remove them if the model is dense",
+        )
     if odd:
         raise r.fail(
             odd[0],

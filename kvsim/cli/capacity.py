@@ -25,6 +25,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
     if (args.scenario is None) == (args.sweep is None):
         raise InputError("give a scenario or --sweep (one of them)", where="capacity")
+    if args.reps is None:  # a sweep file's own seed count, as `kvsim sweep` runs it
+        args.reps = _sweep_reps(args.sweep) if args.sweep is not None else 3
     if args.reps < 1:
         raise InputError("must be >= 1", where="--reps")
     if args.prompt_range is not None:  # every run (every mode) measures only those prompts
@@ -135,11 +137,29 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
         found = minimize(
             sc, slo, args.minimize, span=args.span, reps=args.reps, tol=args.tol, log=log
         )
+    _warn(found.warning_lines())  # the answer's runs still filling up (stderr)
     if args.json:  # (kvsim.experiments.planner.Minimum: the interval, provision, counts)
         print(json.dumps(found.as_json(), indent=2))
         return 0
     print("\n".join(found.lines()))
     return 0
+
+
+def _sweep_reps(path: str) -> int:
+    """A sweep file's ``replications`` (or the length of its ``seeds``), else 3."""
+    from kvsim.config.loader import load_record
+    from kvsim.experiments.sweep import SweepSpec
+
+    spec = load_record(SweepSpec, path, "sweep")
+    if spec.seeds is not None:
+        return len(spec.seeds)
+    return spec.replications or 3
+
+
+def _warn(lines: list[str]) -> None:
+    """Warnings on stderr, after the progress lines and beside stdout's answer."""
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _minimize_layouts(args: argparse.Namespace, slo: object, log: Callable[[str], None]) -> int:
@@ -162,6 +182,8 @@ def _minimize_layouts(args: argparse.Namespace, slo: object, log: Callable[[str]
         log=log,
     )
     done = [r for r in rows if r.answer is not None]
+    for r in done:  # each layout's answer runs still filling up (stderr)
+        _warn([f"layout {r.label}: {w}" for w in r.answer.warning_lines()])  # type: ignore[union-attr]
     priced = [r for r in done if math.isfinite(r.usd_per_hour) and r.usd_per_hour > 0]
     best = min(priced, key=lambda r: r.usd_per_hour) if priced else None
     if args.json:
@@ -257,6 +279,17 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
         }
         for x in found
     ]
+    from kvsim.experiments.planner import steady_warnings
+
+    for x in found:  # layouts whose runs at their own load were still filling up (stderr)
+        label = ", ".join(f"{k}={v}" for k, v in x.config.items()) or "the scenario"
+        _warn(
+            [
+                f"warning: layout {label}, seed run {i + 1}: {w}"
+                for i, s in enumerate(x.summaries)
+                for w in steady_warnings(s)
+            ]
+        )
     if args.out is not None:
         _write_cheapest(args.out, rows, found, slo)
     if args.json:

@@ -286,7 +286,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("--sweep", type=_path, help="a sweep file: one capacity per configuration")
     _add_overrides(cp)
-    cp.add_argument("--reps", type=int, default=3, help="replications (seeds) per search")
+    cp.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="replications (seeds) per search (default: a --sweep file's replications or "
+        "seeds count, else 3)",
+    )
     cp.add_argument("--tol", type=float, default=0.02, help="relative width to stop at")
     cp.add_argument(
         "--out",

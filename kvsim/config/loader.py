@@ -1107,8 +1107,9 @@ def _validation_error(
     """The one place a pydantic ValidationError becomes an InputError: the first error's
     field path (as the user wrote it), file and line, what was given and what is allowed,
     and how many other fields are wrong. The errors of a union's members at one field are
-    one error (``profile`` given 5: neither a name nor a composition)."""
-    errors = e.errors()
+    one error (``profile`` given 5: neither a name nor a composition). An unknown key comes
+    first: a misspelt key (``input_tokens``) is the cause of the missing field it meant."""
+    errors = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
     paths = [_path_of(data, x, root) for x in errors]
     path = paths[0]
     same = [x for x, p in zip(errors[1:], paths[1:], strict=True) if p == path]

@@ -221,6 +221,9 @@ class Minimum:
     at_bottom: int = 0  # replications already meeting the SLO at the range's bottom
     # the price of the value to provision (the run that found it; NaN without prices)
     usd_per_hour: float = math.nan
+    # the runs at each replication's answer whose measured window was still filling
+    # (their summaries' steady_state warnings, "seed N: ..."): the answer rests on them
+    unsteady: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def mean(self) -> float:
@@ -313,6 +316,10 @@ class Minimum:
             )
         return out
 
+    def warning_lines(self) -> list[str]:
+        """``warning:`` lines for the runs at the answers that were not in steady state."""
+        return [f"warning: at the answer, {line}" for line in self.unsteady]
+
     def as_json(self) -> dict[str, Any]:
         """The answer for ``--json`` (base units; a count as whole numbers). Its interval
         is ``mean_lo`` and ``mean_hi`` (numbers, null without an interval)."""
@@ -336,6 +343,7 @@ class Minimum:
             "at_field_floor": self.at_floor,
             "evaluations": self.evaluations,
             "usd_per_hour": _json_float(self.usd_per_hour),
+            "steady_state_warnings": list(self.unsteady),
         }
 
 
@@ -368,6 +376,7 @@ def minimize(
     prints: dict[float, tuple[Any, ...]] = {}  # the first replication's runs at lo and hi
     tops: dict[int, Any] = {}  # the runs at the range's best end (Results), by seed
     prices: dict[tuple[float, int], float] = {}  # usd_per_hour of each run, by value and seed
+    unsteady: dict[tuple[float, int], list[str]] = {}  # steady_state warnings, the same
 
     def meets(x: float, seed: int) -> bool:
         nonlocal evaluations
@@ -383,6 +392,7 @@ def minimize(
         if x == hi:
             tops[seed] = res
         prices[x, seed] = float(res.summary.get("usd_per_hour", math.nan))
+        unsteady[x, seed] = steady_warnings(res.summary)
         return slo.met(res.summary)
 
     def does_nothing() -> bool:
@@ -404,6 +414,7 @@ def minimize(
         return b - a <= tol * b
 
     values = []
+    notes: list[str] = []  # the answers' runs not in steady state (Minimum.unsteady)
     at_bottom = 0  # replications where the bottom of the range already met the SLO
     for rep in range(reps):
         seed = sc.seed + rep
@@ -439,10 +450,18 @@ def minimize(
             found = b
         log(f"replication {rep + 1}/{reps} (seed {seed}): {path} = {f.show(found)}")
         values.append(found)
+        notes += [f"{path} = {f.show(found)}, seed {seed}: {w}" for w in unsteady[found, seed]]
     top, seed = max((v, sc.seed + r) for r, v in enumerate(values))
     answer = Minimum(slo, f, values, evaluations, (lo, hi), at_bottom)
     answer.usd_per_hour = prices.get((top, seed), math.nan)  # (a count's top is whole)
+    answer.unsteady = notes
     return answer
+
+
+def steady_warnings(summary: dict[str, Any]) -> list[str]:
+    """A run summary's ``steady_state`` warnings (none for an older or short run)."""
+    st = summary.get("steady_state")
+    return list(st.get("warnings", [])) if isinstance(st, dict) else []
 
 
 @dataclass

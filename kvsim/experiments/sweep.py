@@ -1384,13 +1384,20 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
 RATE_PATH = "workload.arrivals.rate"
 
 
+#: swept fields that change the arrival rate (a sweep of any leaves run lengths unequal)
+RATE_FIELDS = frozenset({RATE_PATH, "workload.arrivals", "workload.time_scale"})
+
+
 def fixed_count_note(sweep: Sweep) -> str | None:
     """A warning for a sweep that varies the arrival rate (``workload.arrivals.rate``)
     while the request count stays fixed: a run at a higher rate then spans less time, so
     its fill (warm-up, caches, sessions) is a larger share of it and the grid compares
     runs of different lengths as well as different rates (p95 falling as the rate rises).
-    None when the count is swept too, or the workload has no count (a trace)."""
-    if RATE_PATH not in sweep.columns or "workload.requests" in sweep.columns or not sweep.runs:
+    Any swept field that sets the rate counts (:data:`RATE_FIELDS`: the rate, the
+    arrivals mapping that holds it, a trace's time scale). None when the count is swept
+    too, or the workload has no count (a trace)."""
+    swept = [c for c in sweep.columns if c in RATE_FIELDS]
+    if not swept or "workload.requests" in sweep.columns or not sweep.runs:
         return None
     from kvsim import api
 
@@ -1403,7 +1410,7 @@ def fixed_count_note(sweep: Sweep) -> str | None:
     if not isinstance(requests, int):
         return None
     return (
-        f"the sweep varies {RATE_PATH} but leaves workload.requests fixed at {requests:,}: "
+        f"the sweep varies {swept[0]} but leaves workload.requests fixed at {requests:,}: "
         "a run at a higher rate spans less time, so its warm-up and filling caches weigh "
         "more in it and the rows differ in run length as well as rate; sweep "
         "workload.requests in proportion (or compare loads with kvsim capacity)"

@@ -328,6 +328,11 @@ def _percent(x: float) -> str:
     return f"{x:.0%}"
 
 
+#: measured requests that let a run shorter than :data:`TREND_MIN_WINDOWS` windows be
+#: judged on finer ones (four a window on average)
+TREND_MIN_REQUESTS = 4 * TREND_MIN_WINDOWS
+
+
 def steady_state(
     m: pd.DataFrame,
     activity: Sequence[Mapping[str, Sequence[float]]],
@@ -341,14 +346,18 @@ def steady_state(
     measured requests (``arrival_s``, ``queue_wait_s``); ``end``: the summary's clock
     end (the last first token). ``{"steady": True | False | None, "warnings": [...]}``:
     None (with no warning) when the run has fewer than :data:`TREND_MIN_WINDOWS`
-    windows."""
+    windows and fewer than :data:`TREND_MIN_REQUESTS` measured requests (with as many
+    requests, a run shorter than that many windows is cut into that many shorter ones)."""
     from kvsim.units import fmt_duration
 
     arrival = m["arrival_s"].to_numpy(dtype=float) if len(m) else np.empty(0)
     arrival = arrival[np.isfinite(arrival)]
     if not (window > 0 and np.isfinite(window)) or arrival.size == 0:
         return {"steady": None, "warnings": []}
-    k = np.floor(m["arrival_s"].to_numpy(dtype=float) / window)
+    span = float(arrival.max() - arrival.min())
+    if span < TREND_MIN_WINDOWS * window and arrival.size >= TREND_MIN_REQUESTS:
+        window = span / TREND_MIN_WINDOWS  # a short, busy run: finer windows, same test
+    k = np.floor(m["arrival_s"].to_numpy(dtype=float) / window) if window > 0 else arrival
     k0 = float(np.nanmin(k))
     n = int(np.nanmax(k) - k0) + 1
     if n < TREND_MIN_WINDOWS or n > MAX_WINDOWS:
@@ -368,6 +377,8 @@ def steady_state(
         queue = np.where(seen > 0, _sums(np.nan_to_num(wait), idx, n) / seen, np.nan)
     warnings = []
     verdicts = []
+    tail = busy[np.isfinite(busy)][-max(len(busy) // TREND_BLOCKS, 1) :]
+    late = float(tail.mean()) if tail.size else math.nan  # GPU busy in the last block
     for name, series in (("GPU busy", busy), ("queue wait", queue)):
         got = trend(series)
         verdicts.append(got)
@@ -376,10 +387,17 @@ def steady_state(
             t = f"t = {got.t:.1f}" if got.t < 100 else "t > 100"
             warnings.append(
                 f"not in steady state: {name} still rises across the measured window, from "
-                f"{show(max(got.first, 0.0))} to {show(got.last)} ({window:g} s windows of "
-                f"arrivals, a straight line through {TREND_BLOCKS} block means, {t}): its "
-                "figures mix a filling system with a full one; run longer (more requests) "
-                "or lower the load"
+                f"{show(max(got.first, 0.0))} to {show(got.last)} ({fmt_duration(window)} "
+                f"windows of arrivals, a straight line through {TREND_BLOCKS} block means, "
+                f"{t}): its figures mix a filling system with a full one; "
+                + (
+                    "run longer (more requests) if it is still filling; if arrivals outrun "
+                    f"what the engines serve (GPU busy {_percent(late)} at the end), the "
+                    "queue grows without bound and a longer run will not settle it: lower "
+                    "the load or add engines"
+                    if name == "queue wait"
+                    else "run longer (more requests) or lower the load"
+                )
             )
     steady: bool | None = None if all(v is None for v in verdicts) else not warnings
     return {"steady": steady, "warnings": warnings}

@@ -31,9 +31,13 @@ of the same lookup in the other tiers: :func:`lookup_located`), as
 ``Engine._count_lookup`` counts: a block of the located prefix is a hit in the tier that
 holds it, so a block after a hole in this tier (a block another tier served: FIFO's
 holes in a chain) is still a hit here, and a block past the run's located prefix is not.
-At the run's own capacity and policy the store holds what the run's did, so the replay
-gives back the run's counts exactly; at other capacities the other tiers are taken as
-the run had them (a block this tier no longer holds is not assumed found below it).
+At the run's own capacity and policy the store holds what the run's did, so on the GPU
+tier the replay gives back the run's counts exactly (tests/test_mrc_replay.py). A lower
+tier can count a few more hits than the run: a block whose write into the tier has not
+landed is held by the store but not used by the run's lookup, and the file has no row
+for the landing (README says so; the command prints it). At other capacities the other
+tiers are taken as the run had them (a block this tier no longer holds is not assumed
+found below it).
 
 Policies are the simulator's own stores: ``lru`` and ``fifo`` from
 :func:`kvsim.cache.eviction.make_store`, a plugin through
