@@ -971,28 +971,38 @@ DISPLAY_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
 }
 
 
-def field_unit_of(path: str) -> str | None:
-    """The unit kind ("size", "bandwidth", "duration", "rate") of a scenario field named
-    by its dotted path (``tiers.host.capacity`` -> "size"), from the schema; None for a
-    plain number, a name or a path the schema does not have."""
+def _models(annotation: Any) -> list[Any]:
+    """The pydantic records an annotation holds (itself, or a union's or list's members)."""
     from typing import get_args
 
     from pydantic import BaseModel
 
-    from kvsim.config.schema import Scenario, field_unit
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models(a)]
 
-    def models(annotation: Any) -> list[type[BaseModel]]:
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            return [annotation]
-        return [m for a in get_args(annotation) for m in models(a)]
 
-    candidates: list[type[BaseModel]] = [Scenario]
+def _field_info(path: str) -> Any:
+    """The schema's FieldInfo of the scenario field at a dotted path; None if it has none."""
+    from kvsim.config.schema import Scenario
+
+    candidates: list[Any] = [Scenario]
     info = None
     for part in path.split("."):
         info = next((m.model_fields[part] for m in candidates if part in m.model_fields), None)
         if info is None:
             return None
-        candidates = models(info.annotation)
+        candidates = _models(info.annotation)
+    return info
+
+
+def field_unit_of(path: str) -> str | None:
+    """The unit kind ("size", "bandwidth", "duration", "rate") of a scenario field named
+    by its dotted path (``tiers.host.capacity`` -> "size"), from the schema; None for a
+    plain number, a name or a path the schema does not have."""
+    from kvsim.config.schema import field_unit
+
+    info = _field_info(path)
     return field_unit(info.annotation, info.metadata) if info is not None else None
 
 
@@ -1001,29 +1011,13 @@ def field_is_whole(path: str) -> bool:
     ``remote.servers``): an axis of it ticks on whole numbers only."""
     from typing import get_args
 
-    from pydantic import BaseModel
-
-    from kvsim.config.schema import Scenario
-
-    def models(annotation: Any) -> list[type[BaseModel]]:
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            return [annotation]
-        return [m for a in get_args(annotation) for m in models(a)]
-
-    def whole(annotation: Any) -> bool:
-        if annotation is int:
-            return True
-        args = get_args(annotation)
-        return bool(args) and args[0] is int and not models(annotation)
-
-    candidates: list[type[BaseModel]] = [Scenario]
-    info = None
-    for part in path.split("."):
-        info = next((m.model_fields[part] for m in candidates if part in m.model_fields), None)
-        if info is None:
-            return False
-        candidates = models(info.annotation)
-    return info is not None and whole(info.annotation)
+    info = _field_info(path)
+    if info is None:
+        return False
+    if info.annotation is int:
+        return True
+    args = get_args(info.annotation)
+    return bool(args) and args[0] is int and not _models(info.annotation)
 
 
 def metric_unit(metric: str) -> str | None:

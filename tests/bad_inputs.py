@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from test_hardening_cards import GPU_CARD, LLAMA
+from test_mrc_replay import HOLES
+
 ROOT = Path(__file__).resolve().parent.parent
 QS = ROOT / "scenarios" / "quickstart.yaml"
 LINE = '{"timestamp": %s, "input_length": %s, "output_length": 1, "hash_ids": %s}'
@@ -76,20 +79,7 @@ def SW(label: str, *fragments: str, out: dict) -> Case:
 
 # a recorded stream (kvsim run --record-accesses writes accesses.parquet so): engine 0,
 # blocks of 10 B; rows are counted from 0, as the messages count them
-STREAM = [
-    (0.0, 0, "gpu", 1, 10.0, "miss", 1),
-    (0.0, 0, "gpu", 2, 10.0, "miss", 1),
-    (0.0, 0, "gpu", 3, 10.0, "miss", 1),
-    (0.0, 0, "host", 1, 10.0, "miss", 1),
-    (0.0, 0, "host", 2, 10.0, "miss", 1),
-    (0.0, 0, "host", 3, 10.0, "miss", 1),
-    (0.1, 0, "gpu", 1, 10.0, "insert", 1),
-    (0.1, 0, "gpu", 2, 10.0, "insert", 1),
-    (0.1, 0, "gpu", 3, 10.0, "insert", 1),
-    (0.2, 0, "host", 2, 10.0, "insert", -1),
-    (0.2, 0, "gpu", 2, 10.0, "delete", -1),
-    (0.3, 0, "gpu", 1, 10.0, "hit", 2),
-]
+STREAM = HOLES[:12]  # r1 stores (1, 2, 3) in gpu; 2 moves to host; r2 hits 1
 
 
 def accesses(column: str | None = None, row: int = 0, value: object = None) -> Callable:
@@ -119,26 +109,7 @@ RUN_FOLDER = {
     "run/scenario.yaml": "extends: {QS}\n",
 }
 
-# Llama-3.1-8B's config.json as shipped (less kvsim's own key), and a GPU card of an H100
-# SXM: the good cards the card cases edit (as tests/test_hardening_cards.py does)
-LLAMA = {
-    k: v
-    for k, v in json.loads(
-        (ROOT / "kvsim" / "catalogue" / "models" / "llama-3.1-8b.json").read_text()
-    ).items()
-    if k != "kvsim"
-}
-GPU_CARD = """\
-name: Test-GPU
-generation: hopper
-flops_sparse: {bf16: 1979 TFLOP/s}
-hbm: 80 GiB
-hbm_bandwidth: 3.35 TB/s
-host_link: PCIe Gen5 x16
-host_link_per_direction: 64 GB/s
-nvlink_per_gpu: 450 GB/s
-nic_per_gpu: 400 Gb/s
-"""
+# the good cards the card cases edit (LLAMA, GPU_CARD: tests/test_hardening_cards.py's)
 CARD_SCENARIO = """\
 name: cards
 profile: {{model: {model}, gpu: {gpu}, gpus: 1}}

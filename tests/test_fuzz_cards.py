@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_hardening_cards import ERNIE
 
 from kvsim.catalogue.gpus import GPU_DIR
 from kvsim.catalogue.models import MODEL_DIR
@@ -50,22 +51,7 @@ MODELS: list[dict[str, Any]] = [
     shipped_config("qwen3-235b-a22b"),
     shipped_config("deepseek-v3"),
     shipped_config("gpt-oss-120b"),
-    {  # ERNIE-4.5-21B-A3B (the MoE keys of its family)
-        "hidden_size": 2560,
-        "intermediate_size": 12288,
-        "head_dim": 128,
-        "moe_intermediate_size": 1536,
-        "moe_k": 6,
-        "moe_layer_interval": 1,
-        "moe_layer_start_index": 1,
-        "moe_num_experts": 64,
-        "moe_num_shared_experts": 2,
-        "num_attention_heads": 20,
-        "num_hidden_layers": 28,
-        "num_key_value_heads": 4,
-        "tie_word_embeddings": True,
-        "vocab_size": 103424,
-    },
+    ERNIE,  # ERNIE-4.5-21B-A3B (the MoE keys of its family)
     {  # Mistral-7B v0.1: every layer sliding
         "hidden_size": 4096,
         "intermediate_size": 14336,
