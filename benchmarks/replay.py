@@ -27,7 +27,7 @@ from workloads import DEFAULT_TRACE, ROOT
 
 from kvsim import compiled
 from kvsim.api import load
-from kvsim.results import collect
+from kvsim.results.records import collect
 from kvsim.sim.simulation import Simulation
 from kvsim.workload.mooncake import read_mooncake
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kvsim import compiled
 from kvsim.api import load
-from kvsim.results import collect
+from kvsim.results.records import collect
 from kvsim.sim.simulation import Simulation
 
 HERE = Path(__file__).resolve().parent

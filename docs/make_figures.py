@@ -101,7 +101,7 @@ def make_sweep() -> dict[str, Any]:
 def make_paper() -> dict[str, Any]:
     import numpy as np
 
-    from kvsim.reproduce import study
+    from kvsim.reproduce.studies import study
 
     mod = study("paper")
     rep = mod.reproduce(range_seeds=0)  # the CDF image needs no range runs

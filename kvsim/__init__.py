@@ -9,22 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from kvsim.version import __version__, compiled
 
 if TYPE_CHECKING:
-    from kvsim.results import Results
+    from kvsim.results.records import Results
 
 __all__ = ["__version__", "compiled", "load", "run"]
-
-
-def compiled() -> bool:
-    """True when the simulation core runs compiled to C (``pip install .``, see setup.py),
-    False when it runs as the pure-Python source (an editable install, KVSIM_COMPILE=0, or
-    no C compiler at install time). Results are the same either way."""
-    from importlib.util import find_spec
-
-    spec = find_spec("kvsim.sim.engine")
-    return spec is not None and spec.origin is not None and not spec.origin.endswith(".py")
 
 
 def run(scenario: Any, overrides: Any = None, seed: int | None = None, **kw: Any) -> Results:

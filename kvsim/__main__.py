@@ -2,6 +2,6 @@
 
 import sys
 
-from kvsim.cli import main
+from kvsim.cli.dispatch import main
 
 sys.exit(main())

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.config.dump import scenario_to_dict
-from kvsim.config.loader import apply_overrides, load_scenario, validate
+from kvsim.config.loader import apply_overrides, load_scenario, scenario_from_dict, validate
 from kvsim.config.schema import MooncakeWorkload, Scenario, SyntheticWorkload
 from kvsim.errors import InputError
 from kvsim.physics.client import Client, get_rate
 from kvsim.physics.costmodel import CostModel
 from kvsim.physics.step import scenario_lone_seconds
-from kvsim.results import Results, collect
+from kvsim.results.records import Results, collect
 from kvsim.sim.simulation import Progress, Simulation
 from kvsim.workload.request import Request
 
@@ -72,7 +72,7 @@ def run(
     ``progress`` is called with the number of requests finished since its last call
     (None or False: no progress); ``record_accesses``: keep the access log as
     ``Results.accesses`` (a DataFrame, :mod:`kvsim.results.accesses`; written as
-    accesses.parquet by :func:`kvsim.results.writers.write_results`).
+    accesses.parquet by :func:`kvsim.results.runfolder.write_results`).
     """
     if progress is False:  # "no progress", as the CLI's --quiet
         progress = None
@@ -162,8 +162,6 @@ def tier_bandwidths(sc: Scenario) -> dict[str, tuple[float, float]]:
 
 def profile_scenario(profile: str, overrides: Overrides = None) -> Scenario:
     """A scenario that is only a profile (with a one-request placeholder workload)."""
-    from kvsim.config.loader import scenario_from_dict
-
     placeholder = {
         "kind": "synthetic",
         "requests": 1,

@@ -6,6 +6,7 @@ import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from kvsim.results.uncertainty import read_bounds
 from kvsim.units import fmt_bandwidth, fmt_bytes, fmt_duration
 
 
@@ -45,8 +46,6 @@ def _t(x: Any) -> str:
 
 def _interval(s: dict[str, Any], name: str) -> str:
     """The 95% interval of the time ``name`` (its ``_lo``/``_hi`` keys) as printed."""
-    from kvsim.results.uncertainty import read_bounds
-
     bounds = read_bounds(s, name)
     if bounds is None:
         return "n/a (under 20 requests)"
@@ -56,8 +55,6 @@ def _interval(s: dict[str, Any], name: str) -> str:
 def _pct_interval(s: dict[str, Any], name: str) -> str:
     """A fraction's 95% interval after it ("  (95% interval 61.5% .. 65.6%)"), or nothing
     without one (under 20 requests)."""
-    from kvsim.results.uncertainty import read_bounds
-
     bounds = read_bounds(s, name)
     if bounds is None:
         return ""

@@ -1,6 +1,6 @@
 """``kvsim run --record-accesses``: the access log (accesses.parquet) against the run's own
 counters, the integrity of its event stream, and a replay of it that gives back the run's
-GPU hit ratios (kvsim.results.accesses, kvsim.workload.streams.replay_accesses)."""
+GPU hit ratios (kvsim.results.accesses, kvsim.analysis.replay.replay_accesses)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from kvsim import api
+from kvsim.analysis.replay import replay_accesses
 from kvsim.cli import main
 from kvsim.config.pools import pools
 from kvsim.results.accesses import COLUMNS
 from kvsim.results.records import json_ready
-from kvsim.workload.streams import replay_accesses
 
 from conftest import SCENARIOS, toy
 

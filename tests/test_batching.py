@@ -285,7 +285,7 @@ def test_budget_and_tokens_properties(spec, budget, max_reqs, threshold, sched, 
         cluster={"load_policy": policy},
     )
     sim = Simulation(sc, requests=reqs)
-    rec = sim.shared.steps = Recorder(sim.shared.steps)
+    rec = sim.shared.run.steps = Recorder(sim.shared.run.steps)
     res = api.collect(sim.run(), sc)
     cap = threshold if threshold > 0 else budget
     for chunks in rec.steps:
@@ -484,7 +484,7 @@ def test_reservations_evict_and_are_given_back():
     sim = Simulation(sc, requests=reqs)
     res = api.collect(sim.run(), sc)
     gpu = sim.engines[0].local.gpu
-    assert gpu.reserved == 0 and sim.engines[0].inflight == 0
+    assert gpu.reserved == 0 and sim.engines[0].pool.inflight == 0
     assert gpu.used <= gpu.capacity
     c = rows(res)[2]
     # B pushed A's five oldest blocks to host; C restores them, its reservation evicting

@@ -7,7 +7,7 @@ import pytest
 
 from kvsim.cli import main
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import SLO, parse_slo
+from kvsim.experiments.slo import SLO, parse_slo
 
 from conftest import SCENARIOS
 

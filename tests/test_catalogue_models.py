@@ -1,4 +1,4 @@
-"""Model cards (kvsim/catalogue/models.py): derived quantities computed by hand.
+"""Model cards (kvsim/catalogue/modelcard.py): derived quantities computed by hand.
 
 Every expected number is worked out in the comment beside it from the card's config.json
 values (kvsim/catalogue/models/*.json, copied from the models' Hugging Face configs).
@@ -14,7 +14,8 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from kvsim.catalogue.models import MODEL_DIR, ModelCard, list_models, read_model
+from kvsim.catalogue.modelcard import ModelCard
+from kvsim.catalogue.models import MODEL_DIR, list_models, read_model
 from kvsim.config.schema import KvLayout
 from kvsim.errors import InputError
 

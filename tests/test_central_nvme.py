@@ -154,7 +154,8 @@ def test_quick_is_central_nvme_only(capsys):
 
 def test_the_study_on_a_tiny_configuration(tmp_path):
     # (~10 s: three layouts x two seeds of capacity searches on 800-request runs)
-    from kvsim.reproduce import central_nvme, study
+    from kvsim.reproduce import central_nvme
+    from kvsim.reproduce.studies import study
 
     assert study("central-nvme") is central_nvme
     rep = central_nvme.reproduce(

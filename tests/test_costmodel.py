@@ -151,9 +151,10 @@ def test_costmodel_plot_draws_exactly_the_tables_paths(tmp_path, capsys, monkeyp
     import numpy as np
 
     from kvsim import plots
+    from kvsim.plots import style
 
     drawn: list[list[tuple[str, np.ndarray, np.ndarray]]] = []
-    real_save = plots._save
+    real_save = style.save
 
     def capture(fig, path, in_folder=False):
         drawn.append(
@@ -165,7 +166,7 @@ def test_costmodel_plot_draws_exactly_the_tables_paths(tmp_path, capsys, monkeyp
         )
         return real_save(fig, path, in_folder)
 
-    monkeypatch.setattr(plots, "_save", capture)
+    monkeypatch.setattr(style, "save", capture)
     plot = tmp_path / "cm.png"
     assert main(["costmodel", *extra, "--plot", str(plot), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -15,7 +15,6 @@ from kvsim import api
 from kvsim.cli import main
 from kvsim.config.loader import deep_merge
 from kvsim.config.schema import prompt_bounds
-from kvsim.experiments.capacity import parse_slo
 from kvsim.experiments.explain import (
     PARTS,
     compute_floor,
@@ -25,6 +24,7 @@ from kvsim.experiments.explain import (
     measured,
     tail_parts,
 )
+from kvsim.experiments.slo import parse_slo
 
 from conftest import SCENARIOS, TOY, shared_trace, toy
 

@@ -27,7 +27,9 @@ from hypothesis.errors import InvalidArgument
 from kvsim.cli import main
 from kvsim.errors import InputError
 from kvsim.experiments import regression, sweep
-from kvsim.experiments.sweep import JOURNAL, parse_scheduler
+from kvsim.experiments.sweep import JOURNAL, executor
+from kvsim.experiments.sweep.cluster import parse_scheduler
+from kvsim.experiments.sweep.journal import journal_line
 
 from conftest import SCENARIOS, examples
 
@@ -204,7 +206,7 @@ def journal_bytes(draw, rows: list[dict]) -> bytes:
                 )
             # a row as kvsim writes it (with its checksum), or one edited after (without)
             signed = draw(st.booleans())
-            line = sweep.journal_line(row) if signed else json.dumps(row) + "\n"
+            line = journal_line(row) if signed else json.dumps(row) + "\n"
             lines.append(line.encode())
         else:
             lines.append(
@@ -239,7 +241,7 @@ def test_fuzzed_journals_resume_or_are_refused_cleanly(
     out = tmp_path_factory.mktemp("j") / "out"
     out.mkdir()
     (out / JOURNAL).write_bytes(journal)
-    monkeypatch.setattr(sweep, "run_one", fake_run)
+    monkeypatch.setattr(executor, "run_one", fake_run)
     rc, msg, _ = run_cli(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"])
     assert rc in (0, 2), (rc, msg)
     if rc == 2:
@@ -322,7 +324,7 @@ def test_fuzzed_sweep_grids_run_or_are_refused_cleanly(tmp_path_factory, monkeyp
     p = tmp / "s.yaml"
     p.write_text(text)
     out = tmp / "out"
-    monkeypatch.setattr(sweep, "run_one", fake_run)
+    monkeypatch.setattr(executor, "run_one", fake_run)
     rc, msg, _ = run_cli(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"])
     assert rc in (0, 2), (rc, msg)
     if rc == 2:
@@ -396,7 +398,7 @@ def test_fuzzed_scheduler_addresses_on_the_command_line(tmp_path_factory, addres
         parse_scheduler(scheduler)
         raise InputError("cannot reach the Dask scheduler: stub", where="--scheduler")
 
-    monkeypatch.setattr(sweep, "connect", refuse)
+    monkeypatch.setattr(executor, "connect", refuse)
     tmp = tmp_path_factory.mktemp("a")
     p = tmp / "s.yaml"
     p.write_text(TINY)

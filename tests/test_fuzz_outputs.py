@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import kvsim
 from kvsim.cli import main
 from kvsim.results import writers
-from kvsim.results.writers import write_results
+from kvsim.results.runfolder import write_results
 
 from conftest import SCENARIOS, examples
 

@@ -21,14 +21,9 @@ import pytest
 
 from kvsim.cli import main
 from kvsim.errors import InputError
-from kvsim.experiments.regression import (
-    PAIRED,
-    Comparison,
-    default_direction,
-    load_suite,
-    power_warnings,
-    read_baseline,
-)
+from kvsim.experiments.regression import Comparison, load_suite, power_warnings, read_baseline
+from kvsim.experiments.regression.suite import default_direction
+from kvsim.experiments.replicate import PAIRED
 
 from conftest import ROOT, SCENARIOS
 

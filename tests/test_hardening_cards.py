@@ -17,10 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.catalogue.compose import calibrated_notes, compose
+from kvsim.catalogue.calibrated import calibrated_notes
+from kvsim.catalogue.compose import compose
 from kvsim.catalogue.efficiency import efficiency
 from kvsim.catalogue.gpus import GPU_DIR, RANGES, read_gpu
-from kvsim.catalogue.models import MODEL_DIR, card_from_config, read_model
+from kvsim.catalogue.hfconfig import card_from_config
+from kvsim.catalogue.models import MODEL_DIR, read_model
 from kvsim.cli import main
 from kvsim.errors import InputError
 

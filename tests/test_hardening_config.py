@@ -20,21 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsim.cli import main
-from kvsim.config.loader import (
-    MAX_EXTENDS,
-    MAX_INT_CHARS,
-    MAX_YAML_DEPTH,
-    MAX_YAML_VALUES,
-    Budget,
-    _load_chain,
-    load_record,
-    load_scenario,
-    load_yaml,
-    parse_override,
-    read_timing_csv,
-)
+from kvsim.config.loader import load_record, load_scenario
+from kvsim.config.loader.layers import MAX_EXTENDS, load_chain
+from kvsim.config.loader.overrides import parse_override
+from kvsim.config.loader.tables import read_timing_csv
 from kvsim.errors import InputError, clean
 from kvsim.units import parse_bandwidth, parse_duration, parse_rate, parse_size
+from kvsim.yamlfile import MAX_INT_CHARS, MAX_YAML_DEPTH, MAX_YAML_VALUES, Budget, load_yaml
 
 from conftest import examples
 
@@ -127,8 +119,8 @@ def test_the_budget_is_shared_by_an_extends_chain(tmp_path):
     write(tmp_path / "c.yaml", body)
     write(tmp_path / "b.yaml", "extends: c.yaml\n" + body)
     write(tmp_path / "a.yaml", "extends: b.yaml\n" + body)
-    _load_chain(tmp_path / "a.yaml", (), Budget(1000))
-    assert "too large" in refused(_load_chain, tmp_path / "a.yaml", (), Budget(700))
+    load_chain(tmp_path / "a.yaml", (), Budget(1000))
+    assert "too large" in refused(load_chain, tmp_path / "a.yaml", (), Budget(700))
 
 
 def test_value_count_is_bounded_without_aliases_too(tmp_path):

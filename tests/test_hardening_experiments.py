@@ -36,16 +36,10 @@ from kvsim.experiments.regression import (
     read_baseline,
     terminal_table,
 )
-from kvsim.experiments.sweep import (
-    JOURNAL,
-    MAX_RUNS,
-    RESULTS,
-    journal_line,
-    load_sweep,
-    parse_scheduler,
-    read_journal,
-    run_sweep,
-)
+from kvsim.experiments.sweep import JOURNAL, RESULTS, load_sweep, run_sweep
+from kvsim.experiments.sweep.cluster import parse_scheduler
+from kvsim.experiments.sweep.journal import journal_line, read_journal
+from kvsim.experiments.sweep.spec import MAX_RUNS
 
 from conftest import ROOT, SCENARIOS
 
@@ -268,7 +262,7 @@ def test_a_huge_grid_is_counted_not_expanded(tmp_path):
 
 
 def test_a_sweep_at_the_limit_still_loads(tmp_path, monkeypatch):
-    monkeypatch.setattr("kvsim.experiments.sweep.MAX_RUNS", 6)  # the limit, made small
+    monkeypatch.setattr("kvsim.experiments.sweep.spec.MAX_RUNS", 6)  # the limit, made small
     p = _sweep(tmp_path, "grid:\n  cluster.engines: [1, 2]\nreplications: 3\n")
     assert len(load_sweep(p).runs) == 6
     p = _sweep(tmp_path, "grid:\n  cluster.engines: [1, 2]\nreplications: 4\n")
@@ -657,7 +651,7 @@ def test_attack_round_a_read_only_journal_is_refused_before_any_run(tmp_path, ca
     monkeypatch.setattr(  # as for a user who is not root
         os, "access", lambda f, mode: False if str(f).endswith(JOURNAL) else real_access(f, mode)
     )
-    monkeypatch.setattr("kvsim.experiments.sweep.run_one", lambda s: pytest.fail("it ran"))
+    monkeypatch.setattr("kvsim.experiments.sweep.executor.run_one", lambda s: pytest.fail("it ran"))
     assert main(["sweep", str(p), "--out", str(out), "--quiet", "--workers", "1"]) == 2
     assert "cannot write" in one_line_error(capsys)
 
@@ -683,7 +677,7 @@ def test_attack_round_a_run_refused_at_a_tiny_load_names_the_suite(tmp_path, cap
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_attack_round_sigterm_and_sighup_interrupt_like_ctrl_c(sig):
-    from kvsim.cli import signals_as_interrupt
+    from kvsim.cli.common import signals_as_interrupt
 
     if not hasattr(signal, sig):
         pytest.skip(f"no {sig} here")
@@ -774,7 +768,7 @@ def test_a_peer_that_is_not_a_dask_scheduler_is_one_line_and_no_folder(
     tmp_path, capsys, monkeypatch, reply
 ):
     pytest.importorskip("dask.distributed")
-    from kvsim.experiments import sweep as sweep_mod
+    from kvsim.experiments.sweep import cluster as sweep_mod
 
     monkeypatch.setattr(sweep_mod, "CONNECT_TIMEOUT", 0.5)  # the hang is bounded by this
     p = tmp_path / "s.yaml"
@@ -892,7 +886,7 @@ def test_an_edited_journal_row_is_refused_naming_its_line(finished_sweep, capsys
 
 
 def _check(row: dict) -> str:
-    from kvsim.experiments.sweep import _row_check
+    from kvsim.experiments.sweep.journal import _row_check
 
     return _row_check({k: v for k, v in row.items() if k != "check"})
 
@@ -945,7 +939,7 @@ def test_a_sweep_out_folder_holding_other_files_is_refused(tmp_path, capsys, for
 
 def test_a_second_sweep_on_a_locked_folder_is_refused(finished_sweep, capsys):
     fcntl = pytest.importorskip("fcntl")
-    from kvsim.experiments.sweep import LOCK
+    from kvsim.experiments.sweep.journal import LOCK
 
     p, out = finished_sweep
     assert not (out / LOCK).exists()  # a finished sweep leaves no lock file
@@ -1029,8 +1023,8 @@ def test_a_signal_while_workers_fork_stops_the_command_after_the_fork():
     """A signal that lands while interrupts are held (worker processes forking: logging's
     at-fork hook would print the KeyboardInterrupt as "Exception ignored" and drop it) is
     counted at once and raised as the block ends, exactly once."""
-    from kvsim.cli import signals_as_interrupt
-    from kvsim.plugins import held_interrupts, signals
+    from kvsim.cli.common import signals_as_interrupt
+    from kvsim.interrupts import held_interrupts, signals
 
     with signals_as_interrupt():
         before = signals()

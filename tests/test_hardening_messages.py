@@ -3,7 +3,7 @@ classes 5, 6 and 14's first item).
 
 5. Every pydantic error reaches the user as the field's path (as written in YAML: no
    validator, union-member, tag or class names), what was given and what is allowed
-   (kvsim.config.loader._validation_error, the one place a ValidationError becomes an
+   (kvsim.config.loader.messages.validation_error, the one place a ValidationError becomes an
    InputError). A walk gives every field of the schema a wrong-typed value.
 6. A policy mapping without a name (``tiers.host.eviction: {params: {}}``) is refused: its
    params are for no policy in particular.

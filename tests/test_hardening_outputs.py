@@ -18,17 +18,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvsim
-from kvsim.cli import _parser, main
+from kvsim.cli import main
+from kvsim.cli.parser import _parser
 from kvsim.errors import InputError
 from kvsim.plots import RUN_FIGURES
 from kvsim.results import writers
+from kvsim.results.runfolder import write_results
 from kvsim.results.writers import (
     RUN_FILES,
     check_out_folder,
     clean_leftovers,
     write_file,
     write_folder,
-    write_results,
 )
 from kvsim.units import fmt_duration, parse_duration
 

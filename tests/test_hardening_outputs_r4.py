@@ -27,8 +27,9 @@ from kvsim import api, plots
 from kvsim.cli import main
 from kvsim.config.loader import deep_merge
 from kvsim.experiments.regression import load_suite, read_baseline
+from kvsim.plots import style
 from kvsim.results.uncertainty import detectable_change
-from kvsim.sim.shared import head_share
+from kvsim.sim.constants import head_share
 
 from conftest import ROOT, SCENARIOS, TOY, toy
 
@@ -156,7 +157,7 @@ def test_timeseries_counts_the_requests_the_summary_counts_under_a_prompt_range(
     assert int(series["requests"].sum()) == summary["requests"]
     # and without a range every measured request counts
     res = api.run(SCENARIOS / "mooncake-sample.yaml")
-    from kvsim.results.timeseries import of_results
+    from kvsim.results.runfolder import of_results
 
     assert int(of_results(res)["requests"].sum()) == res.summary["requests"]
 
@@ -307,14 +308,14 @@ def test_baseline_says_how_many_seeds_bring_the_mdc_under_the_tolerance(small_ga
 
 def _capture_bars(monkeypatch) -> list[list[str]]:
     drawn: list[list[str]] = []
-    real_save = plots._save
+    real_save = style.save
 
     def capture(fig, path, in_folder=False):
         ax = fig.axes[0]
         drawn.append([t.get_text() for t in ax.get_xticklabels()])
         return real_save(fig, path, in_folder)
 
-    monkeypatch.setattr(plots, "_save", capture)
+    monkeypatch.setattr(style, "save", capture)
     return drawn
 
 
@@ -343,7 +344,7 @@ def test_the_costmodel_legend_is_below_the_axes_which_keep_the_width(tmp_path, m
     """The legend beside the axes took half the figure's width; now it is a figure
     legend below them, and the axes span most of the width."""
     got = []
-    real_save = plots._save
+    real_save = style.save
 
     def capture(fig, path, in_folder=False):
         fig.canvas.draw()
@@ -351,7 +352,7 @@ def test_the_costmodel_legend_is_below_the_axes_which_keep_the_width(tmp_path, m
         got.append((ax.get_position(), ax.get_legend(), list(fig.legends)))
         return real_save(fig, path, in_folder)
 
-    monkeypatch.setattr(plots, "_save", capture)
+    monkeypatch.setattr(style, "save", capture)
     assert (
         main(["costmodel", str(SCENARIOS / "quickstart.yaml"), "--plot", str(tmp_path / "c.png")])
         == 0

@@ -16,12 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvsim.analysis import mrc
 from kvsim.api import load
 from kvsim.api import run as api_run
 from kvsim.cli import main
 from kvsim.errors import InputError
 from kvsim.workload import lines as trace_lines_module
-from kvsim.workload import mrc, open_workload, shape
+from kvsim.workload import open_workload, shape
 from kvsim.workload.azure import read_azure
 from kvsim.workload.mooncake import read_mooncake
 from kvsim.workload.request import MAX_ARRIVAL_S, Request

@@ -196,7 +196,7 @@ def test_sweep_tables_hold_numbers_and_a_new_description_alone_resumes(tmp_path,
 def test_an_older_summarys_lists_still_read_as_bounds():
     """A summary (or journal row) an older kvsim wrote, with ``[lo, hi]`` lists, flattens
     to the same numeric columns as the new keys."""
-    from kvsim.experiments.sweep import flat_summary
+    from kvsim.experiments.sweep.tables import flat_summary
 
     old = flat_summary(
         {"ttft_p99_s": 2.0, "ttft_p99_ci_s": [1.5, 2.5], "hit_ratio_ci": "[0.1, 0.3]"}

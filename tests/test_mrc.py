@@ -5,10 +5,10 @@ import json
 import pytest
 
 from kvsim import api
+from kvsim.analysis.mrc import miss_ratio_curve
 from kvsim.cli import main
 from kvsim.config.loader import scenario_from_dict
 from kvsim.workload.mooncake import read_mooncake
-from kvsim.workload.mrc import miss_ratio_curve
 from kvsim.workload.request import Request
 from kvsim.workload.stats import trace_stats
 

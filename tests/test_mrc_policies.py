@@ -1,4 +1,4 @@
-"""Miss-ratio curves of many eviction policies on one replayed stream (kvsim.workload.streams):
+"""Miss-ratio curves of many eviction policies on one replayed stream (kvsim.analysis):
 the LRU replay against the one-pass curve, Belady's ``opt`` against every other policy and
 against an exhaustive search, recorded access streams against the counts in them, reuse
 distances by hand, and the ``kvsim trace mrc --policy`` / ``kvsim trace reuse`` commands."""
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvsim.analysis import replay, reuse, streams
+from kvsim.analysis.mrc import miss_ratio_curve
 from kvsim.cli import main
 from kvsim.plugins import canonical, load_plugins
-from kvsim.workload import streams
 from kvsim.workload.mooncake import read_mooncake
-from kvsim.workload.mrc import miss_ratio_curve
 from kvsim.workload.request import Request
 
 from conftest import ROOT, examples
@@ -84,7 +84,7 @@ def test_lru_replay_equals_the_one_pass_curve_on_the_sample():
     curve = miss_ratio_curve(read_mooncake(SAMPLE), 512)
     stream = streams.trace_stream(read_mooncake(SAMPLE), 512)
     caps = [512, 3000, 512 * 40, 100_000, 512 * 600, 512 * 3000, 10**9]
-    for row in streams.replay(stream, "lru", caps):
+    for row in replay.replay(stream, "lru", caps):
         c = row["capacity"]
         assert row["hit_ratio"] == curve.hit_ratio(c), c
         assert row["hit_blocks"] == curve.hit_blocks(c), c
@@ -106,7 +106,7 @@ def test_lru_replay_equals_the_curve_with_partial_blocks(picks):
         reqs.append(Request(k, float(k), tokens, 1, doc[:n]))
     curve = miss_ratio_curve(reqs, block)
     caps = list(range(0, 14 * block))
-    for row in streams.replay(streams.trace_stream(reqs, block), "lru", caps):
+    for row in replay.replay(streams.trace_stream(reqs, block), "lru", caps):
         assert row["hit_ratio"] == curve.hit_ratio(row["capacity"])
         assert row["hit_blocks"] == curve.hit_blocks(row["capacity"])
 
@@ -153,7 +153,7 @@ def brute_force_hits(reqs: list[Request], capacity_blocks: int) -> int:
 def test_opt_equals_the_exhaustive_optimum(picks, cap):
     block = 2
     reqs = chain_requests(picks, block)
-    (row,) = streams.replay(streams.trace_stream(reqs, block), "opt", [cap * block])
+    (row,) = replay.replay(streams.trace_stream(reqs, block), "opt", [cap * block])
     assert row["hit_blocks"] == brute_force_hits(reqs, cap)
 
 
@@ -165,8 +165,8 @@ def test_opt_hand_computed():
     chains = [(0, 1), (2,), (0, 1), (2,), (0, 1)]
     reqs = [Request(i, float(i), len(c), 1, c) for i, c in enumerate(chains)]
     stream = streams.trace_stream(reqs, block)
-    (opt,) = streams.replay(stream, "opt", [2])
-    (lru,) = streams.replay(stream, "lru", [2])
+    (opt,) = replay.replay(stream, "opt", [2])
+    (lru,) = replay.replay(stream, "lru", [2])
     assert opt["hit_blocks"] == 4 and opt["miss_blocks"] == 8 - 4
     assert lru["hit_blocks"] == 0
     # tokens: a whole prompt found still computes its last token: 2 x (2 - 1) of 8
@@ -180,18 +180,18 @@ def test_opt_never_below_any_policy(picks, cap, py_lru):
     blocks the same size, where it is the optimum)."""
     block = 4
     stream = streams.trace_stream(chain_requests(picks, block), block)
-    (opt,) = streams.replay(stream, "opt", [cap * block])
+    (opt,) = replay.replay(stream, "opt", [cap * block])
     others = [
-        streams.PolicySpec("lru"),
-        streams.PolicySpec("fifo"),
-        streams.PolicySpec("test_py_lru", None, (py_lru,)),
-        streams.PolicySpec("test_py_lru", {"newest": True}, (py_lru,)),
-        streams.PolicySpec("lfu", None, (LFU,)),
-        streams.PolicySpec("cost_aware", None, (COST,)),
+        replay.PolicySpec("lru"),
+        replay.PolicySpec("fifo"),
+        replay.PolicySpec("test_py_lru", None, (py_lru,)),
+        replay.PolicySpec("test_py_lru", {"newest": True}, (py_lru,)),
+        replay.PolicySpec("lfu", None, (LFU,)),
+        replay.PolicySpec("cost_aware", None, (COST,)),
     ]
     load_plugins([LFU, COST])
     for p in others:
-        (row,) = streams.replay(stream, p, [cap * block], recompute=lambda d: 1.0 + d)
+        (row,) = replay.replay(stream, p, [cap * block], recompute=lambda d: 1.0 + d)
         assert opt["hit_blocks"] >= row["hit_blocks"], p
         assert opt["hit_blocks"] + opt["miss_blocks"] == row["hit_blocks"] + row["miss_blocks"]
 
@@ -201,10 +201,10 @@ def test_a_python_lru_plugin_replays_as_the_built_in(py_lru):
     blocks and a partial last one); its parameter reaches it (MRU finds something else)."""
     stream = streams.trace_stream(read_mooncake(SAMPLE), 512)
     caps = [512 * 40, 512 * 600]
-    plugin = streams.PolicySpec("test_py_lru", None, (py_lru,))
-    assert streams.replay(stream, plugin, caps) == streams.replay(stream, "lru", caps)
-    mru = streams.PolicySpec("test_py_lru", {"newest": True}, (py_lru,))
-    assert streams.replay(stream, mru, caps) != streams.replay(stream, "lru", caps)
+    plugin = replay.PolicySpec("test_py_lru", None, (py_lru,))
+    assert replay.replay(stream, plugin, caps) == replay.replay(stream, "lru", caps)
+    mru = replay.PolicySpec("test_py_lru", {"newest": True}, (py_lru,))
+    assert replay.replay(stream, mru, caps) != replay.replay(stream, "lru", caps)
 
 
 # ---- recorded streams -------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_recorded_lru_stream_replays_to_its_own_counts(tmp_path):
     path = tmp_path / "accesses.parquet"
     df.to_parquet(path)
     for engine in (0, 1, None):
-        (row,) = streams.replay_accesses(path, "gpu", engine, "lru", [200.0])
+        (row,) = replay.replay_accesses(path, "gpu", engine, "lru", [200.0])
         hits, misses = counts(df, "gpu", engine)
         assert (row["hit_blocks"], row["miss_blocks"]) == (hits, misses), engine
         assert row["hit_ratio"] == hits / (hits + misses)
@@ -278,18 +278,18 @@ def test_recorded_stream_at_other_capacities_and_opt():
     r2, 2 in r3 and r4 (5); Belady at 200 B keeps 3 out in r2 (never asked again) and
     finds 5 too."""
     df = frame(HAND)
-    rows = streams.replay_accesses(df, "gpu", 0, "lru", [100.0, 200.0, 1000.0])
+    rows = replay.replay_accesses(df, "gpu", 0, "lru", [100.0, 200.0, 1000.0])
     assert [r["hit_blocks"] for r in rows] == [0, 4, 5]
     assert [r["miss_blocks"] for r in rows] == [10, 6, 5]
-    (opt,) = streams.replay_accesses(df, "gpu", 0, "opt", [200.0])
+    (opt,) = replay.replay_accesses(df, "gpu", 0, "opt", [200.0])
     assert opt["hit_blocks"] == 5
 
 
 def test_remote_is_one_shared_store():
-    (row,) = streams.replay_accesses(frame(HAND), "remote", None, "lru", [300.0])
+    (row,) = replay.replay_accesses(frame(HAND), "remote", None, "lru", [300.0])
     assert (row["hit_blocks"], row["miss_blocks"]) == (1, 0)
     with pytest.raises(Exception, match="shared by every engine"):
-        streams.replay_accesses(frame(HAND), "remote", 0, "lru", [300.0])
+        replay.replay_accesses(frame(HAND), "remote", 0, "lru", [300.0])
 
 
 def test_a_request_looking_up_again_is_two_lookups():
@@ -333,7 +333,7 @@ def test_recorded_lru_stream_written_by_an_independent_lru(picks, cap):
                 old, _ = held.popitem(last=False)
                 rows.append((t, 0, "gpu", old, size, "evict", r.id))
     df = frame(rows)
-    (row,) = streams.replay_accesses(df, "gpu", None, "lru", [cap * size])
+    (row,) = replay.replay_accesses(df, "gpu", None, "lru", [cap * size])
     assert (row["hit_blocks"], row["miss_blocks"]) == counts(df, "gpu")
 
 
@@ -344,7 +344,7 @@ def test_reuse_distances_by_hand():
     """(1, 2), (3,), (1, 2): blocks 1 and 2 come back after 3 distinct blocks each (the
     other two and themselves): both in the [2, 4) bin; 1, 2, 3 first uses."""
     reqs = [Request(i, float(i), len(c), 1, c) for i, c in enumerate([(1, 2), (3,), (1, 2)])]
-    h = streams.reuse_histogram([streams.trace_stream(reqs, 1)])
+    h = reuse.reuse_histogram([streams.trace_stream(reqs, 1)])
     assert h.bins == [0, 2] and h.cold == 3
     # a recorded stream counts stores as uses: 1 stored, 2 stored, 1 asked: distance 2
     rows = [
@@ -353,7 +353,7 @@ def test_reuse_distances_by_hand():
         (0.0, 0, "host", 1, 1.0, "hit", 1),
         (0.0, 0, "host", 1, 1.0, "hit", 2),
     ]
-    h = streams.reuse_histogram(streams.accesses_streams(frame(rows), "host"))
+    h = reuse.reuse_histogram(streams.accesses_streams(frame(rows), "host"))
     assert h.bins == [1, 1] and h.cold == 0  # distance 2, then 1 (asked right after)
 
 

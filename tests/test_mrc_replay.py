@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvsim.analysis import replay, streams
 from kvsim.cli import main
-from kvsim.workload import streams
 
 from conftest import ROOT, SCENARIOS, examples
 
@@ -120,10 +120,10 @@ def test_held_prefix_alone_would_miss_the_fifo_runs_counts(tmp_path):
     g = record(run, "fifo", 10)["tiers"]["gpu"]
     (stream,) = streams.accesses_streams(run, "gpu", 0)
     stream.located = None  # the held prefix only, as a trace's lookups
-    (prefix,) = streams.replay(stream, "fifo", [10e9])
+    (prefix,) = replay.replay(stream, "fifo", [10e9])
     engine0 = next(e for e in g["engines"] if e["engine"] == 0)
     assert prefix["hit_blocks"] < engine0["hits"]
-    (rule,) = streams.replay(streams.accesses_streams(run, "gpu", 0)[0], "fifo", [10e9])
+    (rule,) = replay.replay(streams.accesses_streams(run, "gpu", 0)[0], "fifo", [10e9])
     assert rule["hit_blocks"] == engine0["hits"]
 
 
@@ -165,7 +165,7 @@ HOLES = [
 
 def test_a_block_after_a_hole_another_tier_fills_is_a_hit():
     df = frame(HOLES)
-    (row,) = streams.replay_accesses(df, "gpu", 0, "lru", [1000.0])
+    (row,) = replay.replay_accesses(df, "gpu", 0, "lru", [1000.0])
     # r2: 1 and 3 (3 after the hole host fills); r3: 1 only (3 past the located prefix)
     assert (row["hit_blocks"], row["miss_blocks"]) == (3, 6)
     assert (row["hit_blocks"], row["miss_blocks"]) == (
@@ -173,9 +173,9 @@ def test_a_block_after_a_hole_another_tier_fills_is_a_hit():
         int(((df["tier"] == "gpu") & (df["event"] == "miss")).sum()),
     )
     for policy in ("fifo", "opt"):
-        (row,) = streams.replay_accesses(df, "gpu", 0, policy, [1000.0])
+        (row,) = replay.replay_accesses(df, "gpu", 0, policy, [1000.0])
         assert row["hit_blocks"] == 3, policy
-    (host,) = streams.replay_accesses(df, "host", 0, "lru", [1000.0])
+    (host,) = replay.replay_accesses(df, "host", 0, "lru", [1000.0])
     assert (host["hit_blocks"], host["miss_blocks"]) == (1, 5)  # r1 3 misses, r2 1 hit, r3 2
 
 

@@ -18,16 +18,12 @@ import pytest
 from kvsim import api
 from kvsim.cli import main
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import SLO, Capacity, capacity_table
+from kvsim.experiments.capacity import Capacity, capacity_table
 from kvsim.experiments.planner import Layout, paired_deltas
 from kvsim.experiments.replicate import PAIRED
-from kvsim.experiments.sweep import (
-    PAIRED_METRICS,
-    add_paired,
-    load_sweep,
-    results_table,
-    run_sweep,
-)
+from kvsim.experiments.slo import SLO
+from kvsim.experiments.sweep import load_sweep, run_sweep
+from kvsim.experiments.sweep.tables import PAIRED_METRICS, add_paired, results_table
 from kvsim.results.uncertainty import IDENTICAL, paired_interval, ratio_ci
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ import pytest
 
 from kvsim import api
 from kvsim.cli import main
-from kvsim.experiments.capacity import parse_slo
 from kvsim.experiments.planner import cheapest, layouts, minimize
 from kvsim.experiments.sensitivity import sensitivity
+from kvsim.experiments.slo import parse_slo
 
 # The toy's round numbers (tests/conftest.py) as a scenario file: 1,000 B per token,
 # 100-token blocks, t(new, cached) = 0.1 s + (new - 1) ms, one serial engine.

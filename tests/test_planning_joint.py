@@ -18,8 +18,11 @@ from test_planner_hardening import POISSON  # cold prompts: replications differ 
 
 from kvsim import plots
 from kvsim.cli import main
-from kvsim.experiments.capacity import SLO, Capacity, capacity_table
+from kvsim.experiments.capacity import Capacity, capacity_table
 from kvsim.experiments.planner import Minimum, NumericField
+from kvsim.experiments.slo import SLO
+from kvsim.plots import style
+from kvsim.results.readers import read_capacity
 from kvsim.results.uncertainty import bound_keys, read_bounds
 
 from test_planning import BASE  # the toy scenario of the planner's tests
@@ -212,7 +215,7 @@ def figures(monkeypatch) -> dict[str, object]:
         drawn[Path(path).stem] = fig
         return Path(path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(style, "save", keep)
     yield drawn
     import matplotlib.pyplot as plt
 
@@ -322,7 +325,7 @@ def test_capacity_png_names_each_value_beside_its_field(tmp_path, figures):
     ]
     df = capacity_table(caps)
     df.to_csv(tmp_path / "capacity.csv", index=False)
-    plots.capacity_plot(plots.read_capacity(tmp_path / "capacity.csv"), tmp_path / "c.png")
+    plots.capacity_plot(read_capacity(tmp_path / "capacity.csv"), tmp_path / "c.png")
     (ax,) = figures["c"].axes
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels == ["tiers.nvme.enabled = false", "tiers.nvme.enabled = true"]

@@ -20,6 +20,7 @@ from kvsim import plots
 from kvsim.cli import main
 from kvsim.experiments.planner import NumericField
 from kvsim.experiments.sensitivity import Sensitivity, Swing, noise_row, tornado_figure
+from kvsim.plots import style
 
 from conftest import SCENARIOS
 
@@ -35,7 +36,7 @@ def figures(monkeypatch) -> dict[str, object]:
         drawn[Path(path).stem] = fig
         return Path(path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(style, "save", keep)
     yield drawn
     import matplotlib.pyplot as plt
 
@@ -70,7 +71,7 @@ def check_slide_ready(fig) -> dict[str, list[str]]:
     words = texts(fig)
     raw = [t for t in words["ticks"] if RAW.search(t)]
     assert not raw, raw
-    assert plots.text_outside(fig) == []
+    assert style.text_outside(fig) == []
     return words
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import kvsim
 from kvsim.cli import main
-from kvsim.results.writers import write_results
+from kvsim.results.runfolder import write_results
 
 from conftest import SCENARIOS
 
@@ -232,7 +232,7 @@ def test_plot_refuses_token_fractions_kvsim_never_writes(made, tmp_path, capsys)
 def test_the_tiers_figure_draws_every_tier_and_engine(made, tmp_path, monkeypatch):
     """Per tier (remote's evictions kept for the shared store only) and engine: one bar
     per engine and counter; the counters' numbers are the summary's."""
-    from kvsim import plots
+    from kvsim.plots import style
 
     drawn = {}
 
@@ -240,7 +240,7 @@ def test_the_tiers_figure_draws_every_tier_and_engine(made, tmp_path, monkeypatc
         drawn[Path(path).stem] = fig
         return Path(path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(style, "save", keep)
     (folder,) = _copy(made, tmp_path, "run")
     tiers = json.loads((folder / "summary.json").read_text())["tiers"]
     assert main(["plot", str(folder)]) == 0

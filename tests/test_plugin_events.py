@@ -327,7 +327,7 @@ class _Blocks:
 
 def _s3fifo_evictions(small_frac: float) -> list[int]:
     """Blocks of 1 byte in a 4-byte store: 1, 2, 3, 4 stored, 1 hit, then 5, 2, 6, 7."""
-    from kvsim.cache.eviction import Delegated
+    from kvsim.cache.delegated import Delegated
     from kvsim.plugins import load_plugins, make
     from kvsim.sim.hooks import EvictionHook
 

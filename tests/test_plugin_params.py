@@ -399,7 +399,7 @@ def test_a_policy_with_params_reads_as_its_summary_names_it():
     """Sweep tables keep a swept ``{name, params}`` as JSON text; tables and plots show it
     as ``name(k=v)``, as ``str(PolicyRef)`` does."""
     from kvsim.config.schema import policy_text
-    from kvsim.plots import value_text
+    from kvsim.plots.labels import value_text
 
     text = '{"name": "s3fifo", "params": {"small_frac": 0.1}}'
     assert policy_text(text) == "s3fifo(small_frac=0.1)"

@@ -36,8 +36,10 @@ from kvsim.plugins import (
     INTERFACES,
     EvictionPolicy,
     SchedulingPolicy,
+    loading,
     names,
     registered,
+    registry,
     scope,
 )
 
@@ -455,7 +457,6 @@ def test_dask_workers_load_the_plugins(tmp_path, in_process):
 
 def test_policies_offered_by_an_installed_package(tmp_path, monkeypatch):
     """The entry-point group kvsim.policies: a package's policy, with no plugins: line."""
-    from kvsim import plugins
 
     pkg = tmp_path / "kvsim_fake_policies"
     pkg.mkdir()
@@ -471,13 +472,13 @@ def test_policies_offered_by_an_installed_package(tmp_path, monkeypatch):
         "[kvsim.policies]\npackaged_lru = kvsim_fake_policies:PythonLRU\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
+    monkeypatch.setattr(loading, "_entry_points_loaded", False)
     try:
         res = api.run(SCENARIOS / "mooncake-sample.yaml", {"tiers.gpu.eviction": "packaged_lru"})
         base = api.run(SCENARIOS / "mooncake-sample.yaml")
         assert res.summary["ttft_p99_s"] == base.summary["ttft_p99_s"]
     finally:
-        plugins._REGISTRY["eviction"].pop("packaged_lru", None)
+        registry._REGISTRY["eviction"].pop("packaged_lru", None)
 
 
 # ---- guard rails ---------------------------------------------------------------------------
@@ -957,7 +958,6 @@ def test_one_plugin_registering_a_name_twice_is_refused_naming_both_places(tmp_p
 @pytest.fixture
 def broken_entry_point(tmp_path, monkeypatch):
     """An installed package whose kvsim.policies entry points fail to load (one exits)."""
-    from kvsim import plugins
 
     pkg = tmp_path / "kvsim_broken_policies"
     pkg.mkdir()
@@ -969,8 +969,8 @@ def broken_entry_point(tmp_path, monkeypatch):
         "[kvsim.policies]\nbroken_lru = kvsim_broken_policies:LRU\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
-    monkeypatch.setattr(plugins, "_entry_point_failures", [])
+    monkeypatch.setattr(loading, "_entry_points_loaded", False)
+    monkeypatch.setattr(loading, "_entry_point_failures", [])
     return tmp_path
 
 

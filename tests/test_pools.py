@@ -1,4 +1,5 @@
-"""HBM as pools (kvsim.config.pools, docs/engine-model.md "GPU memory"), computed by hand.
+"""HBM as pools (kvsim.config.pools, kvsim.physics.hbm; docs/engine-model.md "GPU memory"),
+computed by hand.
 
 Toy scenario (conftest): 1,000 B/token, 100-token blocks, t = 0.1 s + (new - 1) ms, a
 serial engine. Here the host tier serves restores: T0 0.5 s, then the host-to-GPU link at
@@ -11,8 +12,9 @@ from __future__ import annotations
 import pytest
 
 from kvsim import api
-from kvsim.config.pools import pool_lines, pools
+from kvsim.config.pools import pools
 from kvsim.errors import InputError
+from kvsim.physics.hbm import pool_lines
 
 from conftest import SCENARIOS, req, toy
 
@@ -55,7 +57,7 @@ def test_pools_of_the_default_profile_by_hand():
     assert p.reserve == pytest.approx(15e9)
     assert p.kv == pytest.approx(259.2e9 - 93e9 - 15e9)  # 151.2 GB per GPU
     assert p.node_kv == pytest.approx(8 * 151.2e9)  # 1,209.6 GB per node
-    lines = "\n".join(pool_lines(sc))
+    lines = "\n".join(pool_lines(pools(sc)))
     assert "151.2 GB" in lines and "1,209.6 GB" in lines and "93.0 GB" in lines
 
 
@@ -161,5 +163,5 @@ def test_the_working_pool_is_empty_after_a_run():
     sim = Simulation(sc, requests=two_restores())
     sim.run()
     engine = sim.engines[0]
-    assert engine.working == 0.0 and engine.inflight == 0
+    assert engine.pool.used == 0.0 and engine.pool.inflight == 0
     assert engine.local.gpu.reserved == 0.0

@@ -18,7 +18,7 @@ import pytest
 import kvsim
 from kvsim import api, plugins
 from kvsim.cli import main
-from kvsim.experiments.sweep import flat_summary
+from kvsim.experiments.sweep.tables import flat_summary
 from kvsim.results import provenance as prov
 
 from conftest import ROOT, SCENARIOS

@@ -19,10 +19,10 @@ from kvsim.workload.request import Request
 from kvsim.workload.resample import (
     prefix_reuse,
     public_prefix,
-    resampling_note,
     session_resample,
     units,
 )
+from kvsim.workload.resample_note import resampling_note
 
 from conftest import SCENARIOS, shared_trace, toy
 

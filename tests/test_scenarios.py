@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kvsim import api
-from kvsim.config.loader import load_yaml
+from kvsim.yamlfile import load_yaml
 
 from conftest import SCENARIOS
 

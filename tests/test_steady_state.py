@@ -23,7 +23,7 @@ import yaml
 from kvsim import api
 from kvsim.cli import main
 from kvsim.config.loader import deep_merge
-from kvsim.experiments.sweep import fixed_count_note, load_sweep
+from kvsim.experiments.sweep.spec import fixed_count_note, load_sweep
 from kvsim.results.timeseries import (
     TREND_MIN_WINDOWS,
     Trend,
@@ -201,13 +201,14 @@ def test_unsteady_runs_note_reads_the_results_table():
 def test_capacity_warns_when_the_run_at_its_answer_was_still_filling(tmp_path, monkeypatch):
     """The search's answer is a run's figure: when that run was not steady, its log says
     so (the verdict itself is the detector's, tested above; forced here)."""
-    from kvsim.experiments.capacity import parse_slo, search
-    from kvsim.results import timeseries
+    from kvsim.experiments.capacity import search
+    from kvsim.experiments.slo import parse_slo
+    from kvsim.results import records
 
     def unsteady(*_args, **_kw):
         return {"steady": False, "warnings": ["not in steady state: GPU busy still rises"]}
 
-    monkeypatch.setattr(timeseries, "steady_state", unsteady)
+    monkeypatch.setattr(records, "steady_state", unsteady)  # as the summary calls it
     sc = api.load(_toy_scenario(tmp_path, 2.0), {"workload.requests": 100})
     logged: list[str] = []
     search(sc, parse_slo("ttft_p99<=1s"), reps=1, tol=0.2, log=logged.append)

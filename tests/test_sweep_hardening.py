@@ -13,7 +13,8 @@ import pytest
 
 from kvsim.cli import main
 from kvsim.errors import InputError
-from kvsim.experiments.regression import MIN_SEEDS, Comparison
+from kvsim.experiments.regression import Comparison
+from kvsim.experiments.regression.suite import MIN_SEEDS
 from kvsim.experiments.sweep import JOURNAL, load_sweep, run_sweep
 
 from conftest import ROOT, SCENARIOS
@@ -182,7 +183,7 @@ def test_a_change_within_the_noise_of_three_seeds_passes_but_is_said():
 def test_an_unknown_router_in_the_grid_is_refused_before_any_run(tmp_path, capsys, monkeypatch):
     p = tmp_path / "sw.yaml"
     p.write_text(f"base: {MICRO}\ngrid:\n  cluster.router: [round_robin, nosuch]\n")
-    monkeypatch.setattr("kvsim.experiments.sweep.run_one", lambda s: pytest.fail("it ran"))
+    monkeypatch.setattr("kvsim.experiments.sweep.executor.run_one", lambda s: pytest.fail("it ran"))
     assert sweep(p, tmp_path / "out") == 2
     err = last_error(capsys)
     assert "sw.yaml: grid cluster.router=nosuch" in err and "unknown router" in err
@@ -244,7 +245,7 @@ def test_the_journal_is_never_appended_through_a_link(tmp_path, capsys, monkeypa
     out = tmp_path / "out"
     out.mkdir()
     (os.symlink if kind == "symlink" else os.link)(outside, out / JOURNAL)
-    monkeypatch.setattr("kvsim.experiments.sweep.run_one", lambda s: pytest.fail("it ran"))
+    monkeypatch.setattr("kvsim.experiments.sweep.executor.run_one", lambda s: pytest.fail("it ran"))
     assert sweep(p, out) == 2
     err = last_error(capsys)
     assert "runs.jsonl" in err and ("link" in err or "symlink" in err)
@@ -286,7 +287,7 @@ def test_counts_read_right_in_the_singular(tmp_path, capsys, monkeypatch):
     p.write_text(f"base: {MICRO}\nset: {{workload.requests: 20}}\n")
     assert sweep(p, tmp_path / "out") == 0
     assert "1 run (0 reused" in capsys.readouterr().out
-    monkeypatch.setattr("kvsim.experiments.sweep.MAX_RUNS", 1)
+    monkeypatch.setattr("kvsim.experiments.sweep.spec.MAX_RUNS", 1)
     p.write_text(f"base: {MICRO}\ngrid:\n  cluster.engines: [1]\nreplications: 2\n")
     assert sweep(p, tmp_path / "o2") == 2
     assert "2 runs (1 value of cluster.engines x 2 seeds)" in last_error(capsys)

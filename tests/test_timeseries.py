@@ -274,19 +274,19 @@ def test_a_window_not_positive_is_refused(tmp_path, capsys, window):
 @pytest.fixture
 def figures(monkeypatch):
     """The figures kvsim.plots saves, kept open for their artists to be read."""
-    from kvsim import plots
+    from kvsim.plots import style
 
     kept = []
-    real = plots._save
+    real = style.save
 
     def keep(fig, path, in_folder=False):
         kept.append(fig)
         fig.savefig(str(path), format=str(path).rsplit(".", 1)[-1])
         return path
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(style, "save", keep)
     yield kept
-    monkeypatch.setattr(plots, "_save", real)
+    monkeypatch.setattr(style, "save", real)
     import matplotlib.pyplot as plt
 
     for f in kept:
@@ -359,7 +359,7 @@ def small_run():
 
 
 def test_the_python_api_gives_the_time_series(small_run):
-    from kvsim.results.timeseries import of_results
+    from kvsim.results.runfolder import of_results
 
     ts = of_results(small_run)
     assert list(ts.columns) == list(COLUMN_NAMES)
@@ -377,14 +377,14 @@ def test_report_shows_p95(small_run):
 
 
 def test_slo_on_p95_parses():
-    from kvsim.experiments.capacity import parse_slo
+    from kvsim.experiments.slo import parse_slo
 
     slo = parse_slo("ttft_p95<=2s")
     assert (slo.metric, slo.op, slo.threshold) == ("ttft_p95_s", "<=", 2.0)
 
 
 def test_gate_defaults_gate_p95_between_p90_and_p99():
-    from kvsim.experiments.regression import DEFAULT_METRICS, load_suite
+    from kvsim.experiments.regression.suite import DEFAULT_METRICS, load_suite
 
     names = list(DEFAULT_METRICS)
     assert names.index("ttft_p90_s") < names.index("ttft_p95_s") < names.index("ttft_p99_s")

@@ -12,7 +12,8 @@ import pytest
 
 from kvsim import api
 from kvsim.cli import main
-from kvsim.reproduce import remote_kv_tiers, study, validation, vllm_offload
+from kvsim.reproduce import remote_kv_tiers, validation, vllm_offload
+from kvsim.reproduce.studies import study
 
 ROOT = Path(__file__).resolve().parent.parent
 VO = ROOT / "scenarios" / "validation" / "vllm-offload"

@@ -18,7 +18,8 @@ GPUs::
 and the roofline's parallel terms (kvsim/physics/step.py, :class:`Parallel`): TP
 all-reduces, the PCP KV exchange and the EP all-to-all over NVLink (over PCIe, the host
 link's achieved rate, on a GPU without NVLink). A card's mistake keeps the card's own file
-and line; :func:`calibrated_notes` says where a calibrated profile models the same system.
+and line; :mod:`kvsim.catalogue.calibrated` says where a calibrated profile models the
+same system.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ import yaml
 
 from kvsim.catalogue.efficiency import Efficiency, card_efficiency
 from kvsim.catalogue.gpus import GpuCard, read_gpu
-from kvsim.catalogue.models import ModelCard, read_model
+from kvsim.catalogue.modelcard import ModelCard
+from kvsim.catalogue.models import read_model
 from kvsim.errors import InputError, shown
-from kvsim.physics.step import Parallel, Roofline
+from kvsim.physics.hbm import kv_pool_per_gpu
+from kvsim.physics.step import Parallel, Roofline, lone_seconds
+from kvsim.units import parse_size
 
 STACK = Path(__file__).parent / "stack.yaml"
 LINKS = ("h2d_per_gpu", "d2h_per_gpu", "nic_per_gpu")  # a base profile keeps its own
@@ -99,7 +103,7 @@ class Composition:
     @property
     def kv_pool_per_gpu(self) -> float:
         """KV pool per GPU in bytes of distinct KV (replicated copies taken out)."""
-        raw = self.gpu.hbm * self.utilization - self.weights_per_gpu - self.reserve
+        raw = kv_pool_per_gpu(self.gpu.hbm, self.utilization, self.weights_per_gpu, self.reserve)
         return raw / self.kv_replication
 
     @property
@@ -226,8 +230,6 @@ def compose(
 ) -> Composition:
     """Check a ``profile: {...}`` mapping and read its cards (InputError naming
     ``profile.FIELD`` for a user mistake)."""
-    from kvsim.units import parse_size
-
     for key in ("model", "gpu"):
         if not isinstance(spec.get(key), str) or not spec.get(key):
             given = "missing;" if spec.get(key) is None else f"given {shown(spec[key])};"
@@ -319,8 +321,6 @@ def profile_layer(
     links, storage, tiers and remote the composition keeps (None: the stack file)."""
     stack = _stack()
     node_base = dict((base or {}).get("node") or stack["node"])
-    from kvsim.units import parse_size
-
     util = float(node_base.get("gpu_memory_utilization", 0.9))
     reserve = parse_size(node_base.get("activation_reserve", stack["node"]["activation_reserve"]))
     comp = compose(spec, base_dir, utilization=util, reserve=reserve)
@@ -380,8 +380,6 @@ def profile_layer(
 
 def numbers(comp: Composition, per_step: int = 8192) -> dict[str, float]:
     """What :func:`describe` prints, as numbers in base units (``profiles show --json``)."""
-    from kvsim.physics.step import lone_seconds
-
     m = comp.model
     total, active = m.params()
     kv1 = m.kv_bytes_per_token(1)
@@ -404,90 +402,8 @@ def numbers(comp: Composition, per_step: int = 8192) -> dict[str, float]:
     }
 
 
-def _norm(name: str) -> str:
-    return "".join(c for c in name.lower() if c.isalnum())
-
-
-def calibrated_profiles(comp: Composition) -> list[tuple[str, int]]:
-    """The shipped named profiles calibrated to the same model on the same GPU as ``comp``,
-    as (name, GPUs): the profile's ``node.gpu`` finds the same GPU card, and its
-    ``model.name`` begins with the model card's name (letters and digits only, case
-    ignored: ``GLM-5-class (GLM-5.3)`` is ``glm-5``)."""
-    from kvsim.profiles import PROFILE_DIR
-
-    out = []
-    for path in sorted(PROFILE_DIR.glob("*.yaml")):
-        with path.open(encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-        node, model = data.get("node") or {}, data.get("model") or {}
-        gpu, name = node.get("gpu"), model.get("name")
-        if not isinstance(gpu, str) or not isinstance(name, str):
-            continue
-        try:
-            card = read_gpu(gpu)
-        except InputError:
-            continue
-        if card.name == comp.gpu.name and _norm(name).startswith(_norm(comp.model.name)):
-            out.append((path.stem, int(node.get("gpus", 8))))
-    return out
-
-
-def calibrated_notes(comp: Composition, per_step: int = 8192) -> list[str]:
-    """One line per calibrated profile of the same model and GPU (:func:`calibrated_profiles`)
-    comparing their lone 16k prefills: two answers for one system are said, never silent."""
-    from kvsim.config.loader import scenario_from_dict
-    from kvsim.physics.step import lone_seconds, make_step_model
-
-    mine = lone_seconds(comp.step_model(), 16384, 0, per_step)
-    out = []
-    for name, gpus in calibrated_profiles(comp):
-        sc = scenario_from_dict(
-            {
-                "name": "calibrated",
-                "profile": name,
-                "workload": {
-                    "kind": "synthetic",
-                    "requests": 1,
-                    "arrivals": {"process": "poisson", "rate": "1/s"},
-                    "prompt_tokens": {"dist": "fixed", "value": 16384},
-                },
-            },
-            label=f"profile {name}",
-        )
-        theirs = lone_seconds(make_step_model(sc), 16384, 0, per_step)
-        ratio = theirs / mine
-        how = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
-        out.append(
-            f"calibrated profile {name} ({gpus} x {comp.gpu.name}) models {comp.model.name} "
-            f"on this GPU: its lone 16k prefill takes {theirs:.3f} s; this composition's "
-            f"({comp.gpus} x {comp.gpu.name}) {mine:.3f} s is {how} (an uncalibrated "
-            "prediction, docs/catalogue.md)"
-        )
-    return out
-
-
-def scenario_notes(sc: Any) -> list[str]:
-    """:func:`calibrated_notes` of a scenario whose profile is composed (``[]`` for a named
-    profile): what ``kvsim run`` prints under its summary."""
-    spec = getattr(sc, "profile", None)
-    if spec is None or isinstance(spec, str):
-        return []
-    base_dir = Path(sc.source).parent if getattr(sc, "source", None) else None
-    data = {
-        k: v
-        for k, v in spec.model_dump(exclude_unset=True).items()
-        if v is not None and k != "base"
-    }
-    try:
-        return calibrated_notes(compose(data, base_dir))
-    except InputError:  # the run already composed it; a card changed since: say nothing
-        return []
-
-
 def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, str]]:
     """The derived constants ``kvsim profiles show`` prints: (quantity, value, how)."""
-    from kvsim.physics.step import lone_seconds
-
     m, g, r = comp.model, comp.gpu, comp.roofline_numbers()
     total, active = m.params()
     kv1 = m.kv_bytes_per_token(1)

@@ -53,6 +53,7 @@ from typing import Any
 from kvsim.catalogue.efficiency import generations
 from kvsim.errors import UNSAFE_CATEGORIES, InputError, shown
 from kvsim.units import parse_bandwidth, parse_size
+from kvsim.yamlfile import load_yaml
 
 GPU_DIR = Path(__file__).parent / "gpus"
 #: the generations with an efficiency entry (kvsim/catalogue/efficiency.yaml)
@@ -391,8 +392,6 @@ def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:
 
 
 def _read_file(path: Path) -> GpuCard:
-    from kvsim.config.loader import load_yaml  # here: the loader will import the catalogue
-
     data, origins = load_yaml(path)
     return _card_from(data, origins, str(path))
 

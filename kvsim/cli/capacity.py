@@ -10,19 +10,37 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
+from kvsim.api import load
 from kvsim.cli.common import _json_number
+from kvsim.config.loader import load_record
+from kvsim.config.schema import Scenario, prompt_bounds
 from kvsim.errors import InputError
-from kvsim.results.uncertainty import bound_keys, read_bounds
-
-if TYPE_CHECKING:
-    from kvsim.config.schema import Scenario
+from kvsim.experiments.capacity import (
+    Infeasible,
+    capacity_table,
+    search,
+    sweep_capacity,
+    sweep_with_sets,
+)
+from kvsim.experiments.planner import (
+    cheapest,
+    closest,
+    layouts,
+    minimize,
+    minimize_sweep,
+    steady_warnings,
+)
+from kvsim.experiments.replicate import PAIRED
+from kvsim.experiments.slo import parse_slo
+from kvsim.experiments.sweep import SweepSpec, load_sweep
+from kvsim.plots import capacity_plot, cheapest_plot
+from kvsim.results.uncertainty import IDENTICAL, bound_keys, read_bounds
+from kvsim.results.writers import CAPACITY_FILES, check_out_folder, write_folder
+from kvsim.workload.resample_note import resampling_note
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
-    from kvsim.experiments.capacity import capacity_table, parse_slo, search, sweep_capacity
-
     if (args.scenario is None) == (args.sweep is None):
         raise InputError("give a scenario or --sweep (one of them)", where="capacity")
     if args.reps is None:  # a sweep file's own seed count, as `kvsim sweep` runs it
@@ -39,8 +57,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     if args.cheapest:
         return _capacity_cheapest(args, log)
     if args.out is not None:
-        from kvsim.results.writers import CAPACITY_FILES, check_out_folder
-
         check_out_folder(args.out, flag="--out", owned=CAPACITY_FILES)
     if args.sweep:
         with _explained(args):
@@ -54,8 +70,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
                 log=log,
             )
     else:
-        from kvsim.api import load
-
         slo = parse_slo(args.slo)
         sc = load(args.scenario, args.overrides)
         if not args.json:
@@ -65,12 +79,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         caps[0].config = {"scenario": sc.name}
     df = capacity_table(caps)
     if args.out is not None:
-        from kvsim.results.writers import CAPACITY_FILES, write_folder
-
         files = {"capacity.csv": lambda p: df.to_csv(p, index=False)}
         if args.sweep:
-            from kvsim.plots import capacity_plot
-
             files["capacity.png"] = lambda p: capacity_plot(df, p)
         paths = write_folder(args.out, files, flag="--out", owned=CAPACITY_FILES)
         print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
@@ -93,8 +103,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         if "delta_capacity_rps" in df.columns:
             print(f"    {_capacity_delta(cap, row)}")
     if "delta_capacity_rps" in df.columns:
-        from kvsim.experiments.replicate import PAIRED
-
         print(PAIRED)
     return 0
 
@@ -117,10 +125,6 @@ def _capacity_delta(cap: object, row: dict) -> str:
 def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """``kvsim capacity SCENARIO --slo ... --minimize FIELD [--range LO..HI]``, and over
     every layout of a sweep: ``kvsim capacity --sweep SWEEP --minimize FIELD``."""
-    from kvsim.api import load
-    from kvsim.experiments.capacity import parse_slo
-    from kvsim.experiments.planner import minimize
-
     if args.minimize is None:
         raise InputError("--range needs --minimize FIELD", where="--range")
     if args.cheapest and args.sweep is None:
@@ -147,9 +151,6 @@ def _capacity_minimize(args: argparse.Namespace, log: Callable[[str], None]) -> 
 
 def _sweep_reps(path: str) -> int:
     """A sweep file's ``replications`` (or the length of its ``seeds``), else 3."""
-    from kvsim.config.loader import load_record
-    from kvsim.experiments.sweep import SweepSpec
-
     spec = load_record(SweepSpec, path, "sweep")
     if spec.seeds is not None:
         return len(spec.seeds)
@@ -166,8 +167,6 @@ def _minimize_layouts(args: argparse.Namespace, slo: object, log: Callable[[str]
     """``--minimize`` in every layout of ``--sweep`` (each as on its own), each layout's
     price with the field at its value to provision, and with prices (always with
     ``--cheapest``) the cheapest layout at that value: how many nodes, and which layout."""
-    from kvsim.experiments.planner import minimize_sweep
-
     if not args.json:
         _log_sweep_resampling(args, log)
     rows = minimize_sweep(
@@ -231,9 +230,6 @@ def _write_cheapest(out: str, rows: list[dict], found: list, slo: object) -> Non
     ``cheapest.png`` (the metric with its interval against the SLO, and the price)."""
     import pandas as pd
 
-    from kvsim.plots import cheapest_plot
-    from kvsim.results.writers import write_folder
-
     flat = [{k: v for k, v in r.items() if k != "explanation"} for r in rows]
     files = {
         "cheapest.csv": lambda p: pd.DataFrame(flat).to_csv(p, index=False),
@@ -249,14 +245,9 @@ CHEAPEST_FILES = ("cheapest.csv", "cheapest.json", "cheapest.png")
 
 def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """``kvsim capacity --sweep SWEEP --slo ... --cheapest [--out DIR]``."""
-    from kvsim.experiments.capacity import parse_slo
-    from kvsim.experiments.planner import cheapest, closest, layouts
-
     if args.sweep is None:
         raise InputError("--cheapest compares the configurations of a --sweep", where="--cheapest")
     if args.out is not None:
-        from kvsim.results.writers import check_out_folder
-
         check_out_folder(args.out, flag="--out", owned=CHEAPEST_FILES)
     slo = parse_slo(args.slo)
     found = layouts(args.sweep, slo, reps=args.reps, sets=args.overrides, log=log)
@@ -279,8 +270,6 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
         }
         for x in found
     ]
-    from kvsim.experiments.planner import steady_warnings
-
     for x in found:  # layouts whose runs at their own load were still filling up (stderr)
         label = ", ".join(f"{k}={v}" for k, v in x.config.items()) or "the scenario"
         _warn(
@@ -315,8 +304,6 @@ def _capacity_cheapest(args: argparse.Namespace, log: Callable[[str], None]) -> 
         if len(found) > 1:
             print(f"    {_layout_delta_text(x, slo.metric)}")
     if len(found) > 1:
-        from kvsim.experiments.replicate import PAIRED
-
         print(PAIRED)
     if best is None:
         print(f"no configuration meets {slo}")
@@ -344,8 +331,6 @@ def _layout_deltas(x: object) -> dict[str, object]:
 def _layout_delta_text(x: object, metric: str) -> str:
     """A layout's paired differences from the reference, one line: the SLO's metric and
     the price per hour and per million prompt tokens, each with its 95% interval."""
-    from kvsim.results.uncertainty import IDENTICAL
-
     if getattr(x, "reference", False):
         return "(reference)"
     deltas = getattr(x, "deltas", {})
@@ -377,8 +362,6 @@ def _layout_delta_text(x: object, metric: str) -> str:
 def _log_resampling(sc: Scenario, reps: int, log: Callable[[str], None]) -> None:
     """Log how the replications resample a trace and the prefix reuse that keeps (the
     trace's as it is beside the draws'); nothing for a workload not resampled."""
-    from kvsim.workload.resample import resampling_note
-
     note = resampling_note(sc, [sc.seed + r for r in range(reps)])
     if note is not None:
         log(note)
@@ -387,9 +370,6 @@ def _log_resampling(sc: Scenario, reps: int, log: Callable[[str], None]) -> None
 def _log_sweep_resampling(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     """:func:`_log_resampling` for a --sweep's first configuration (its configurations
     replay one trace); a configuration that does not load says so in its own search."""
-    from kvsim.experiments.capacity import sweep_with_sets
-    from kvsim.experiments.sweep import load_sweep
-
     try:
         configs = sweep_with_sets(load_sweep(args.sweep), list(args.overrides or []))
     except InputError:
@@ -401,8 +381,6 @@ def _log_sweep_resampling(args: argparse.Namespace, log: Callable[[str], None]) 
 def _prompt_range_override(text: str) -> str:
     """``--prompt-range LO..HI`` as the ``--set run.prompt_range=...`` it stands for
     (checked here, so that a bad range is refused naming the flag)."""
-    from kvsim.config.schema import prompt_bounds
-
     try:
         prompt_bounds(text)
     except ValueError as e:
@@ -415,8 +393,6 @@ def _explained(args: argparse.Namespace) -> Iterator[None]:
     """An SLO no point of the search meets: print why (the value reached, the slowest
     requests' parts, the compute floor; as JSON with --json) before the one-line
     refusal (exit 2)."""
-    from kvsim.experiments.capacity import Infeasible
-
     try:
         yield
     except Infeasible as e:

@@ -14,13 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvsim.errors import InputError, clean
+from kvsim.interrupts import on_signal
+from kvsim.plugins.failures import PluginError
+from kvsim.plugins.loading import canonical, load_plugins
+from kvsim.plugins.registry import disabled, no_plugins
+from kvsim.results.writers import check_writable
 
 
 def _plugins_as_overrides(args: argparse.Namespace) -> None:
     """``--plugin`` values: imported now (a broken one is refused before any work), and
     added to the scenario's ``plugins`` so that they travel to every worker."""
-    from kvsim.plugins import PluginError, canonical, load_plugins
-
     specs = [canonical(s) for s in getattr(args, "plugins", None) or []]
     if not specs:
         return
@@ -47,8 +50,6 @@ _INSPECTING = ("validate", "trace", "costmodel", "plugins")
 def _plugin_mode(args: argparse.Namespace) -> Iterator[None]:
     """``--no-plugins`` (or KVSIM_NO_PLUGINS=1): no plugin code runs in this command (nor
     in its local workers)."""
-    from kvsim.plugins import disabled, no_plugins
-
     if not getattr(args, "no_plugins", False) and not disabled():
         yield
         return
@@ -75,8 +76,6 @@ def signals_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from kvsim.plugins import on_signal
-
     signals = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signals.append(signal.SIGINT)
@@ -89,8 +88,6 @@ def signals_as_interrupt() -> Iterator[None]:
 
 
 def _check_plot_path(path_text: str) -> None:
-    from kvsim.results.writers import check_writable
-
     out = Path(path_text)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError("expected a .png, .svg or .pdf file name", where=f"--plot {path_text}")

@@ -8,22 +8,18 @@ import json
 import sys
 from pathlib import Path
 
+from kvsim.api import cost_model, load, profile_scenario, tier_bandwidths
 from kvsim.cli.common import _check_plot_path
 from kvsim.errors import InputError
+from kvsim.physics.costmodel import GIB, timing_crossover
+from kvsim.physics.step import scenario_lone_seconds
+from kvsim.plots import costmodel_plot
+from kvsim.profiles import DEFAULT_PROFILE
+from kvsim.units import fmt_duration, parse_bandwidth, parse_duration, parse_rate, parse_size
 
 
 def _cmd_costmodel(args: argparse.Namespace) -> int:
     import math
-
-    from kvsim.api import cost_model, load, profile_scenario, tier_bandwidths
-    from kvsim.physics.costmodel import GIB
-    from kvsim.units import (
-        fmt_duration,
-        parse_bandwidth,
-        parse_duration,
-        parse_rate,
-        parse_size,
-    )
 
     def parsed(flag: str, parse, value, zero: bool = False):
         """A --flag's quantity: finite and > 0 (>= 0 with ``zero``). A zero or negative
@@ -53,17 +49,12 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
     if args.scenario:
         sc = load(args.scenario, args.overrides)
     else:
-        from kvsim.profiles import DEFAULT_PROFILE
-
         sc = profile_scenario(args.profile or DEFAULT_PROFILE, args.overrides)
     model = cost_model(sc, args.tokens, t0=t0_value, kv_bytes=kv_value, rate=rate_value)
     paths = tier_bandwidths(sc)
     for value in extra:  # an extra row is named by its bandwidth
         paths.setdefault(f"{value / GIB:.4g} GiB/s", (value, model.t0))
     S = args.tokens
-    from kvsim.physics.costmodel import timing_crossover
-    from kvsim.physics.step import scenario_lone_seconds
-
     # with --rate the recompute side is the constant rate given; otherwise the engine's
     # own time for the prompt (super-linear: attention)
     if rate_value is None:
@@ -98,8 +89,6 @@ def _cmd_costmodel(args: argparse.Namespace) -> int:
             where="costmodel",
         )
     if args.plot:
-        from kvsim.plots import costmodel_plot
-
         out = Path(args.plot)
         costmodel_plot(
             model,

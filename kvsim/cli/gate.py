@@ -8,30 +8,30 @@ import contextlib
 import os
 import sys
 
+from kvsim.config.loader import with_sets
 from kvsim.errors import InputError
+from kvsim.experiments import regression
+from kvsim.experiments.sweep.spec import counted
+from kvsim.results.writers import BASELINE_FILES, REPORT_FILES, check_out_folder
+
+# (the gate's steps are the regression package's entry points, looked up when called)
 
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
-    from kvsim.experiments.regression import load_suite, measure, power_warnings, write_baseline
-    from kvsim.experiments.sweep import counted
-    from kvsim.results.writers import BASELINE_FILES, check_out_folder
-
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
-    from kvsim.config.loader import with_sets
-
     check_out_folder(args.out, flag="--out", owned=BASELINE_FILES)
     extra = with_sets({}, args.overrides)  # each --set parsed as `kvsim run` parses it
-    suite = load_suite(args.suite, extra)
-    doc = measure(
+    suite = regression.load_suite(args.suite, extra)
+    doc = regression.measure(
         suite,
         workers=args.workers,
         log=lambda m: print(m, file=sys.stderr),
         require_finite=True,  # a baseline never records NaN
     )
-    path = write_baseline(doc, args.out)
+    path = regression.write_baseline(doc, args.out)
     # a gated metric whose minimum detectable change is above 10% of its mean: said
-    for line in power_warnings(doc, suite):
+    for line in regression.power_warnings(doc, suite):
         print(f"warning: {line}", file=sys.stderr)
     points = sum(len(e["points"]) for e in doc["entries"])
     print(
@@ -42,43 +42,30 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from kvsim.config.loader import with_sets
-    from kvsim.experiments.regression import (
-        baseline_path,
-        check_baseline,
-        compare,
-        load_suite,
-        measure,
-        read_baseline,
-        report_lines,
-        terminal_table,
-        write_reports,
-    )
-
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
-    baseline = read_baseline(args.baseline)  # every field checked before anything runs
+    baseline = regression.read_baseline(args.baseline)  # every field checked before anything runs
     extra = with_sets({}, args.overrides)  # each --set parsed as `kvsim run` parses it
-    suite = load_suite(args.suite, extra)
+    suite = regression.load_suite(args.suite, extra)
     # the suite matches the baseline: checked before anything runs
-    check_baseline(suite, baseline, strict=args.strict, where=str(baseline_path(args.baseline)))
+    regression.check_baseline(
+        suite, baseline, strict=args.strict, where=str(regression.baseline_path(args.baseline))
+    )
     if args.report:
-        from kvsim.results.writers import REPORT_FILES, check_out_folder
-
         check_out_folder(args.report, flag="--report", owned=REPORT_FILES)
-    new = measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
-    result = compare(suite, baseline, new, strict=args.strict)
+    new = regression.measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
+    result = regression.compare(suite, baseline, new, strict=args.strict)
     code = 1 if result.failures else 0
     # the reports first, and the verdict's exit code whatever happens to the printing: a
     # gate piped into `head` must still fail on a regression (main() reads a broken pipe
     # as exit 0)
     if args.report:
-        for p in write_reports(result, suite, args.report):
+        for p in regression.write_reports(result, suite, args.report):
             print(f"wrote {p}", file=sys.stderr)
     try:
-        print(terminal_table(result, list(suite.metrics)))
+        print(regression.terminal_table(result, list(suite.metrics)))
         # notes, a line per regression and per improvement (an improvement passes), the verdict
-        print("\n".join(report_lines(result)))
+        print("\n".join(regression.report_lines(result)))
         sys.stdout.flush()
     except BrokenPipeError:
         with contextlib.suppress(OSError):  # nothing more can reach the closed pipe

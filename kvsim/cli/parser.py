@@ -8,8 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import NoReturn
 
-from kvsim import __version__, compiled
 from kvsim.errors import clean
+from kvsim.version import __version__, compiled
 
 
 class _HelpFormatter(argparse.HelpFormatter):

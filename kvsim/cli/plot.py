@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from kvsim.cli.run import steady_warnings
 from kvsim.errors import InputError
+from kvsim.experiments.slo import parse_slo
+from kvsim.plots.run import run_plots
+from kvsim.plots.sweep import sweep_plots
+from kvsim.results.timeseries import STEADY_COLUMN, unsteady_runs_note
+from kvsim.results.writers import check_writable
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from kvsim.plots import run_plots, sweep_plots
-    from kvsim.results.writers import check_writable
-
     folders = [Path(f) for f in args.folder]
     for f in folders:
         if not f.is_dir():
@@ -21,8 +27,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     check_writable(d, folder=True, flag="")  # the figures are written into the folder
     slo = None
     if args.slo is not None:
-        from kvsim.experiments.capacity import parse_slo
-
         slo = parse_slo(args.slo)
         if slo.metric not in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s"):
             raise InputError(
@@ -65,10 +69,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def _warn_steady(summary_path: Path) -> None:
     """The run's steady-state warnings (its summary's ``steady_state``), on stderr: the
     figures drawn are of a run still filling up."""
-    import json
-
-    from kvsim.cli.run import steady_warnings
-
     try:  # (run_plots has read and checked it)
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -82,10 +82,6 @@ def _warn_steady_runs(folder: Path) -> None:
     table = folder / "results.parquet"
     if not table.is_file():
         return
-    import pandas as pd
-
-    from kvsim.results.timeseries import STEADY_COLUMN, unsteady_runs_note
-
     try:
         df = pd.read_parquet(table, columns=None)
     except Exception:  # (sweep_plots has read it; an unreadable one is its message)

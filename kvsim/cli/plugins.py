@@ -10,7 +10,14 @@ import inspect
 import json
 from typing import Any
 
+from kvsim.api import load
+from kvsim.config.schema import POLICY_FIELDS
 from kvsim.errors import clean
+from kvsim.plugins.failures import show
+from kvsim.plugins.loading import scope
+from kvsim.plugins.params import ParamError, is_plain, parameters
+from kvsim.plugins.registry import BUILTIN, disabled, skipped
+from kvsim.plugins.resolve import BUILTIN_DOCS, visible
 
 
 def _doc_line(cls: type) -> str:
@@ -25,8 +32,6 @@ def _doc_line(cls: type) -> str:
 def _params(cls: type) -> tuple[list[dict[str, Any]], bool, str | None]:
     """A class's parameters as rows, whether it takes any keyword, and why they cannot be
     read (None: they can)."""
-    from kvsim.plugins import ParamError, _is_plain, parameters, show
-
     try:
         accepted, any_keyword = parameters(cls)
     except ParamError as e:
@@ -35,15 +40,13 @@ def _params(cls: type) -> tuple[list[dict[str, Any]], bool, str | None]:
     for p in accepted:
         row: dict[str, Any] = {"name": p.name, "type": p.type_text(), "required": p.required}
         if not p.required:
-            row["default"] = p.default if _is_plain(p.default) else show(p.default)
+            row["default"] = p.default if is_plain(p.default) else show(p.default)
         rows.append(row)
     return rows, any_keyword, None
 
 
 def _used_by(sc: Any, kind: str, name: str) -> list[str]:
     """The fields of the scenario that name this policy (in sections that are enabled)."""
-    from kvsim.config.schema import POLICY_FIELDS
-
     out = []
     for path, k in POLICY_FIELDS.items():
         if k != kind:
@@ -62,21 +65,19 @@ def _used_by(sc: Any, kind: str, name: str) -> list[str]:
 def policy_rows(sc: Any = None) -> list[dict[str, Any]]:
     """Every policy the scenario ``sc`` (None: any scenario) may name, as rows: kind,
     name, source, params, doc, used_by."""
-    from kvsim import plugins as p
-
     rows: list[dict[str, Any]] = []
-    for kind in p.BUILTIN:
-        for name in p.BUILTIN[kind]:
+    for kind in BUILTIN:
+        for name in BUILTIN[kind]:
             rows.append(
                 {
                     "kind": kind,
                     "name": name,
                     "source": "built-in",
                     "params": [],
-                    "doc": p.BUILTIN_DOCS.get((kind, name), ""),
+                    "doc": BUILTIN_DOCS.get((kind, name), ""),
                 }
             )
-        for name, entry in p.visible(kind):
+        for name, entry in visible(kind):
             params, any_keyword, unreadable = _params(entry.cls)
             row: dict[str, Any] = {
                 "kind": kind,
@@ -104,23 +105,19 @@ def _param_text(param: dict[str, Any]) -> str:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from kvsim import plugins as p
-
     sc = None
     if args.scenario is not None:
-        from kvsim.api import load
-
         extra = ["plugins=" + json.dumps(args.plugins)] if args.plugins else None
         sc = load(args.scenario, extra)
-        with p.scope(sc.plugins):
+        with scope(sc.plugins):
             rows = policy_rows(sc)
     else:
         rows = policy_rows()
-    skipped = p.skipped() if p.disabled() else []
+    not_imported = skipped() if disabled() else []
     if args.json:
-        print(json.dumps({"policies": rows, "not_imported": skipped}, indent=2, default=str))
+        print(json.dumps({"policies": rows, "not_imported": not_imported}, indent=2, default=str))
         return 0
-    for kind in p.BUILTIN:
+    for kind in BUILTIN:
         print(f"{kind}:")
         mine = [r for r in rows if r["kind"] == kind]
         width = max(len(clean(r["name"], 40)) for r in mine)
@@ -136,6 +133,6 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
                 print(f"  {'':<{width}}  params: {clean(r['params_error'], 300)}")
             if r.get("used_by"):
                 print(f"  {'':<{width}}  used by: {', '.join(r['used_by'])}")
-    if skipped:
-        print(f"not imported (--no-plugins): {', '.join(map(clean, skipped))}")
+    if not_imported:
+        print(f"not imported (--no-plugins): {', '.join(map(clean, not_imported))}")
     return 0

@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvsim.catalogue.calibrated import calibrated_notes
+from kvsim.catalogue.compose import compose, describe, numbers
+from kvsim.catalogue.gpus import list_gpus
+from kvsim.catalogue.models import list_models
 from kvsim.errors import InputError
+from kvsim.profiles import DEFAULT_PROFILE, list_profiles
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from kvsim.catalogue.gpus import list_gpus
-    from kvsim.catalogue.models import list_models
-    from kvsim.profiles import DEFAULT_PROFILE, list_profiles
-
     if args.action == "show":
         return _show_composition(args)
     if args.model is not None:
@@ -46,8 +47,6 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _show_composition(args: argparse.Namespace) -> int:
-    from kvsim.catalogue.compose import calibrated_notes, compose, describe, numbers
-
     if not args.model or not args.gpu:
         raise InputError("usage: kvsim profiles show MODEL GPU [--gpus N --tp N --pcp N --ep N]")
     spec: dict[str, Any] = {"model": args.model, "gpu": args.gpu}

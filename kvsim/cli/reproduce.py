@@ -8,12 +8,12 @@ import json
 import sys
 
 from kvsim.errors import InputError
+from kvsim.reproduce import validation
+from kvsim.reproduce.studies import study
+from kvsim.results.writers import REPRODUCTION_FILES, check_out_folder
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from kvsim.reproduce import study
-    from kvsim.results.writers import REPRODUCTION_FILES, check_out_folder
-
     if args.quick and args.study != "central-nvme":
         raise InputError("only central-nvme has a quick version", where="--quick")
     if args.study == "all":
@@ -42,9 +42,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 def _reproduce_all(args: argparse.Namespace) -> int:
     """Every study (the paper's without ranges), then the validation summary."""
     import time
-
-    from kvsim.reproduce import validation
-    from kvsim.results.writers import check_out_folder
 
     if args.scenarios is not None:
         raise InputError(

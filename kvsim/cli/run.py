@@ -7,15 +7,16 @@ import json
 import sys
 from typing import Any
 
+from kvsim.api import expected_requests, load
+from kvsim.errors import InputError
+from kvsim.report import summary_table
+from kvsim.results.records import collect, json_ready
+from kvsim.results.runfolder import write_results
+from kvsim.results.writers import RUN_FILES, check_out_folder
+from kvsim.sim.simulation import Simulation
+
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from kvsim.api import expected_requests, load
-    from kvsim.errors import InputError
-    from kvsim.report import summary_table
-    from kvsim.results.records import collect, json_ready
-    from kvsim.results.writers import RUN_FILES, check_out_folder, write_results
-    from kvsim.sim.simulation import Simulation
-
     record = getattr(args, "record_accesses", False)
     if record and args.out is None:  # refused before anything runs
         raise InputError(

@@ -6,21 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvsim.api import load
+from kvsim.experiments.sensitivity import parse_by, report_lines, sensitivity, table, tornado_plot
+from kvsim.results.writers import SENSITIVITY_FILES, check_out_folder, write_folder
+
 
 def _cmd_sensitivity(args: argparse.Namespace) -> int:
-    from kvsim.api import load
-    from kvsim.experiments.sensitivity import (
-        parse_by,
-        report_lines,
-        sensitivity,
-        table,
-        tornado_plot,
-    )
-
     by = parse_by(args.by)
     if args.out is not None:
-        from kvsim.results.writers import SENSITIVITY_FILES, check_out_folder
-
         check_out_folder(args.out, flag="--out", owned=SENSITIVITY_FILES)
     sc = load(args.scenario, args.overrides)
     result = sensitivity(
@@ -33,8 +26,6 @@ def _cmd_sensitivity(args: argparse.Namespace) -> int:
     )
     df = table(result)
     if args.out is not None:
-        from kvsim.results.writers import SENSITIVITY_FILES, write_folder
-
         paths = write_folder(
             args.out,
             {

@@ -4,34 +4,38 @@ per grid point."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
+import pandas as pd
+
+from kvsim.api import load
+from kvsim.config.schema import policy_text
 from kvsim.errors import InputError
+from kvsim.experiments import sweep as sweeps
+from kvsim.experiments.replicate import PAIRED
+from kvsim.experiments.sweep.cluster import parse_scheduler
+from kvsim.experiments.sweep.journal import SWEEP_FILES
+from kvsim.experiments.sweep.spec import counted, fixed_count_note
+from kvsim.results.timeseries import unsteady_runs_note
+from kvsim.results.uncertainty import mean_interval, read_bounds
+from kvsim.results.writers import check_out_folder
+from kvsim.workload.resample_note import resampling_note
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from kvsim.experiments.sweep import (
-        SWEEP_FILES,
-        counted,
-        load_sweep,
-        parse_scheduler,
-        run_sweep,
-    )
-    from kvsim.results.writers import check_out_folder
-
     if args.workers < 1:
         raise InputError("must be >= 1", where="--workers")
     if args.scheduler is not None:
         parse_scheduler(args.scheduler)  # a malformed address: refused before any work
-    sweep = load_sweep(args.sweep, plugins=args.plugins)
+    # (the package's entry points, looked up when called)
+    sweep = sweeps.load_sweep(args.sweep, plugins=args.plugins)
     if sweep.refused:  # a configuration no run of which could start (a policy name)
         raise sweep.refused[0]
     # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
     check_out_folder(args.out, flag="--out", owned=SWEEP_FILES)
     _log_resampling(sweep)  # what the seeds replay (--quiet drops only the progress bar)
-    from kvsim.experiments.sweep import fixed_count_note
-
     fixed = fixed_count_note(sweep)  # a swept rate with a fixed request count
     if fixed is not None:
         print(f"warning: {fixed}", file=sys.stderr)
@@ -49,7 +53,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             bar.refresh()
 
     try:
-        table = run_sweep(
+        table = sweeps.run_sweep(
             sweep,
             args.out,
             workers=args.workers,
@@ -78,8 +82,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"{counted(len(table), 'run')} ({reused} reused from {args.out}/runs.jsonl, "
         f"{len(failed)} failed) in {args.out}/results.parquet and results.csv"
     )
-    from kvsim.results.timeseries import unsteady_runs_note
-
     unsteady = unsteady_runs_note(table)  # runs whose measured window was still filling
     if unsteady is not None:
         print(f"warning: {unsteady}", file=sys.stderr)
@@ -100,9 +102,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _log_resampling(sweep: Any) -> None:
     """Print (stderr) how the runs resample a trace and the prefix reuse that keeps (the
     trace's as it is beside the draws'), from the reference configuration's runs."""
-    from kvsim.api import load
-    from kvsim.workload.resample import resampling_note
-
     ref = _reference_runs(sweep)
     runs = [r for r in sweep.runs if r.run_id in ref] or sweep.runs
     if not runs:
@@ -130,11 +129,6 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
     with several configurations, its paired difference in p99 from the reference (the
     first configuration, or the sweep file's ``reference:``) with that difference's 95%
     interval over seeds, and the line that says the comparison is paired."""
-    import pandas as pd
-
-    from kvsim.config.schema import policy_text
-    from kvsim.experiments.replicate import PAIRED
-
     ok = table[table["status"] == "ok"]
     if ok.empty:
         return "no run finished"
@@ -181,8 +175,6 @@ def _bounds(lo: float, hi: float) -> str:
 def _p99_interval(g: Any) -> str:
     """A configuration's p99: the 95% interval of its mean over seeds (never below 0), or
     with one seed that run's own (block bootstrap) interval."""
-    from kvsim.results.uncertainty import mean_interval, read_bounds
-
     values = [float(v) for v in g["ttft_p99_s"] if isinstance(v, (int, float))]
     if len(values) == 1:  # (an older kvsim's table: the text column ttft_p99_ci_s)
         run = read_bounds(g.iloc[0], "ttft_p99_s", legacy="ttft_p99_ci_s")
@@ -195,10 +187,6 @@ def _delta_text(g: Any, metric: str) -> str:
     """A configuration's mean paired difference in ``metric`` from the reference and its
     95% interval over seeds ("+0.012 [-0.003, 0.027]"); "n/a" when no seed of it pairs
     with a finished run of the reference."""
-    import math
-
-    from kvsim.results.uncertainty import read_bounds
-
     d = g[f"delta_{metric}"].dropna()
     if d.empty:
         return "n/a"

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 
+from kvsim.api import load
+from kvsim.config.pools import pools, too_large
+from kvsim.config.schema import lookup_order
 from kvsim.errors import InputError, clean
+from kvsim.physics.hbm import pool_lines
+from kvsim.plugins.registry import disabled, skipped, unchecked
+from kvsim.workload import open_workload
+from kvsim.workload.request import check_request
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from kvsim.api import load
-    from kvsim.config.pools import pool_lines, too_large
-    from kvsim.workload import open_workload
-    from kvsim.workload.request import check_request
-
     sc = load(args.scenario, args.overrides)
     w = sc.workload
     n = 0
@@ -35,16 +37,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{sc.cluster.engines} engine(s), {sc.cluster.load_policy} loading, {w.kind} workload "
         f"of {n} requests"
     )
-    from kvsim.config.schema import lookup_order
-
     print(f"lookup order: {' -> '.join(lookup_order(sc))}")
-    for line in pool_lines(sc):
+    for line in pool_lines(pools(sc)):
         print(line)
-    from kvsim.plugins import disabled
-
     if disabled():
-        from kvsim.plugins import skipped, unchecked
-
         if skipped():
             print(f"not imported (--no-plugins): {', '.join(map(clean, skipped()))}")
         if unchecked():  # names only the plugins' code could have checked

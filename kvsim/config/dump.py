@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kvsim.config.schema import PolicyRef, Scenario, field_unit
-from kvsim.plugins import canonical
+from kvsim.plugins.loading import canonical
 from kvsim.units import UNIT_WRITERS
 
 

@@ -14,8 +14,12 @@ from pydantic.functional_validators import BeforeValidator
 
 from kvsim.config import schema
 from kvsim.config.dump import NOT_RESULTS
+from kvsim.config.loader.layers import MAX_EXTENDS
+from kvsim.config.loader.merge import TAGS
+from kvsim.config.loader.tables import MAX_TIMING_ROWS
+from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES
+from kvsim.yamlfile import MAX_INT_CHARS, MAX_YAML_DEPTH, MAX_YAML_VALUES
 
-_TAGS = ("kind", "dist", "process")
 _BOUNDS = (
     (annotated_types.Gt, "gt", "> {}"),
     (annotated_types.Ge, "ge", ">= {}"),
@@ -89,11 +93,11 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         ann = field.annotation
-        desc = field.description or ("selects this variant" if name in _TAGS else "")
+        desc = field.description or ("selects this variant" if name in TAGS else "")
         out.append((path, _type_name(ann, list(field.metadata)), _default(field), desc))
         subs = [m for m in _models(ann) if m is not schema.PolicyRef]
         for sub in subs:
-            tag = next((t for t in _TAGS if t in sub.model_fields), None)
+            tag = next((t for t in TAGS if t in sub.model_fields), None)
             label = ""
             if tag and len(subs) > 1:
                 value = get_args(sub.model_fields[tag].annotation)[0]
@@ -104,19 +108,16 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
 
 def _limits() -> list[str]:
     """The bounds every YAML file kvsim reads is held to (from the loader's constants)."""
-    from kvsim.config import loader
-    from kvsim.files import MAX_CONFIG_BYTES, MAX_TABLE_BYTES
-
     return [
         "Limits, for scenarios, `extends` parents, profiles, sweep and suite files and `--set`",
         f"values: a YAML file is a regular file of at most {MAX_CONFIG_BYTES >> 20} MiB, nested",
-        f"at most {loader.MAX_YAML_DEPTH} levels deep, with at most "
-        f"{loader.MAX_YAML_VALUES:,} values in a scenario's",
+        f"at most {MAX_YAML_DEPTH} levels deep, with at most "
+        f"{MAX_YAML_VALUES:,} values in a scenario's",
         "files together once aliases are expanded (anchors, aliases and `<<` merge keys work;",
-        f"a recursive alias is refused); an integer has at most {loader.MAX_INT_CHARS} characters;",
-        f"every number is finite; an `extends` chain has at most {loader.MAX_EXTENDS} files; a",
+        f"a recursive alias is refused); an integer has at most {MAX_INT_CHARS} characters;",
+        f"every number is finite; an `extends` chain has at most {MAX_EXTENDS} files; a",
         f"timing table is a regular file of at most {MAX_TABLE_BYTES >> 20} MiB and "
-        f"{loader.MAX_TIMING_ROWS:,} rows.",
+        f"{MAX_TIMING_ROWS:,} rows.",
     ]
 
 
@@ -125,7 +126,7 @@ def render() -> str:
     lines = [
         "# Scenario field reference",
         "",
-        "Generated from `kvsim/config/schema.py` by `python -m kvsim.config.reference`; a test",
+        "Generated from `kvsim/config/schema/` by `python -m kvsim.config.reference`; a test",
         'fails when this file and the schema disagree. Units: sizes such as `"2 TiB"`,',
         '`"51168 B"`; bandwidths `"12 GB/s"`, `"1.71 GiB/s"`, `"800 Gb/s"` (bits);',
         'durations `"330 ms"`; rates `"5/s"`. Bare numbers are refused where a unit is',

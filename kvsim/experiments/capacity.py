@@ -26,53 +26,34 @@ token - first arrival). Without sessions there is no ``sessions_per_gpu``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import operator
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.config.schema import Scenario, SyntheticWorkload
+from kvsim import api
+from kvsim.config.loader import with_sets
+from kvsim.config.schema import (
+    ChoiceDist,
+    FixedDist,
+    GeometricDist,
+    Scenario,
+    SyntheticWorkload,
+    UniformDist,
+)
 from kvsim.errors import InputError
 from kvsim.experiments.explain import Explanation, explain
-from kvsim.experiments.replicate import load_overrides, replication_overrides
-from kvsim.results.metrics import NUMERIC
-from kvsim.results.uncertainty import Interval, bound_keys, mean_interval
-from kvsim.units import parse_duration
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le,
-    "<": operator.lt,
-    ">=": operator.ge,
-    ">": operator.gt,
-}
-# the metrics an SLO or a regression gate can be on: outcomes of a run, not its settings
-OUTCOMES = tuple(m for m in NUMERIC if m not in {"seed", "engines"})
-_SLO = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*(.+?)\s*$")
-
-
-@dataclass(frozen=True)
-class SLO:
-    """``metric op threshold`` on a summary value, e.g. ttft_p99_s <= 2.0."""
-
-    metric: str
-    op: str
-    threshold: float
-    scope: str | None = None  # run.prompt_range the runs measure (None: every prompt)
-
-    def met(self, summary: Mapping[str, Any]) -> bool:
-        value = summary[self.metric]
-        return value is not None and not math.isnan(value) and _OPS[self.op](value, self.threshold)
-
-    def scoped(self, sc: Scenario) -> SLO:
-        """This SLO as the runs of ``sc`` measure it: over its ``run.prompt_range``."""
-        return dataclasses.replace(self, scope=sc.run.prompt_range)
-
-    def __str__(self) -> str:
-        text = f"{self.metric} {self.op} {self.threshold:g}"
-        return f"{text} for prompts {self.scope} tokens" if self.scope else text
+from kvsim.experiments.replicate import (
+    load_overrides,
+    replication_overrides,
+    stop_pool,
+    worker_pool,
+)
+from kvsim.experiments.slo import SLO, parse_slo
+from kvsim.experiments.sweep.spec import load_sweep, relabel
+from kvsim.results.uncertainty import Interval, bound_keys, mean_interval, paired_interval
+from kvsim.workload import open_workload
+from kvsim.workload.synthetic import sample
 
 
 class Infeasible(InputError):
@@ -88,32 +69,8 @@ class Infeasible(InputError):
         return (Infeasible, (self.reason, self.explanation))
 
 
-def parse_slo(text: str) -> SLO:
-    """Parse 'ttft_p99<=2s': a numeric summary metric (the ``_s`` of times may be left
-    out), an operator, a value (durations take units)."""
-    m = _SLO.match(text)
-    if not m:
-        raise InputError("expected METRIC<=VALUE, e.g. 'ttft_p99<=2s'", where=f"--slo {text}")
-    name, op, raw = m.groups()
-    metric = name if name in OUTCOMES else f"{name}_s" if f"{name}_s" in OUTCOMES else None
-    if metric is None:
-        raise InputError(
-            f"unknown metric {name!r}; choose one of {', '.join(OUTCOMES)}",
-            where=f"--slo {text}",
-        )
-    try:
-        value = parse_duration(raw) if metric.endswith("_s") else float(raw)
-    except (ValueError, OverflowError) as e:
-        raise InputError(str(e), where=f"--slo {text}") from None
-    if not math.isfinite(value):
-        raise InputError(f"the threshold must be a finite number, got {raw}", where=f"--slo {text}")
-    return SLO(metric, op, value)
-
-
 def offered_rate(sc: Scenario) -> float:
     """Requests per second the scenario's workload offers (count / arrival span)."""
-    from kvsim.workload import open_workload
-
     first = last = None
     n = 0
     for r in open_workload(sc.workload, sc.seed):
@@ -129,8 +86,6 @@ def mean_turns(sc: Scenario) -> float | None:
     """E[turns per session] of a synthetic workload with ``sessions:`` (each draw clipped
     at ``requests``, as the generator clips it); None without sessions."""
     import numpy as np
-
-    from kvsim.config.schema import ChoiceDist, FixedDist, GeometricDist, UniformDist
 
     w = sc.workload
     if not isinstance(w, SyntheticWorkload) or w.sessions is None:
@@ -148,8 +103,6 @@ def mean_turns(sc: Scenario) -> float | None:
         return float(np.dot(np.minimum(d.values, n), wts / wts.sum()))
     # lognormal, rounded and clipped: no closed form; a fixed-seed sample of 200,000 draws
     # (standard error < 0.3% of the mean for sigma <= 1)
-    from kvsim.workload.synthetic import sample
-
     draws = sample(d, np.random.default_rng(0), 200_000)
     return float(np.minimum(draws, n).mean())
 
@@ -249,8 +202,6 @@ def search(
     log: Callable[[str], None] = lambda _m: None,
 ) -> Capacity:
     """Bracket and bisect the load factor per replication (see the module docstring)."""
-    from kvsim import api
-
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     evaluations = 0
@@ -369,8 +320,6 @@ def _has_sessions(sc: Scenario) -> bool:
     """Whether a trace's requests carry session ids (its first 10,000 looked at)."""
     import itertools
 
-    from kvsim.workload import open_workload
-
     if isinstance(sc.workload, SyntheticWorkload):
         return False
     head = itertools.islice(open_workload(sc.workload, sc.seed), 10_000)
@@ -437,8 +386,6 @@ def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any
     """``delta_capacity_rps`` and its ``_lo``/``_hi`` against ``ref`` (and
     ``delta_sessions_per_gpu`` with its own when ``sessions``), from per-seed values;
     empty for ``ref`` itself."""
-    from kvsim.results.uncertainty import paired_interval
-
     pairs = {"capacity_rps": (c.rates, ref.rates)}
     if sessions:
         pairs["sessions_per_gpu"] = (
@@ -476,9 +423,6 @@ def _session_columns(c: Capacity, wanted: bool) -> dict[str, Any]:
 
 def _search_config(args: tuple[str, dict[str, Any], list[str], str, int, float]) -> Capacity:
     base, overrides, extra, slo_text, reps, tol = args
-    from kvsim import api
-    from kvsim.config.loader import with_sets
-
     sc = api.load(base, with_sets(overrides, extra))  # --set as `kvsim run` takes it
     cap = search(sc, parse_slo(slo_text), reps=reps, tol=tol)
     cap.config = overrides
@@ -489,8 +433,6 @@ def sweep_with_sets(sweep: Any, sets: list[str]) -> list[tuple[dict[str, Any], S
     """Each configuration of a sweep (its ``set`` and swept values) with the command
     line's ``--set`` overrides on top, loaded (so a bad --set is refused before any run).
     A --set of a swept field is refused: it would make the configurations one."""
-    from kvsim import api
-
     swept = set(sweep.columns)
     for o in sets:
         key = str(o).split("=", 1)[0].strip()
@@ -498,9 +440,6 @@ def sweep_with_sets(sweep: Any, sets: list[str]) -> list[tuple[dict[str, Any], S
             raise InputError(
                 f"{key} is swept by the sweep file; --set cannot fix it", where=f"--set {o}"
             )
-    from kvsim.config.loader import with_sets
-    from kvsim.experiments.sweep import relabel
-
     # plugins a --set (or --plugin) adds: loaded with the swept values, which may name them
     given = with_sets({}, sets)  # (each --set parsed; one given twice refused)
     extra = given.get("plugins")
@@ -538,9 +477,6 @@ def sweep_capacity(
     processes."""
     sets = list(sets or [])
     from concurrent.futures.process import BrokenProcessPool
-
-    from kvsim.experiments.replicate import stop_pool, worker_pool
-    from kvsim.experiments.sweep import load_sweep
 
     parse_slo(slo_text)  # refuse a bad SLO before starting anything
     if workers < 1:

@@ -32,16 +32,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from kvsim.experiments.slo import SLO
+from kvsim.physics.step import scenario_lone_seconds
 from kvsim.results.metrics import percentile
 from kvsim.results.records import in_prompt_range
-
-if TYPE_CHECKING:  # (capacity.py uses this module: no import back at run time)
-    from kvsim.experiments.capacity import SLO
 
 # the parts of a TTFT, in the order printed: name -> per-request column
 PARTS: dict[str, str] = {
@@ -148,8 +147,6 @@ def lone_ttft(sc: Any, df: pd.DataFrame) -> np.ndarray:
     """Per request of ``df``: its TTFT alone on an idle engine of ``sc`` (see the module
     docstring): the step model's time for its computed tokens after its cached ones, in a
     batch of one, plus the restore's lookup, read and host-to-GPU parts."""
-    from kvsim.physics.step import scenario_lone_seconds
-
     lone = scenario_lone_seconds(sc)
     new = df["tokens_compute"].to_numpy(dtype=np.int64)
     cached = df["input_tokens"].to_numpy(dtype=np.int64) - new

@@ -25,13 +25,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvsim import api
 from kvsim.config.schema import REMOVED_FIELDS, Scenario, field_unit
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import SLO, Infeasible
+from kvsim.experiments.capacity import Infeasible, sweep_with_sets
 from kvsim.experiments.explain import Explanation, RunFacts, explain, run_facts
 from kvsim.experiments.replicate import replication_overrides
-from kvsim.results.uncertainty import IDENTICAL, Interval, bound_keys, mean_interval
-from kvsim.units import UNIT_WRITERS, parse_bandwidth, parse_duration, parse_rate, parse_size
+from kvsim.experiments.slo import OUTCOMES, SLO
+from kvsim.experiments.sweep import load_sweep
+from kvsim.results.records import usd_per_hour
+from kvsim.results.uncertainty import (
+    IDENTICAL,
+    Interval,
+    bound_keys,
+    mean_interval,
+    paired_interval,
+)
+from kvsim.units import (
+    UNIT_WRITERS,
+    fmt_bytes,
+    fmt_duration,
+    parse_bandwidth,
+    parse_duration,
+    parse_rate,
+    parse_size,
+)
 
 PARSERS: dict[str, Callable[[object], float]] = {
     "size": parse_size,
@@ -71,8 +89,6 @@ class NumericField:
     def show(self, x: float) -> str:
         if self.integer:  # (a count is only ever shown whole: never truncated)
             return str(int(x)) if x == int(x) else f"{x:.4g}"
-        from kvsim.units import fmt_bytes, fmt_duration
-
         if self.unit == "size":
             return fmt_bytes(x)
         if self.unit == "bandwidth":
@@ -175,8 +191,6 @@ def fingerprint(results: Any) -> tuple[Any, ...]:
     import hashlib
 
     import pandas as pd
-
-    from kvsim.experiments.capacity import OUTCOMES
 
     rows = pd.util.hash_pandas_object(results.requests, index=False).to_numpy()
     digest = hashlib.sha256(rows.tobytes()).hexdigest()
@@ -363,8 +377,6 @@ def minimize(
 ) -> Minimum:
     """Per replication, bisect ``path`` over its range for the smallest value that meets
     ``slo`` (integers to one, other numbers to ``tol`` relative)."""
-    from kvsim import api
-
     f = numeric_field(sc, path)
     slo = slo.scoped(sc)
     lo, hi = parse_range(f, span)
@@ -504,9 +516,6 @@ def minimize_sweep(
     kept); any other refusal (a range the scenario refuses, a field the layout does not
     depend on) stops the command, naming the layout. ``priced``: refuse, before any run,
     a layout without prices (``--cheapest``)."""
-    from kvsim.experiments.capacity import sweep_with_sets
-    from kvsim.experiments.sweep import load_sweep
-
     sweep = load_sweep(sweep_path)
     if path in sweep.columns:
         raise InputError(
@@ -583,10 +592,6 @@ def layouts(
 ) -> list[Layout]:
     """Every configuration of a sweep, run ``reps`` times at its own load, with the SLO's
     metric, whether its mean meets the SLO, and its price (a ``cost:`` section needed)."""
-    from kvsim import api
-    from kvsim.experiments.capacity import sweep_with_sets
-    from kvsim.experiments.sweep import load_sweep
-
     sweep = load_sweep(sweep_path)
     configs, scenarios = [], []
     for overrides, sc in sweep_with_sets(sweep, list(sets or [])):  # priced before any run
@@ -625,8 +630,6 @@ def layouts(
 
 def _require_prices(sc: Scenario, sweep_path: str) -> None:
     """Refuse a layout without prices (no ``cost:`` section, or every price 0)."""
-    from kvsim.results.records import usd_per_hour
-
     if sc.cost is None or usd_per_hour(sc) == 0:
         raise InputError(
             "--cheapest needs prices: add a cost: section with at least one price above "
@@ -642,8 +645,6 @@ def paired_deltas(found: list[Layout], metric: str, reference: int = 0) -> None:
     """Mark ``found[reference]`` as the reference and give every other layout its paired
     differences from it (:attr:`Layout.deltas`): per seed, its ``metric`` and prices minus
     the reference's with the same seed (replication i of every layout ran seed base + i)."""
-    from kvsim.results.uncertainty import paired_interval
-
     ref = found[reference]
     ref.reference = True
     for x in found:

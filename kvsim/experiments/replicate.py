@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from kvsim.config.schema import Scenario, SyntheticWorkload
+from kvsim.interrupts import held_interrupts
 from kvsim.units import parse_rate
 
 #: how every command that compares configurations says that it pairs them
@@ -119,11 +120,9 @@ def _watch_parent(parent: int) -> None:
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """Local worker processes that exit when the parent process does, started now with
-    interrupts held (:func:`kvsim.plugins.held_interrupts`): with the fork start method
+    interrupts held (:func:`kvsim.interrupts.held_interrupts`): with the fork start method
     the first submit forks every worker, and a signal landing in the fork's at-fork hooks
     would be printed and lost rather than stop the command."""
-    from kvsim.plugins import held_interrupts
-
     pool = ProcessPoolExecutor(
         max_workers=workers, initializer=_watch_parent, initargs=(os.getpid(),)
     )

@@ -44,12 +44,30 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
+from kvsim import api
+from kvsim.catalogue.compose import STACK
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import OUTCOMES
 from kvsim.experiments.planner import NumericField, fingerprint, numeric_field
 from kvsim.experiments.replicate import PAIRED, replication_overrides
-from kvsim.results.uncertainty import IDENTICAL, Interval, mean_interval, paired_interval
+from kvsim.experiments.slo import OUTCOMES
+from kvsim.plots.style import (
+    LOG_SPAN,
+    display_unit,
+    metric_unit,
+    text_outside,
+    tick_text,
+    unit_axis,
+    wrap,
+)
+from kvsim.profiles import profile_path
+from kvsim.results.uncertainty import (
+    IDENTICAL,
+    Interval,
+    bound_keys,
+    mean_interval,
+    paired_interval,
+)
 
 ONE_SEED = (
     "one seed: no interval and no noise row, so a small swing cannot be told from noise "
@@ -74,12 +92,8 @@ def profile_marked_fields(profile: object, folder: Path | None) -> list[tuple[st
     """The L/M fields of a scenario's profile: a named or file profile's marked lines; for
     a composition from the catalogue, its base's (or the stack file's) scenario fields and
     the roofline values the efficiency table gives (M or L)."""
-    from kvsim.profiles import profile_path
-
     if isinstance(profile, str):
         return marked_fields(profile_path(profile, folder))
-    from kvsim.catalogue.compose import STACK
-
     base = getattr(profile, "base", None)
     src = profile_path(base, folder) if base else STACK
     sections = ("node.", "tiers.", "remote.")
@@ -273,8 +287,6 @@ def sensitivity(
 ) -> Sensitivity:
     """Run the scenario with each field moved down and up by ``by`` (see the module
     docstring) and rank the fields by the size of the metric's swing."""
-    from kvsim import api
-
     if metric not in OUTCOMES and f"{metric}_s" in OUTCOMES:
         metric = f"{metric}_s"  # as --slo: the _s of times may be left out
     if metric not in OUTCOMES:
@@ -460,8 +472,6 @@ def table(result: Sensitivity) -> Any:
     ``within_noise`` whether the swing cannot be told from it."""
     import pandas as pd
 
-    from kvsim.results.uncertainty import bound_keys
-
     noise = result.noise if math.isfinite(result.noise) else None
     return pd.DataFrame(
         [
@@ -497,8 +507,6 @@ def tornado_figure(result: Sensitivity) -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from kvsim.plots import LOG_SPAN, metric_unit, unit_axis, wrap
 
     drawn = [s for s in result.swings if s.swing != 0]
     zero = len(result.swings) - len(drawn)
@@ -583,8 +591,6 @@ def tornado_figure(result: Sensitivity) -> Any:
     fig.suptitle(wrap(title, int(fig.get_figwidth() * 11)), fontsize=10)
     fig.tight_layout()
     if rows:  # below the axes, in as many columns as fit the figure's width
-        from kvsim.plots import text_outside
-
         handles, names = ax.get_legend_handles_labels()
         for ncol in (3, 2, 1):
             legend = fig.legend(
@@ -601,8 +607,6 @@ def tornado_figure(result: Sensitivity) -> Any:
 
 def _show(metric: str, value: float) -> str:
     """A metric's value with its unit (312 ms, 12.5 $/h, 37.2%)."""
-    from kvsim.plots import display_unit, metric_unit, tick_text
-
     scale, name = display_unit(metric_unit(metric), [value])
     sep = "" if name == "%" else " "
     return f"{tick_text(value / scale)}{sep}{name}".strip()

@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
+from itertools import product
 from pathlib import Path
 from typing import Any
+
+from kvsim.physics.client import RANGES, Client, get_rate
+from kvsim.physics.step import Roofline, lone_seconds
 
 NEW_GRID = [
     1,
@@ -89,7 +93,6 @@ def calibrate_roofline_flops(
     engine computing at most ``per_step`` tokens a step (the other Roofline arguments in
     ``roofline``). The time falls as the rate grows, so bisection (on a log scale) finds
     it; raises ValueError when no rate can (the fixed parts alone take longer)."""
-    from kvsim.physics.step import Roofline, lone_seconds
 
     def t(flops: float) -> float:
         return lone_seconds(Roofline(achievable_flops=flops, **roofline), tokens, 0, per_step)
@@ -161,9 +164,6 @@ def predicted_speedup(steps: int = 5) -> tuple[float, float]:
     (kvsim.physics.client.RANGES; none of them from the study). Integers take every
     value in their range, the others ``steps`` points evenly on a log scale (the ratio
     is monotone in each between its kinks; the ends are among the points)."""
-    from itertools import product
-
-    from kvsim.physics.client import RANGES, Client, get_rate
 
     def grid(name: str) -> list[float]:
         r = RANGES[name]
@@ -187,8 +187,6 @@ def server_sweep(
 ) -> list[tuple[int, float, float]]:
     """(servers, unsharded GiB/s, per-rank GiB/s) of a lone 16k GET on the default profile
     (its calibrated server, its client): the docs' table of GET rate vs server count."""
-    from kvsim.physics.client import Client, get_rate
-
     g = STUDY_GET
     cl = Client()  # the schema's default client is the default profile's
     bw, op = solve_remote(g["nbytes"], g["ops"], g["one"], g["split"], 8)

@@ -35,12 +35,15 @@ from typing import Any
 
 from kvsim import api
 from kvsim.errors import InputError
-from kvsim.experiments.capacity import Capacity, parse_slo, search
+from kvsim.experiments.capacity import Capacity, search
 from kvsim.experiments.replicate import load_overrides
+from kvsim.experiments.sensitivity import report_lines, sensitivity
+from kvsim.experiments.slo import parse_slo
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
 from kvsim.results.uncertainty import mean_interval
+from kvsim.results.writers import write_reproduction
 
 STUDY = "central NVMe KV store (WEKA Augmented Memory Grid and similar): vendor claims"
 
@@ -221,7 +224,7 @@ def find_scenarios(folder: str | Path | None = None) -> Path:
 
 
 def scenario_files(folder: str | Path | None = None) -> list[Path]:
-    """The scenario files the study runs (:func:`kvsim.reproduce.check_files`)."""
+    """The scenario files the study runs (:func:`kvsim.reproduce.checks.check_files`)."""
     d = find_scenarios(folder)
     return [d / f"{name}.yaml" for name in LAYOUTS]
 
@@ -361,8 +364,6 @@ def reproduce(
         rows.append(Row(fig, k.kvsim, k.lo, k.hi, list(k.values)))
     sens = None
     if range_seeds > 0:
-        from kvsim.experiments.sensitivity import sensitivity
-
         sc = scen["shared-nvme"]
         f = caps["shared-nvme"]
         at = api.load(sc, load_overrides(sc, sum(f.factors) / len(f.factors)))
@@ -437,8 +438,6 @@ LAYOUT_HEAD = (
 def sensitivity_lines(study: Study) -> list[str]:
     if study.sensitivity is None:
         return ["sensitivity: not run (--no-ranges)"]
-    from kvsim.experiments.sensitivity import report_lines
-
     return ["sensitivity (shared-nvme layout at its capacity):", *report_lines(study.sensitivity)]
 
 
@@ -505,8 +504,6 @@ def write(study: Study, out: str | Path) -> list[Path]:
     """reproduction.csv and reproduction.md, written as the folder ``out`` all or
     nothing."""
     import pandas as pd
-
-    from kvsim.results.writers import write_reproduction
 
     table = pd.DataFrame(study.records(), columns=COLUMNS)
     return write_reproduction(table, markdown(study), out)

@@ -20,8 +20,9 @@ import numpy as np
 from kvsim import api
 from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB
+from kvsim.plots import ttft_cdf_plot
 from kvsim.report import columns
-from kvsim.reproduce import check_files
+from kvsim.reproduce.checks import check_files
 from kvsim.reproduce.ranges import (
     THRESHOLD,
     VERDICTS,
@@ -32,8 +33,9 @@ from kvsim.reproduce.ranges import (
     setting_text,
     verdict,
 )
-from kvsim.results import Results
+from kvsim.results.records import Results
 from kvsim.results.uncertainty import mean_interval
+from kvsim.results.writers import REPRODUCTION_FILES, Writer, write_folder
 from kvsim.workload.request import Request
 
 STUDY = "arXiv 2610.21500: remote KV tiers for context-parallel prefill"
@@ -576,7 +578,7 @@ def find_scenarios(folder: str | Path | None = None) -> Path:
 
 
 def scenario_files(folder: str | Path | None = None) -> list[Path]:
-    """The scenario files the study runs (:func:`kvsim.reproduce.check_files`)."""
+    """The scenario files the study runs (:func:`kvsim.reproduce.checks.check_files`)."""
     d = find_scenarios(folder)
     return [d / "base.yaml", *(d / f"{name}.yaml" for name in CONFIGS), d / "micro.yaml"]
 
@@ -728,9 +730,6 @@ def write(rep: Reproduction, out: str | Path) -> list[Path]:
     """reproduction.csv, reproduction.md and a TTFT CDF plot per configuration, written
     as the folder ``out`` all or nothing."""
     import pandas as pd
-
-    from kvsim.plots import ttft_cdf_plot
-    from kvsim.results.writers import REPRODUCTION_FILES, Writer, write_folder
 
     def pooled(name: str) -> pd.Series:
         """The measured TTFTs of every seed's run of a configuration."""

@@ -34,6 +34,9 @@ from typing import Any
 
 from kvsim.errors import InputError
 from kvsim.report import columns
+from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
+from kvsim.reproduce.checks import check_files
+from kvsim.results.writers import Writer, write_folder
 
 # the GLM-5-class model on an 8xB300 node with the study's PCP8 (and EP8 for its experts);
 # the calibrated profile's host, links, storage and KV stack kept (base), so that only what
@@ -171,8 +174,6 @@ def run_all(
     """Run every study; return the validation rows and each study's reproduction."""
     import time
 
-    from kvsim.reproduce import central_nvme, check_files, remote_kv_tiers, vllm_offload
-
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -304,8 +305,6 @@ def markdown(rows: list[dict[str, Any]], seconds: float | None = None) -> str:
 def write(rows: list[dict[str, Any]], out: str | Path, seconds: float | None = None) -> list[Path]:
     """validation.csv and validation.md, written as the folder ``out`` all or nothing."""
     import pandas as pd
-
-    from kvsim.results.writers import Writer, write_folder
 
     table = pd.DataFrame(rows, columns=COLUMNS)
     files: dict[str, Writer] = {

@@ -35,9 +35,11 @@ from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.report import columns
-from kvsim.reproduce import check_files, remote_kv_tiers
+from kvsim.reproduce import remote_kv_tiers
+from kvsim.reproduce.checks import check_files
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
-from kvsim.results import Results
+from kvsim.results.records import Results
+from kvsim.results.writers import write_reproduction
 from kvsim.workload.request import Request
 
 STUDY = "vLLM offloading connector blog (2026-01-08): CPU KV offload on one H100"
@@ -253,7 +255,7 @@ def ttft_pair(path: Path, tokens: int) -> tuple[float, float]:
 
 
 def scenario_files(folder: str | Path | None = None) -> list[Path]:
-    """The scenario files the study runs (:func:`kvsim.reproduce.check_files`)."""
+    """The scenario files the study runs (:func:`kvsim.reproduce.checks.check_files`)."""
     d = find_scenarios(folder)
     return [d / f"{name}.yaml" for name in CONFIGS]
 
@@ -369,8 +371,6 @@ def write(rep: Validation, out: str | Path) -> list[Path]:
     """reproduction.csv and reproduction.md, written as the folder ``out`` all or
     nothing."""
     import pandas as pd
-
-    from kvsim.results.writers import write_reproduction
 
     table = pd.DataFrame(rep.records(), columns=COLUMNS)
     return write_reproduction(table, markdown(rep), out)

@@ -27,8 +27,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvsim import __version__
-from kvsim.files import sha256_file, text_values
+from kvsim.config.dump import scenario_to_dict
+from kvsim.errors import InputError, clean
+from kvsim.files import is_regular, sha256_file, text_values
+from kvsim.plugins.loading import canonical, is_file_spec
+from kvsim.plugins.registry import _REGISTRY
+from kvsim.plugins.resolve import lookup
+from kvsim.profiles import profile_path
+from kvsim.version import __version__, compiled
+from kvsim.yamlfile import load_yaml
 
 #: the distributions whose versions a result records (kvsim's dependencies that shape it)
 PACKAGES = ("simpy", "numpy", "pandas", "pyyaml", "pydantic", "pyarrow", "matplotlib")
@@ -79,9 +86,7 @@ def core() -> str:
     origin = getattr(module, "__file__", None) if module is not None else None
     if isinstance(origin, str):
         return "pure" if origin.endswith(".py") else "compiled"
-    import kvsim
-
-    return "compiled" if kvsim.compiled() else "pure"
+    return "compiled" if compiled() else "pure"
 
 
 def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str | None]:
@@ -198,7 +203,7 @@ def input_files(sc: Any) -> list[tuple[str, Path]]:
     and the files of installed plugins whose policies it names)."""
     out: list[tuple[str, Path]] = []
     root = Path(sc.source).parent if sc.source else Path.cwd()
-    if sc.source and _regular(Path(sc.source)):
+    if sc.source and is_regular(Path(sc.source)):
         src = _absolute(str(sc.source))
         out.append(("scenario", src))
         out += [("extends", p) for p in _extends_chain(src)]
@@ -230,17 +235,8 @@ def _absolute(name: str, base: Path | None = None) -> Path:
     return Path(os.path.abspath(p))
 
 
-def _regular(p: Path) -> bool:
-    from kvsim.files import is_regular
-
-    return is_regular(p)
-
-
 def _profile_file(name: str, root: Path) -> Path | None:
     """The YAML file a profile name (or path) means; None when it cannot be told."""
-    from kvsim.errors import InputError
-    from kvsim.profiles import profile_path
-
     try:
         return profile_path(name, root).absolute()
     except (InputError, OSError, ValueError):
@@ -258,7 +254,7 @@ def _extends_chain(path: Path) -> list[Path]:
         if parent is None:
             return chain
         nxt = _absolute(parent, here.parent)
-        if nxt.resolve() in seen or not _regular(nxt):
+        if nxt.resolve() in seen or not is_regular(nxt):
             return chain
         seen.add(nxt.resolve())
         chain.append(nxt)
@@ -271,9 +267,6 @@ def _extends_of(path: Path) -> str | None:
     if key is None:
         return None
     if key not in _parents:
-        from kvsim.config.loader import load_yaml
-        from kvsim.errors import InputError
-
         try:
             data, _ = load_yaml(path)
         except (InputError, OSError, ValueError, RecursionError):
@@ -287,13 +280,11 @@ def plugin_files(sc: Any) -> list[Path]:
     """The code files of the plugins a scenario uses: each ``.py`` file it lists, the file
     of each module it lists (as imported), and the module file of every policy it names
     that an installed plugin (an entry point) or the caller's own code registered."""
-    from kvsim import plugins
-
     out: list[Path] = []
     specs = [s for s in sc.plugins if isinstance(s, str)]
     for spec in specs:
-        if plugins.is_file_spec(spec):
-            out.append(Path(plugins.canonical(spec)))
+        if is_file_spec(spec):
+            out.append(Path(canonical(spec)))
         else:
             f = _module_file(spec)
             if f is not None:
@@ -308,31 +299,26 @@ def plugin_files(sc: Any) -> list[Path]:
 def _module_file(name: str) -> Path | None:
     module = sys.modules.get(name) if name else None
     origin = getattr(module, "__file__", None) if module is not None else None
-    return Path(origin).absolute() if isinstance(origin, str) and _regular(Path(origin)) else None
+    return Path(origin).absolute() if isinstance(origin, str) and is_regular(Path(origin)) else None
 
 
 def _unlisted_policies(sc: Any, specs: Sequence[str]) -> Iterator[type]:
     """The classes of the policies ``sc`` names that no plugin it lists registered (entry
     points, the caller's own code). Only looked for when any such policy exists."""
-    from kvsim import plugins
-
-    registry = plugins._REGISTRY
     unlisted = {
         (kind, name)
-        for kind, by_name in registry.items()
+        for kind, by_name in _REGISTRY.items()
         for name, by_plugin in by_name.items()
         if None in by_plugin
     }
     if not unlisted:
         return
-    from kvsim.config.dump import scenario_to_dict
-
     named = set(text_values(scenario_to_dict(sc)))
     for kind, name in sorted(unlisted):
         if name not in named:
             continue
         try:
-            entry = plugins.lookup(kind, name, specs)
+            entry = lookup(kind, name, specs)
         except ValueError:
             continue
         if entry is not None and entry.spec is None:
@@ -354,8 +340,6 @@ def differences(then: Any, now: dict[str, Any]) -> list[str]:
     """What differs between a recorded provenance (``then``, possibly hand-edited or
     damaged: only its text is shown) and ``now``, one phrase each, for the fields of
     :data:`COMPARED` and, where both have them, the files' digests by role and name."""
-    from kvsim.errors import clean
-
     if not isinstance(then, dict):
         return []
 
@@ -382,7 +366,6 @@ def differences(then: Any, now: dict[str, Any]) -> list[str]:
 def _file_differences(then: Any, now: Any) -> list[str]:
     """Files whose digest changed, by role and file name (paths differ between
     machines, names rarely): only files both sides list."""
-    from kvsim.errors import clean
 
     def by_name(files: Any) -> dict[tuple[str, str], Any]:
         if not isinstance(files, list):

@@ -14,17 +14,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kvsim import __version__
+from kvsim.catalogue.calibrated import scenario_notes
 from kvsim.config.schema import Scenario, prompt_bounds
 from kvsim.errors import InputError
 from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
 from kvsim.results.provenance import provenance
+from kvsim.results.timeseries import steady_state
 from kvsim.results.uncertainty import bound_keys, mser5, percentile_cis, ratio_ci
 from kvsim.rng import stream
 from kvsim.sim.rows import COLUMN_NAMES as COLUMN_NAMES  # re-exported: the column contract
 from kvsim.sim.rows import COLUMNS as COLUMNS
 from kvsim.sim.rows import RowTable
 from kvsim.sim.simulation import SimOutput
+from kvsim.version import __version__
+from kvsim.workload import open_workload
 
 
 @dataclass
@@ -185,16 +188,12 @@ def summarize(
     }
     if out.faults:
         summary["faults"] = out.faults
-    from kvsim.catalogue.compose import scenario_notes
-
     notes = scenario_notes(sc)  # a composed profile beside a calibrated one (issue 39)
     if notes:
         summary["profile_notes"] = notes
     tenants = sorted(measured["tenant"].unique())
     if len(tenants) > 1 or out.tenancy.get("deletions") or out.tenancy.get("ttl_retention_max_s"):
         summary["tenants"] = tenant_summary(m, out, tenants)
-    from kvsim.results.timeseries import steady_state
-
     # is the measured window still filling? (GPU busy or queue wait rising across it)
     summary["steady_state"] = steady_state(m, act, sc.run.timeseries_window, engines, hi)
     # last: what produced the run (code, core, packages, input files' SHA-256)
@@ -418,8 +417,6 @@ def auto_warmup(df: pd.DataFrame) -> float:
 
 def _first_arrival(scenario: Scenario) -> float | None:
     """When the scenario's workload has a first request (after shaping), its arrival."""
-    from kvsim.workload import open_workload
-
     try:
         first = next(open_workload(scenario.workload, scenario.seed), None)
     except InputError:

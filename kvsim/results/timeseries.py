@@ -9,9 +9,10 @@ the GPU's busy fraction is of the window's own time (the engines' GPU work spans
 to the window and to the last first token, as the summary's ``gpu_busy_frac``).
 
 The requests counted are those the summary measures: finished, after the warm-up and,
-with ``run.prompt_range``, with a prompt in that range (``keep``; :func:`of_results`
-passes it), so a window's statistics and the summary's agree in scope. The GPU's busy
-fraction is the engines' and so covers every request's work, as the summary's does.
+with ``run.prompt_range``, with a prompt in that range (``keep``;
+:func:`kvsim.results.runfolder.of_results` passes it), so a window's statistics and the
+summary's agree in scope. The GPU's busy fraction is the engines' and so covers every
+request's work, as the summary's does.
 
 Columns the requests table lacks (``warm``, ``restore_*_s``, ``recomputed_tokens``,
 ``gpu_compute_s``: an older kvsim's table) give NaN columns, so the table always has
@@ -23,16 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from kvsim.errors import InputError
 from kvsim.results.metrics import SOURCES
-
-if TYPE_CHECKING:
-    from kvsim.results.records import Results
+from kvsim.units import fmt_duration
 
 RESTORE_PARTS = ("lookup", "queue", "read", "h2d")
 BYTE_TIERS = ("host", "nvme", "remote", "peer")
@@ -217,22 +215,6 @@ def _restored(m: pd.DataFrame) -> np.ndarray:
     return restore > 0
 
 
-def of_results(results: Results) -> pd.DataFrame:
-    """A run's time series in its scenario's ``run.timeseries_window`` (what ``kvsim run
-    --out`` writes as timeseries.parquet)."""
-    from kvsim.results.records import in_prompt_range
-
-    sc = results.scenario
-    df = results.requests
-    return timeseries(
-        df,
-        results.activity,
-        sc.run.timeseries_window,
-        sc.cluster.engines,
-        keep=in_prompt_range(df, sc).to_numpy() if sc.run.prompt_range is not None else None,
-    )
-
-
 def _gpu_busy(
     done: pd.DataFrame,
     activity: Sequence[Mapping[str, Sequence[float]]],
@@ -348,8 +330,6 @@ def steady_state(
     None (with no warning) when the run has fewer than :data:`TREND_MIN_WINDOWS`
     windows and fewer than :data:`TREND_MIN_REQUESTS` measured requests (with as many
     requests, a run shorter than that many windows is cut into that many shorter ones)."""
-    from kvsim.units import fmt_duration
-
     arrival = m["arrival_s"].to_numpy(dtype=float) if len(m) else np.empty(0)
     arrival = arrival[np.isfinite(arrival)]
     if not (window > 0 and np.isfinite(window)) or arrival.size == 0:

@@ -35,23 +35,19 @@ import contextlib
 import ctypes
 import errno
 import fnmatch
-import json
 import os
 import re
 import shutil
 import sys
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
-import pandas as pd
-import yaml
-
-from kvsim.config.dump import scenario_to_dict
 from kvsim.errors import InputError
-from kvsim.results.records import Results, json_ready
 
-Format = Literal["parquet", "csv"]
+if TYPE_CHECKING:
+    import pandas as pd
+
 Writer = Callable[[Path], object]
 
 #: The files each command writes as a folder (globs): all it may replace there. Figures
@@ -389,44 +385,3 @@ def write_file(
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
     return p
-
-
-def write_results(
-    results: Results, out_dir: str | os.PathLike[str], fmt: Format = "parquet"
-) -> list[Path]:
-    """Write summary.json, requests.<fmt>, timeseries.<fmt> (one row per
-    ``run.timeseries_window`` of arrivals: :func:`kvsim.results.timeseries.timeseries`),
-    scenario.yaml and, when the run recorded it, accesses.parquet (always Parquet:
-    :mod:`kvsim.results.accesses`) as the folder ``out_dir`` (all or nothing; a folder
-    holding anything else, figures of an earlier run included, is refused); return the
-    paths. The time series is computed before anything is written, so a window it refuses
-    (too many rows) leaves no folder."""
-    from kvsim.results.timeseries import of_results
-
-    series = of_results(results)
-    files: dict[str, Writer] = {
-        "summary.json": lambda p: p.write_text(
-            json.dumps(json_ready(results.summary), indent=2) + "\n", encoding="utf-8"
-        ),
-        f"requests.{fmt}": lambda p: _write_table(results.requests, p, fmt),
-        f"timeseries.{fmt}": lambda p: _write_table(series, p, fmt),
-        "scenario.yaml": lambda p: p.write_text(
-            yaml.safe_dump(scenario_to_dict(results.scenario), sort_keys=False),
-            encoding="utf-8",
-        ),
-    }
-    accesses = results.accesses
-    if accesses is not None:
-        from kvsim.results.accesses import FILE, write
-
-        files[FILE] = lambda p: write(accesses, p)
-    return write_folder(out_dir, files, flag="--out", owned=RUN_FILES)
-
-
-def _write_table(df: pd.DataFrame, path: Path, fmt: Format) -> None:
-    if fmt == "parquet":
-        df.to_parquet(path, index=False)
-    elif fmt == "csv":
-        df.to_csv(path, index=False)
-    else:  # pragma: no cover - the CLI restricts the choice
-        raise ValueError(f"unknown format {fmt!r}")

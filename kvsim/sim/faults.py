@@ -30,7 +30,7 @@ Undo = Callable[[], None]
 
 def schedule(sim: Shared) -> None:
     """Start one process per fault of the scenario."""
-    for fault in sim.scenario.faults:
+    for fault in sim.run.scenario.faults:
         sim.env.process(_run(sim, fault))
 
 
@@ -92,13 +92,13 @@ def _engine_down(sim: Shared, f: EngineDown) -> Undo:
     engine = sim.engines[f.engine]
     engine.failure_mode = f.requests
     held = engine.fail()
-    sim.engines_changed()  # route around it before its requests go elsewhere
+    sim.listener.engines_changed()  # route around it before its requests go elsewhere
     for job in held:
-        sim.displace(job, engine)
+        sim.listener.displace(job, engine)
 
     def undo() -> None:
         engine.recover()
-        sim.engines_changed()
+        sim.listener.engines_changed()
 
     return undo
 

@@ -23,36 +23,19 @@ from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import simpy
 
-import kvsim.plugins as _plugins
-from kvsim.cache.eviction import (
-    EVENTS,
-    POLICIES,
-    BlockStore,
-    Delegated,
-    DelegatedGate,
-    Gate,
-    SecondHit,
-)
+import kvsim.interrupts as _interrupts
+from kvsim.cache.delegated import EVENTS, Delegated, DelegatedGate
+from kvsim.cache.eviction import POLICIES, BlockStore, Gate, SecondHit
+from kvsim.interrupts import interrupted, signals
 from kvsim.physics.step import lone_seconds
-from kvsim.plugins import (
-    BUILTIN,
-    Block,
-    EngineView,
-    PluginError,
-    RequestView,
-    SimView,
-    TierView,
-    at,
-    code_place,
-    describe,
-    interrupted,
-    load_plugins,
-    make,
-    place_of,
-    show,
-    signals,
-)
+from kvsim.plugins.api import Block, EngineView, EvictionPolicy, RequestView, SimView, TierView
+from kvsim.plugins.failures import PluginError, at, code_place, describe, place_of, show
+from kvsim.plugins.loading import load_plugins
+from kvsim.plugins.registry import BUILTIN
+from kvsim.plugins.resolve import make
+from kvsim.sim.constants import Constants
 from kvsim.sim.policy import LOAD_POLICIES
 from kvsim.sim.policy import LoadPolicy as CoreLoadPolicy
 from kvsim.sim.router import ROUTERS, Router
@@ -60,7 +43,6 @@ from kvsim.sim.router import Delegated as DelegatedRouter
 
 if TYPE_CHECKING:
     from kvsim.config.schema import PolicyRef
-    from kvsim.sim.shared import Shared
 
 TIER_NAMES = ("gpu", "host", "nvme", "remote", "peer")  # by tier code (kvsim.cache.local)
 MAX_DEPTH = 1 << 24  # the deepest block SimView.recompute_s answers for
@@ -89,7 +71,7 @@ class Hook:
 
     def call(self, method: str, *args: Any, optional: bool = False) -> Any:
         """The plugin's method (``optional``: None if it has none)."""
-        before = _plugins._signals  # (the hot path of eviction plugins: no call)
+        before = _interrupts._signals  # (the hot path of eviction plugins: no call)
         try:
             fn = getattr(self.policy, method, None)
             if fn is None or not callable(fn):
@@ -101,7 +83,7 @@ class Hook:
             if type(e) is PluginError or interrupted(e, before):
                 raise  # (kvsim's own: a misuse of what it gave the plugin; a real signal)
             raise self.raised(f"{method}()", e) from e
-        if _plugins._signals != before:  # Ctrl-C came, and the plugin swallowed it
+        if _interrupts._signals != before:  # Ctrl-C came, and the plugin swallowed it
             raise KeyboardInterrupt
         return got
 
@@ -246,7 +228,7 @@ class EvictionHook(StoreHook):
         """Give the store the policy's methods (its attributes are plugin code: read once)."""
         fns: list[Any] = []
         many: list[bool] = []
-        base = _plugins.EvictionPolicy
+        base = EvictionPolicy
         cls = type(self.policy)
         for event in EVENTS[: REMOVED_FROM + 1]:
             name = "removed" if event == "evicted" else event
@@ -279,9 +261,8 @@ class EvictionHook(StoreHook):
         store.view = self._view(store)
         store.static = self._static
         hooks = self.hooks
-        ctx = getattr(hooks, "ctx", None)
-        if ctx is not None:
-            env = ctx.env
+        env = getattr(hooks, "env", None)
+        if env is not None:
             store.clock = lambda: env.now
         else:  # a replay's stand-in: its own time
             store.clock = lambda: getattr(hooks, "now", 0.0)
@@ -481,10 +462,11 @@ class SchedulerHook(Hook):
 class Hooks:
     """Every policy of one simulation, by the names its scenario gives."""
 
-    def __init__(self, ctx: Shared) -> None:
-        self.ctx = ctx
+    def __init__(self, run: Constants, env: simpy.Environment) -> None:
+        self.run = run
+        self.env = env
         # a Scenario built elsewhere (unpickled in a worker) has not imported them here
-        load_plugins(ctx.scenario.plugins, "plugins")
+        load_plugins(run.scenario.plugins, "plugins")
         self.made: list[Hook] = []  # every plugin instance (setup() is called on each)
         # block key -> (prefix depth, the key before it), for eviction and admission
         # plugins (None: there are none)
@@ -496,7 +478,7 @@ class Hooks:
         self._static: dict[int, dict[Any, tuple[int, float, Any, int]]] = {}
 
     def _make(self, kind: str, ref: PolicyRef) -> tuple[Any, str]:
-        policy, plugin = make(kind, ref.name, self.ctx.scenario.plugins, ref.params)
+        policy, plugin = make(kind, ref.name, self.run.scenario.plugins, ref.params)
         self.made.append(Hook(policy, plugin, kind, ref.name))
         return policy, plugin
 
@@ -527,7 +509,7 @@ class Hooks:
         if ref.name == "all":
             return None
         if ref.name == "second_hit":
-            ctx = self.ctx
+            ctx = self.run
             return SecondHit(int(capacity // (ctx.block_tokens * ctx.kv_bytes)))
         policy, plugin = self._make("admission", ref)
         self.depths = {} if self.depths is None else self.depths
@@ -588,7 +570,7 @@ class Hooks:
             return math.nan
         s = self._recompute.get(depth)
         if s is None:
-            ctx = self.ctx
+            ctx = self.run
             b = ctx.block_tokens
             s = self._recompute[depth] = lone_seconds(ctx.steps, b, depth * b, ctx.per_step)
         return s
@@ -617,15 +599,15 @@ class Hooks:
             self.recompute_s(depth),
             parent,
             self.tenant_of(block_key),
-            float(self.ctx.env.now),
+            float(self.env.now),
         )
 
     def setup(self, engines: Sequence[Any], remote: Any) -> None:
         """Give every plugin its :class:`SimView` (once the simulation is built)."""
         if not self.made:
             return
-        ctx = self.ctx
-        env = ctx.env
+        ctx = self.run
+        env = self.env
         view = SimView(
             lambda: float(env.now),
             [self.engine_view(e) for e in engines],

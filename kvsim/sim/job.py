@@ -11,24 +11,32 @@ a new tier kind adds its index there and its columns here and in ``rows.py``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from kvsim.cache.eviction import Key
 from kvsim.cache.local import COMPUTED, GPU, HOST, NVME, PEER, REMOTE
 from kvsim.cache.remote import Batch
 from kvsim.workload.request import Request
 
-if TYPE_CHECKING:
-    from kvsim.sim.prefetch import Fetch
-    from kvsim.sim.restore import Restore
-
 _NAN: Final = math.nan
 NEW: Final = 0  # job states
 LOADING: Final = 1
 READY: Final = 2
-# a job with no peer blocks shares these (Engine._assign_peers replaces, never mutates them)
+# a job with no peer blocks shares these (Lookup.assign_peers replaces, never mutates them)
 _NONE_HELD: Final[list[int]] = []
 _NO_PEERS: Final[dict[int, int]] = {}
+
+
+class Restoring(Protocol):
+    """A restore in flight (kvsim.sim.restore.Restore), as its job sees it."""
+
+    def cancel(self) -> None: ...
+
+
+class Fetching(Protocol):
+    """A prefetch in flight (kvsim.sim.prefetch.Fetch), as its job sees it."""
+
+    def stop(self, land: bool = True) -> None: ...
 
 
 class Job:
@@ -106,23 +114,23 @@ class Job:
         self.tokens = [0, 0, 0, 0, 0, 0]  # gpu, host, nvme, remote, peer, computed
         self.src: list[int] = []  # tier of each restored block
         # tiers.peer: the engine serving each block of src (-1: not a peer block), and
-        # holder engine index -> tokens it serves (Engine._plan, after the policy's cut)
+        # holder engine index -> tokens it serves (Lookup.plan, after the policy's cut)
         self.holders: list[int] = _NONE_HELD  # replaced, never changed in place
         self.peers: dict[int, int] = _NO_PEERS
         self.cached = 0
         self.decision = "cold"
         self.stalled = False
         self.timed_out = False
-        self.restore: Restore | None = None  # the restore in progress
+        self.restore: Restoring | None = None  # the restore in progress
         self.done = 0  # prompt tokens computed so far (chunks)
         self.steps = 0  # steps it took part in
         self.begin = _NAN  # when its compute could start (first step, after its restore)
         self.reserved = 0.0  # GPU HBM held for its restore
         self.puts: Batch | None = None  # staged for the remote store in its last step
         self.sizes: list[float] | None = None  # bytes of its blocks, once computed
-        self.fetch: Fetch | None = None  # its prefetch into host, while one runs
+        self.fetch: Fetching | None = None  # its prefetch into host, while one runs
         # computed tokens in blocks computed or stored before (evicted since, out of the
-        # lookup's reach, or skipped by the load policy): Engine._account
+        # lookup's reach, or skipped by the load policy): Lookup.account
         self.recomputed = 0
         self.gpu_s = 0.0  # its share of the SM time of the steps it took part in
         # the restore's time in parts (Restore._record; they sum to load_s): the critical

@@ -5,23 +5,23 @@ session's think time); the restore that follows reads GPU and host only (and, wi
 ``tiers.peer``, other engines' host tiers: a prefetch leaves peer blocks alone, the
 restore reads them from the peer directly). A new tier kind that prefetch should reach
 adds its flow in ``Fetch.__init__`` (blocks are grouped by their source tier there).
+What this module owns: :class:`Fetch`. It sees its engine as a
+:class:`~kvsim.sim.node.Node` and reports back through the ``done`` callback it is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import simpy
 
 from kvsim.cache.eviction import Key
 from kvsim.cache.local import NVME, REMOTE
 from kvsim.kernel.fabric import Flow
+from kvsim.sim.job import Job
+from kvsim.sim.node import Node
 from kvsim.sim.restore import get_flow
-
-if TYPE_CHECKING:
-    from kvsim.sim.engine import Engine
-    from kvsim.sim.job import Job
+from kvsim.sim.shared import Shared
 
 
 class Fetch:
@@ -31,23 +31,27 @@ class Fetch:
     drives' read link, remote as a GET over the servers and the NIC (not PCIe: it lands in
     host memory). A flow's blocks land in host when it ends; stopped early (best effort,
     a timeout), each flow lands the share of its blocks it has moved, in prefix order.
-    The engine hears of it (``_fetched``) once everything is in or it was stopped.
+    The engine hears of it (``done``) once everything is in or it was stopped.
     """
 
-    __slots__ = ("engine", "job", "over", "parts")
+    __slots__ = ("ctx", "done", "engine", "job", "over", "parts")
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Node,
+        ctx: Shared,
         job: Job | None,
         keys: Sequence[Key],
         sizes: Sequence[float],
         src: Sequence[int],
+        done: Callable[[Fetch], None],
     ) -> None:
         self.engine = engine
+        self.ctx = ctx
         self.job = job
+        self.done = done
         self.over = False
-        ctx = engine.ctx
+        run = ctx.run
         fabric = ctx.fabric
         self.parts: list[tuple[Flow, list[Key], list[float]]] = []
         nk: list[Key] = []
@@ -62,20 +66,20 @@ class Fetch:
                 rk.append(key)
                 rs.append(size)
         if nk and engine.nvme is not None:
-            size = sum(ns) * ctx.ratio[NVME]  # as stored (its codec)
-            flow = fabric.transfer((engine.nvme,), size, delay=ctx.t0[NVME], on_done=self._in)
+            size = sum(ns) * run.ratio[NVME]  # as stored (its codec)
+            flow = fabric.transfer((engine.nvme,), size, delay=run.t0[NVME], on_done=self._in)
             self.parts.append((flow, nk, ns))
         if rk:
-            tokens = [round(size / ctx.kv_bytes) for size in rs]
+            tokens = [round(size / run.kv_bytes) for size in rs]
             links, size, costs, shares, cap = get_flow(
-                engine, rk, tokens, (engine.nic_in,), count=True
+                ctx, engine, rk, tokens, (engine.nic_in,), count=True
             )
             flow = fabric.transfer(
                 links,
                 size,
                 costs=costs,
                 shares=shares,
-                delay=ctx.t0[REMOTE],
+                delay=run.t0[REMOTE],
                 on_done=self._in,
                 cap=cap,
             )
@@ -93,7 +97,7 @@ class Fetch:
         if all(f.state != "waiting" and f.state != "active" for f, _, _ in self.parts):
             self.over = True
             self.parts = []
-            self.engine._fetched(self)
+            self.done(self)
 
     def _land(self, part: tuple[Flow, list[Key], list[float]]) -> None:
         """A flow's blocks into host: all of them, or the share it moved."""
@@ -111,7 +115,7 @@ class Fetch:
         if self.over:
             return
         self.over = True
-        fabric = self.engine.ctx.fabric
+        fabric = self.ctx.fabric
         for part in self.parts:
             flow = part[0]
             if flow.state == "waiting" or flow.state == "active":
@@ -124,4 +128,4 @@ class Fetch:
         """``prefetch.timeout`` is up: go with what has arrived."""
         if not self.over:
             self.stop()
-            self.engine._fetched(self)
+            self.done(self)

@@ -1,5 +1,12 @@
 """Restores: moving a request's cached KV from the lower tiers into GPU HBM.
 
+What this module owns: :class:`Restore` (one request's restore in flight), the remote GET's
+path (``remote_get``/``get_flow``), a transfer's unloaded time (``alone_seconds``) and the
+bytes each tier served (``count_reads``). It sees its engine as a
+:class:`~kvsim.sim.node.Node` (links, tiers, counters) and the run through
+:class:`~kvsim.sim.shared.Shared`; the engine hands it two callbacks (``then``, and
+``fall_back`` for a GET or peer read given up), never itself.
+
 A :class:`Restore` starts one transfer per tier the request reads (after that tier's T0)
 on the fabric and tells its engine when all of them are in (or the remote part was given
 up). ``remote_get``/``get_flow`` build the remote GET: the servers holding the shards, the
@@ -7,7 +14,7 @@ engine's NIC and PCIe, and (unsharded) the issuing rank's client path.
 
 Where a new tier kind plugs in: its transfer (links, bytes, T0) in ``Restore.__init__``,
 what happens once its bytes are in (decode, hand-off) in ``Restore.settled``, and its
-bytes and time in ``Restore._record``. The engine's lookup (``Engine._locate``) decides
+bytes and time in ``Restore._record``. The lookup (``Lookup.locate``, kvsim/sim/lookup.py) decides
 which blocks a tier serves.
 """
 
@@ -15,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import simpy
 
@@ -23,10 +29,13 @@ from kvsim.cache.eviction import Key
 from kvsim.cache.local import HOST, NVME, PEER, REMOTE
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.physics.step import kernel_copy_seconds
+from kvsim.sim.job import Job
+from kvsim.sim.node import Node
+from kvsim.sim.shared import Shared
 
-if TYPE_CHECKING:
-    from kvsim.sim.engine import Engine
-    from kvsim.sim.job import Job
+# an engine's fall back (kvsim.sim.lookup.Lookup.fall_back): the job, the GET's flows, and
+# the peer reads as (holder, flow)
+FallBack = Callable[[Job, list[Flow], list[tuple[int, Flow]]], None]
 
 
 class Restore:
@@ -45,9 +54,11 @@ class Restore:
 
     __slots__ = (
         "abandoned",
+        "ctx",
         "decoded",
         "decoding",
         "engine",
+        "fall_back",
         "holders",
         "job",
         "local",
@@ -57,20 +68,29 @@ class Restore:
         "then",
     )
 
-    def __init__(self, engine: Engine, job: Job, then: Callable[[Job], object]) -> None:
+    def __init__(
+        self,
+        engine: Node,
+        ctx: Shared,
+        job: Job,
+        then: Callable[[Job], object],
+        fall_back: FallBack,
+    ) -> None:
         self.engine = engine
+        self.ctx = ctx
         self.job = job
         self.then = then
+        self.fall_back = fall_back
         self.abandoned = False
         self.decoding = 0  # tiers whose bytes are in and not yet usable (decode, hand-off)
         self.decoded = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds per tier from arrival to usable
         self.over = True  # until every transfer is started
-        ctx = engine.ctx
+        run = ctx.run
         fabric = ctx.fabric
-        env = engine.env
-        s = ctx.kv_bytes
-        t0 = ctx.t0
-        ratio = ctx.ratio  # a tier's codec moves fewer bytes
+        env = ctx.env
+        s = run.kv_bytes
+        t0 = run.t0
+        ratio = run.ratio  # a tier's codec moves fewer bytes
         self.start = env._now
         tokens = job.tokens
         job.restore = self
@@ -126,7 +146,7 @@ class Restore:
                 )
         self.remote: list[Flow] = []
         if tokens[REMOTE]:
-            links, size, costs, shares, cap = remote_get(engine, job, count=True)
+            links, size, costs, shares, cap = remote_get(ctx, engine, job, count=True)
             stall = ctx.draw_stall()
             job.stalled = stall > 0
             self.remote.append(
@@ -141,8 +161,8 @@ class Restore:
                     tag=REMOTE,
                 )
             )
-            if ctx.timeout is not None:
-                env.timeout(t0[REMOTE] + ctx.timeout).callbacks.append(self.timed_out)
+            if run.timeout is not None:
+                env.timeout(t0[REMOTE] + run.timeout).callbacks.append(self.timed_out)
         self.over = False
         if down:  # a holder went down since the lookup: its blocks went with it
             for h, f in self._peer_flows():
@@ -162,13 +182,13 @@ class Restore:
             engine = self.engine
             tier = flow.tag
             assert isinstance(tier, int)
-            ctx = engine.ctx
+            ctx = self.ctx.run
             if tier == PEER:  # one of several reads (one per holder): its own bytes
                 raw = flow.size / ctx.ratio[PEER]
             else:
                 raw = self.job.tokens[tier] * ctx.kv_bytes
             d = raw * ctx.decode_s[tier]  # the tier's codec: decode before it can be used
-            now = engine.env._now
+            now = self.ctx.env._now
             if d > 0 and ctx.codec_on_gpu[tier]:  # GPU work
                 engine.busy += d
                 engine.gpu_spans.append(now)
@@ -193,7 +213,7 @@ class Restore:
             if d > 0:
                 self.decoding += 1
                 self.decoded[tier] = d
-                engine.env.timeout(d).callbacks.append(self._decoded)
+                self.ctx.env.timeout(d).callbacks.append(self._decoded)
                 return
         self._check()
 
@@ -213,7 +233,7 @@ class Restore:
     def cancel(self) -> None:
         """Its engine failed: stop every transfer; ``then`` never runs."""
         self.over = True
-        fabric = self.engine.ctx.fabric
+        fabric = self.ctx.fabric
         for _, f in self.local:
             fabric.cancel(f)
         for f in self.remote:
@@ -221,17 +241,15 @@ class Restore:
 
     def _abandon(self) -> None:
         """Give up what the network has not brought: the remote GET and, with the peer
-        tier, the peer reads still on their way (Engine._fall_back)."""
+        tier, the peer reads still on their way (the engine's ``fall_back``)."""
         self.abandoned = True
-        if self.holders:
-            self.engine._fall_back(self.job, self.remote, self._peer_flows())
-        else:
-            self.engine._fall_back(self.job, self.remote)
+        self.fall_back(self.job, self.remote, self._peer_flows() if self.holders else [])
 
     def _peer_flows(self) -> list[tuple[int, Flow]]:
         """(holder engine index, read) of each peer read, in the order they started."""
         flows = [f for t, f in self.local if t == PEER]
-        return list(zip(self.holders, flows, strict=True))
+        holders = self.holders
+        return [(holders[i], flows[i]) for i in range(len(flows))]
 
     def _check(self) -> None:
         if self.decoding:
@@ -256,12 +274,13 @@ class Restore:
         job = self.job
         job.restore = None
         engine = self.engine
-        now = engine.env._now
+        run = self.ctx.run
+        now = self.ctx.env._now
         start = self.start
         got = [0.0, 0.0, 0.0, 0.0, 0.0]
         # the copy engines' time (``gpu_copy_busy_frac``); kernel copies are SM work
         # instead (counted as the engine's ``busy``), so they are left out here
-        copies = engine.copy_spans if engine.ctx.copy_sm_share == 0.0 else []
+        copies = engine.copy_spans if run.copy_sm_share == 0.0 else []
         for tier, f in self.local:
             if tier == PEER:  # one read per holder: below
                 continue
@@ -276,7 +295,7 @@ class Restore:
             ends = [f.end for f in remote if f.state == "finished"]
             end = max(ends) if len(ends) == len(remote) else now
             job.tier_s[REMOTE] = min(end + self.decoded[REMOTE], now) - start
-            t0 = engine.ctx.t0[REMOTE]
+            t0 = run.t0[REMOTE]
             job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
             moved = 0.0  # bytes that reached the engine: progress x this engine's shares
             for f in remote:
@@ -288,11 +307,11 @@ class Restore:
                     copies.append(f.end if f.state == "finished" else now)
             got[REMOTE] = moved
         job.load_s = now - start
-        share = engine.ctx.copy_sm_share
+        share = run.copy_sm_share
         if share > 0.0:  # copy kernels moved them into HBM: SM work (not under GDS)
             into = got[HOST] + got[PEER]
-            into += 0.0 if engine.ctx.remote_gpudirect else got[REMOTE]  # NIC wrote it in
-            into += 0.0 if engine.ctx.nvme_gds else got[NVME]
+            into += 0.0 if run.remote_gpudirect else got[REMOTE]  # NIC wrote it in
+            into += 0.0 if run.nvme_gds else got[NVME]
             work = kernel_copy_seconds(into, engine.h2d.bandwidth, share)
             if work > 0.0:
                 engine.busy += work
@@ -300,14 +319,14 @@ class Restore:
                 engine.gpu_spans.append(now)
         for tier in (HOST, NVME, REMOTE, PEER):
             job.bytes[tier] += got[tier]
-        engine.ctx.count_reads(engine, got, job)
+        count_reads(self.ctx, engine, got, job)
         self._measure(now, got)
 
     def _peer_reads(self, now: float, copies: list[float]) -> float:
         """The peer reads are over (or given up): the tier's wall time (until the last
         read's KV is usable, its decode included), their copy spans, and the bytes that
         reached this engine (a read given up: what it had moved)."""
-        ctx = self.engine.ctx
+        ctx = self.ctx.run
         per_byte = ctx.decode_s[PEER] / ctx.ratio[PEER]  # decode seconds per stored byte
         usable = -math.inf
         last = 0.0  # the decode of the read usable last
@@ -341,7 +360,7 @@ class Restore:
         time. And the bytes read, per engine and tier (the peer that served them too)."""
         job = self.job
         engine = self.engine
-        ctx = engine.ctx
+        ctx = self.ctx.run
         total = now - self.start
         crit: Flow | None = None
         tier = -1
@@ -384,7 +403,7 @@ class Restore:
         reads[REMOTE] += got[REMOTE]
         reads[PEER] += got[PEER]
         if self.holders:  # the holders' side: what each served (peer tier served_bytes)
-            engines = ctx.engines
+            engines = self.ctx.engines
             for h, f in self._peer_flows():
                 moved = f.size if f.state == "finished" else f.size - max(f.remaining, 0.0)
                 engines[h].served_bytes += moved
@@ -413,12 +432,12 @@ def alone_seconds(flow: Flow, h2d: Link) -> tuple[float, bool]:
 GetPath = tuple[tuple[Link, ...], float, tuple, tuple, float | None]
 
 
-def remote_get(engine: Engine, job: Job, count: bool = False) -> GetPath:
+def remote_get(ctx: Shared, engine: Node, job: Job, count: bool = False) -> GetPath:
     """The request's remote GET (its blocks ``job.src`` marks remote) into HBM: over the
     engine's NIC and host-to-GPU link, or the NIC alone when it lands by GPUDirect RDMA
     (``remote.path``). ``count``: a GET that is made (not an estimate): count its
     operations."""
-    B = engine.ctx.block_tokens
+    B = ctx.run.block_tokens
     last = job.req.input_tokens - 1  # the always-computed last token is not read
     ids, tokens = [], []
     for i, t in enumerate(job.src):
@@ -427,12 +446,13 @@ def remote_get(engine: Engine, job: Job, count: bool = False) -> GetPath:
             if tok > 0:
                 ids.append(job.keys[i])
                 tokens.append(tok)
-    path = (engine.nic_in,) if engine.ctx.remote_gpudirect else (engine.nic_in, engine.h2d)
-    return get_flow(engine, ids, tokens, path, count)
+    path = (engine.nic_in,) if ctx.run.remote_gpudirect else (engine.nic_in, engine.h2d)
+    return get_flow(ctx, engine, ids, tokens, path, count)
 
 
 def get_flow(
-    engine: Engine,
+    ctx: Shared,
+    engine: Node,
     ids: list[Key],
     tokens: list[int],
     path: tuple[Link, ...],
@@ -446,13 +466,12 @@ def get_flow(
     as fast as its clients pull (``Shared.client_cap``, bytes/s of the whole GET, from
     ``remote.client``; kvsim/physics/client.py): the flow's cap, in progress units.
     ``count``: add the GET's operations (a chunk's shard on each server) to the store's."""
-    ctx = engine.ctx
     remote = ctx.remote
     assert remote is not None
-    s = ctx.kv_bytes * ctx.ratio[REMOTE] / remote.shards  # as stored (its codec)
+    s = ctx.run.kv_bytes * ctx.run.ratio[REMOTE] / remote.shards  # as stored (its codec)
     by_server = remote.tokens_by_server(ids, tokens)
     if count:
-        chunk = ctx.chunk_tokens
+        chunk = ctx.run.chunk_tokens
         remote.get_ops += sum((tok + chunk - 1) // chunk for tok in by_server.values())
     per_server = {srv: tok * s for srv, tok in by_server.items()}
     if remote.shards == 1:  # unsharded: the issuing rank's own NIC and PCIe too
@@ -460,3 +479,23 @@ def get_flow(
     links, size, costs, shares = ctx.lockstep(remote.parts(per_server), path)
     # the shared links carry the whole GET per unit of progress: bytes/s -> progress/s
     return links, size, costs, shares, ctx.client_cap / shares[-1]
+
+
+def count_reads(ctx: Shared, engine: Node, got: list[float], job: Job) -> None:
+    """A restore finished: count the bytes each tier served (indexed by tier); with
+    ``tiers.nvme.promote``, the blocks it read from NVMe are also stored into host."""
+    local = engine.local
+    reads = local.read_bytes
+    reads[HOST] += got[HOST]
+    reads[NVME] += got[NVME]
+    if local.promote and got[NVME] > 0:
+        sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
+        keys: list[Key] = []
+        raw: list[float] = []
+        for i, t in enumerate(job.src):  # src is a prefix of the blocks
+            if t == NVME:
+                keys.append(job.keys[i])
+                raw.append(sizes[i])
+        local.promoted_from_nvme(keys, raw)
+    if ctx.remote is not None:
+        ctx.remote.read_bytes += got[REMOTE]

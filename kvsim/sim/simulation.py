@@ -22,7 +22,7 @@ from typing import Any, cast
 import simpy
 
 from kvsim.cache.eviction import POLICIES, Key
-from kvsim.cache.local import HOST, NVME, PEER, REMOTE, SELECTIVE, LocalCache
+from kvsim.cache.local import HOST, NVME, REMOTE, SELECTIVE, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
 from kvsim.config.pools import too_large
@@ -31,11 +31,16 @@ from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric
 from kvsim.kernel.pipe import Pipe
 from kvsim.sim import faults
+from kvsim.sim.constants import Constants
 from kvsim.sim.engine import Engine
+from kvsim.sim.hooks import Hooks
 from kvsim.sim.job import Job
+from kvsim.sim.node import Links, Node
+from kvsim.sim.recorder import AccessRecorder
 from kvsim.sim.rows import RowTable
-from kvsim.sim.shared import Shared
+from kvsim.sim.shared import Listener, Shared
 from kvsim.sim.tenancy import Tenancy
+from kvsim.sim.tiers import KINDS, Tier
 from kvsim.workload import open_workload
 from kvsim.workload.request import Request, check_request
 from kvsim.workload.synthetic import prestored_blocks
@@ -120,14 +125,6 @@ class MemoryGuard:
                 raise MemoryError(f"{rss // _MIB} MiB resident, {avail // _MIB} MiB left")
 
 
-def _lookups(engines: Sequence[Engine], tier: int) -> dict[str, int]:
-    """A tier's lookups over all engines: blocks it held (hits) and did not (misses)."""
-    return {
-        "hits": sum(e.hits[tier] for e in engines),
-        "misses": sum(e.misses[tier] for e in engines),
-    }
-
-
 @dataclass
 class SimOutput:
     """What a run produced, before any aggregation."""
@@ -147,7 +144,7 @@ class SimOutput:
     activity: list[dict[str, list[float]]] = field(default_factory=list)
 
 
-class Simulation:
+class Simulation(Listener):
     """One scenario's engines, tiers, links and router on one SimPy clock."""
 
     def __init__(
@@ -157,18 +154,24 @@ class Simulation:
         progress: Progress | None = None,
         engine_order: Sequence[int] | None = None,
         record_accesses: bool = False,
+        tier_kinds: Sequence[type[Tier]] = KINDS,
     ) -> None:
         """``engine_order`` builds the engines in another order (the results must not
         depend on it; the tests check that). ``record_accesses``: keep the access log
-        (``self.recorder``: kvsim.results.accesses), from before the remote store is
-        prestored."""
+        (``self.recorder``: kvsim.sim.recorder), from before the remote store is
+        prestored. ``tier_kinds``: the tier classes, one per tier code (kvsim.sim.tiers;
+        docs/extending.md, "Adding a tier kind")."""
         sc = scenario
         self.scenario = sc
         self.env = simpy.Environment(initial_time=0.0)  # float times throughout
         # (the compiled core reads the clock as env._now, the attribute behind SimPy's
         # ``now`` property, which would be a Python call each time)
         self.fabric = Fabric(self.env)
-        ctx = self.shared = Shared(sc, self.env, self.fabric)
+        run = Constants(sc, tier_kinds)
+        hooks = Hooks(run, self.env)  # every policy by name: built-in, or a plugin's
+        # the load and prefetch policies first (a plugin's instances are set up in order)
+        policy = hooks.load_policy(sc.cluster.load_policy)
+        prefetch = hooks.prefetch(sc.prefetch.policy)
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
         self.progress = progress
         self.rows = RowTable()
@@ -179,7 +182,8 @@ class Simulation:
         self.check_memory: Callable[[], None] = self.guard.check
         node = sc.node
         rc = sc.remote
-        hooks = ctx.hooks  # every policy by name: built-in, or a plugin's
+        self.remote: RemoteStore | None = None
+        admission = None
         if rc.enabled:
             links = [self.fabric.link(f"remote{k}", rc.bandwidth) for k in range(rc.servers)]
             shards = node.pcp if rc.sharding == "per_rank" else 1
@@ -191,7 +195,7 @@ class Simulation:
             group = None
             if mirror and rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
                 group = self.fabric.link("remote*", rc.bandwidth * rc.servers)
-            remote = RemoteStore(
+            self.remote = RemoteStore(
                 stores,
                 links,
                 per_rank=rc.sharding == "per_rank",
@@ -199,12 +203,30 @@ class Simulation:
                 group=group,
                 mirror=mirror,
             )
-            op_bytes = rc.chunk_tokens * ctx.kv_bytes / remote.shards
-            ctx.set_remote(remote, op_bytes, rc.op_overhead * rc.bandwidth)
-            ctx.remote_admission = hooks.gate(
-                rc.admission, rc.capacity * rc.servers, "remote", None, remote.shards
+            admission = hooks.gate(
+                rc.admission, rc.capacity * rc.servers, "remote", None, self.remote.shards
             )
-        self.remote = ctx.remote
+        # the access log (``run --record-accesses``), from before the remote store is
+        # prestored; it sees the engines once they are built
+        self.recorder: AccessRecorder | None = None
+        if record_accesses:
+            env = self.env
+            self.recorder = AccessRecorder(lambda: env._now)
+        # the engines as the parts below them see them (by index, once all are built)
+        nodes: list[Node] = []
+        ctx = self.shared = Shared(
+            run,
+            self.env,
+            self.fabric,
+            hooks,
+            policy,
+            prefetch,
+            nodes,
+            self,
+            self.remote,
+            admission,
+            self.recorder,
+        )
         self.engines: list[Engine] = []
         tiers = sc.tiers
         order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
@@ -249,14 +271,17 @@ class Simulation:
                     nvme_write,
                     node.gpus,
                     tiers.host.enabled,
-                    ctx.nvme_gds,
+                    ctx.run.nvme_gds,
                     (None, tiers.host.write_queue, tiers.nvme.write_queue),
                     (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
-                    [1.0 if ctx.codec_on_gpu[t] else 1.0 / ctx.ratio[t] for t in (0, HOST, NVME)],
-                    ctx.copy_sm_share,
+                    [
+                        1.0 if ctx.run.codec_on_gpu[t] else 1.0 / ctx.run.ratio[t]
+                        for t in (0, HOST, NVME)
+                    ],
+                    ctx.run.copy_sm_share,
                 ),
-                count_uses=ctx.put_policy == SELECTIVE,
-                ratio=ctx.ratio[:3],
+                count_uses=ctx.run.put_policy == SELECTIVE,
+                ratio=ctx.run.ratio[:3],
                 # null: promote whenever both tiers exist (LMCache and HiCache do)
                 promote=tiers.nvme.promote is not False,
             )
@@ -276,29 +301,19 @@ class Simulation:
                 nvlink = Pipe(f"e{i}.nvlink", node.nvlink_per_gpu)
                 self.pipes.append(nvlink)
             self.engines.append(
-                Engine(ctx, i, local, h2d, nvme, nic_in, nic_out, client, d2h, nvlink)
+                Engine(ctx, i, local, Links(h2d, nvme, nic_in, nic_out, client, d2h, nvlink))
             )
         self.engines.sort(key=lambda e: e.index)
         for e in self.engines:
             e.guard = self.check_memory
-        ctx.engines = self.engines
+        nodes += self.engines
         self.router = hooks.router(sc.cluster.router, self.engines, sc.cluster.affinity_slack)
         # auto: every request runs as measured; the results cut the transient afterwards
         self.warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
         self.tenancy = Tenancy(ctx, sc.tenancy)
         self.tenancy.install()
-        ctx.finished = self.finished
-        ctx.displace = self.displace
-        ctx.keeps = self.tenancy.keeps
-        ctx.engines_changed = self.engines_changed
-        self.recorder: Any = None
-        if record_accesses:  # imported here: kvsim.results imports this module
-            from kvsim.results.accesses import AccessRecorder
-
-            env = self.env
-            self.recorder = AccessRecorder(lambda: env._now)
+        if self.recorder is not None:
             self.recorder.attach(self.engines, self.remote)
-            ctx.recorder = self.recorder
         if self.remote is not None:
             self._prestore(sc)
         hooks.tenant_of = self.tenancy.key_tenant
@@ -320,11 +335,18 @@ class Simulation:
         for tenant in range(tenants):  # every tenant's copy: keys are namespaced
             keys += self.tenancy.keys(
                 Request(
-                    -1, 0.0, len(blocks) * self.shared.block_tokens, 0, tuple(blocks), tenant=tenant
+                    -1,
+                    0.0,
+                    len(blocks) * self.shared.run.block_tokens,
+                    0,
+                    tuple(blocks),
+                    tenant=tenant,
                 )
             )
         ctx = self.shared
-        full = ctx.block_tokens * ctx.kv_bytes * ctx.ratio[REMOTE]  # as stored (its codec)
+        full = (
+            ctx.run.block_tokens * ctx.run.kv_bytes * ctx.run.ratio[REMOTE]
+        )  # as stored (its codec)
         self.remote.prestore(list(dict.fromkeys(keys)), full)
         seen = ctx.seen
         for k in keys:  # stored before: computing them is a recompute
@@ -332,12 +354,16 @@ class Simulation:
 
     # ---- what engines report ------------------------------------------------------------
 
-    def finished(self, engine: Engine, job: Job) -> None:
+    def keeps(self, job: Job) -> bool:
+        """Does a finishing request keep its blocks (kvsim.sim.tenancy)?"""
+        return self.tenancy.keeps(job)
+
+    def finished(self, engine: Node, job: Job) -> None:
         """A request's first token is out: record it; a session may end here."""
         self._record(job.row(engine.index, self.env._now))
         self.tenancy.session_ended(job)
 
-    def displace(self, job: Job, engine: Engine) -> None:
+    def displace(self, job: Job, engine: Node) -> None:
         """A request whose engine failed: re-route it (a fresh attempt, the time lost
         kept), or drop it, as the fault says."""
         job.lost_s += self.env._now - job.submitted
@@ -380,15 +406,15 @@ class Simulation:
     def _arrivals(self, requests: Iterator[Request]) -> Any:
         env = self.env
         warmup = self.warmup
-        block = self.shared.block_tokens
+        block = self.shared.run.block_tokens
         keys = self.tenancy.keys
         last = 0.0
-        per = self.shared.per_step
-        capped = 0 < self.scenario.engine.long_prefill_token_threshold < self.shared.budget
+        per = self.shared.run.per_step
+        capped = 0 < self.scenario.engine.long_prefill_token_threshold < self.shared.run.budget
         # a prompt over this many tokens would take more than MAX_PROMPT_STEPS steps
         most = per * MAX_PROMPT_STEPS if capped else -1
         # a prompt over this many tokens cannot fit the node's KV pool (kvsim.config.pools)
-        fits = int(self.shared.kv_pool // self.shared.kv_bytes)
+        fits = int(self.shared.run.kv_pool // self.shared.run.kv_bytes)
         blocks = 0  # prompt blocks since the last memory check
         # cold or warm (Job.warm): sessions seen, and the first block of each prompt seen
         # (dicts of ints: the garbage collector leaves them alone, unlike sets)
@@ -498,90 +524,10 @@ class Simulation:
             for e in self.engines
         ]
         tiers: dict[str, Any] = {}
-        for name, level in (("gpu", 0), ("host", HOST), ("nvme", NVME)):
-            stores = [s for e in self.engines if (s := e.local.tiers[level]) is not None]
-            if not stores:
-                continue
-            tiers[name] = {
-                "capacity_bytes": sum((s.capacity for s in stores), 0.0),
-                "used_bytes": sum((s.used for s in stores), 0.0),
-                "peak_bytes_max_engine": max(s.peak for s in stores),
-                "blocks": sum(len(s) for s in stores),
-                "evictions": sum(s.evictions for s in stores),
-                "demotions_in": sum(e.local.demotions[level] for e in self.engines),
-                "written_through_in": sum(e.local.through[level] for e in self.engines),
-                "prefetched_bytes_in": sum((e.local.fetched[level] for e in self.engines), 0.0),
-                "promoted_in": sum(e.local.promoted[level] for e in self.engines),
-                "promoted_bytes_in": sum(
-                    (e.local.promoted_bytes[level] for e in self.engines), 0.0
-                ),
-                "dropped_on_backlog": sum(
-                    e.local.writes.dropped[level] if e.local.writes is not None else 0
-                    for e in self.engines
-                ),
-                "dropped_on_backlog_bytes": sum(
-                    (e.local.dropped_bytes[level] for e in self.engines), 0.0
-                ),
-                "read_bytes": sum((e.local.read_bytes[level] for e in self.engines), 0.0),
-                "write_bytes": sum((s.written for s in stores), 0.0),
-                **_lookups(self.engines, level),
-                "engines": [
-                    {
-                        "engine": e.index,
-                        "hits": e.hits[level],
-                        "misses": e.misses[level],
-                        "evictions": s.evictions,
-                        "read_bytes": e.local.read_bytes[level],
-                        "write_bytes": s.written,
-                    }
-                    for e in self.engines
-                    if (s := e.local.tiers[level]) is not None
-                ],
-            }
-        if self.remote is not None:
-            r = self.remote
-            tiers["remote"] = {
-                "servers": r.servers,
-                "shards": r.shards,
-                **r.stats(),
-                "read_bytes": r.read_bytes,
-                "puts": r.puts,
-                "get_ops": r.get_ops,  # chunk operations (requests to an object store)
-                "put_ops": r.put_ops,
-                "put_bytes": r.put_bytes,
-                "write_bytes": r.landed_bytes,
-                "puts_dropped_shards": r.puts_dropped,
-                "server_bytes": r.server_bytes(),
-                "server_busy_s": r.server_busy(),
-                **_lookups(self.engines, REMOTE),
-                "engines": [
-                    {
-                        "engine": e.index,
-                        "hits": e.hits[REMOTE],
-                        "misses": e.misses[REMOTE],
-                        "read_bytes": e.read_bytes[REMOTE],
-                        "write_bytes": e.landed_bytes,
-                    }
-                    for e in self.engines
-                ],
-            }
-        if self.scenario.tiers.peer.enabled:  # other engines' host tiers: no store of its own
-            tiers["peer"] = {
-                "read_bytes": sum((e.read_bytes[PEER] for e in self.engines), 0.0),
-                "served_bytes": sum((e.served_bytes for e in self.engines), 0.0),
-                "write_bytes": 0.0,
-                **_lookups(self.engines, PEER),
-                "engines": [
-                    {
-                        "engine": e.index,
-                        "hits": e.hits[PEER],
-                        "misses": e.misses[PEER],
-                        "read_bytes": e.read_bytes[PEER],
-                        "served_bytes": e.served_bytes,
-                    }
-                    for e in self.engines
-                ],
-            }
+        for tier in self.shared.run.tiers:  # each tier's own figures (kvsim.sim.tiers)
+            entry = tier.summary(self.engines, self.remote)
+            if entry is not None:
+                tiers[tier.name] = entry
         links = {
             name: {"bytes": link.bytes, "busy_s": link.busy_time}
             for name, link in self.fabric.links.items()
@@ -614,7 +560,7 @@ class Simulation:
             end,
             self.arrived,
             unfinished,
-            self.shared.steps.extrapolations,
+            self.shared.run.steps.extrapolations,
             links,
             self.dropped,
             tenancy,

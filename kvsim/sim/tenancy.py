@@ -132,7 +132,7 @@ class Tenancy:
                 record["gone_after_s"] = sim.env._now - now
 
         for engine in sim.engines:
-            for batch in engine.put_queue:
+            for batch in engine.put_queue():
                 if any(match(block_of(k, shards)) for ks in batch.keys.values() for k in ks):
                     previous = batch.skip
                     batch.skip = lambda k, p=previous: (

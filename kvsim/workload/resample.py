@@ -27,15 +27,11 @@ import collections
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvsim.rng import stream
 from kvsim.workload.request import MAX_HASH, Request
-
-if TYPE_CHECKING:
-    from kvsim.config.schema import Scenario
 
 WINDOWS = 40
 _SALT = 0x5851F42D4C957F2D  # an odd 63-bit constant: id XOR copy * salt is a bijection
@@ -277,44 +273,3 @@ def resampled(
     if how == "windows":
         return block_resample(requests, stream(seed, "resample"), keep_count=keep_count)
     return iter(requests)
-
-
-_HOW = {
-    "sessions": "whole sessions or prefix chains drawn with replacement near their start "
-    "times, one draw per seed",
-    "windows": f"{WINDOWS} windows drawn with replacement, repeats salted, one draw per seed",
-}
-
-
-def resampling_note(sc: Scenario, seeds: list[int]) -> str | None:
-    """One line for a command's log: the resampling its runs of ``sc`` over ``seeds`` use
-    and the workload's prefix reuse (:func:`prefix_reuse`) as it is and over the seeds'
-    draws (reading the trace, no simulation); None when nothing is resampled (a
-    synthetic workload, ``resample: none``, or ``auto`` with one seed)."""
-    # imported here: kvsim.workload imports this module, and the replication rule lives
-    # with the other replication settings
-    from kvsim.experiments.replicate import replication_overrides
-    from kvsim.workload import open_workload
-
-    w = sc.workload
-    mode = replication_overrides(sc, len(seeds)).get(
-        "workload.resample", getattr(w, "resample", "none")
-    )
-    if mode not in _HOW or not seeds:
-        return None
-    trace = list(open_workload(w.model_copy(update={"resample": "none"}), sc.seed))
-    as_is = prefix_reuse(trace)
-    keep = w.limit is not None
-    drawn = [prefix_reuse(resampled(trace, mode, s, keep)) for s in seeds]
-    if len(drawn) == 1:
-        spread = f"seed {seeds[0]}"
-    else:
-        spread = f"{min(drawn):.3f}-{max(drawn):.3f} over {len(drawn)} seeds"
-    line = (
-        f"workload.resample: {mode} ({_HOW[mode]}); prefix reuse (share of prompt blocks "
-        f"seen earlier, an infinite cache's hit ratio): {as_is:.3f} as is, "
-        f"{sum(drawn) / len(drawn):.3f} resampled ({spread})"
-    )
-    if mode == "windows":
-        line += "; windows cut reuse across their edges, so hit ratios run low"
-    return line

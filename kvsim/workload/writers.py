@@ -1,5 +1,8 @@
-"""Write request streams in the public trace formats (to ship samples, or to share a
-synthetic workload with other simulators). Files appear only when complete."""
+"""Writing request streams in the public trace formats (Mooncake JSONL, Azure CSV).
+
+This module owns the two trace writers (to ship samples, or to share a synthetic
+workload with other simulators); files appear only when complete
+(:func:`kvsim.results.writers.write_file`)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from kvsim.errors import InputError
+from kvsim.results.writers import write_file
 from kvsim.workload.request import Request
 
 AZURE_EPOCH = datetime(2023, 11, 16, 18, 0, 0)
@@ -19,8 +23,6 @@ def _write_lines(lines: Iterable[str], path: str | os.PathLike[str], header: int
     """Write lines all or nothing (kvsim's one file writer: a hidden temporary file renamed
     into place, leftovers of killed writes removed); return how many requests were written
     (lines less ``header``). A stream with no requests is refused, not written."""
-    from kvsim.results.writers import write_file
-
     n = 0
 
     def write(tmp: Path) -> None:

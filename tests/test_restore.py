@@ -1,32 +1,18 @@
-"""One engine on tiny hand-computed cases (toy scenario: 1,000 B/token, 100-token blocks,
-t = 0.1 s + (new - 1) ms, remote 1 MB/s with T0 = 0.5 s, no latencies)."""
-
-import gc
+"""Restores (kvsim.sim.restore) on tiny hand-computed cases: sync holds the engine, async
+lets it serve others, stalls, client timeouts, per-rank shards, local tiers in parallel
+(toy scenario: 1,000 B/token, 100-token blocks, t = 0.1 s + (new - 1) ms, remote 1 MB/s
+with T0 = 0.5 s, no latencies)."""
 
 import pytest
 
 from kvsim import api
 
 from conftest import req, toy
-
-REMOTE_ON = {"remote": {"enabled": True}}
-
-
-def by_id(results):
-    return {int(r.id): r for r in results.requests.itertuples()}
-
-
-def stall_case(policy):
-    # P computes blocks 1-3 and puts them (300 kB at 1 MB/s, landed by t = 0.699).
-    # A (t = 10) restores 299 tokens remotely: T0 0.5 s + 0.299 s, then computes 1 token.
-    # B (t = 10.1) is cold: 200 tokens, 0.299 s.
-    reqs = [req(0, 0.0, 300, [1, 2, 3]), req(1, 10.0, 300, [1, 2, 3]), req(2, 10.1, 200, [7, 8])]
-    sc = toy(cluster={"load_policy": policy}, **REMOTE_ON)
-    return api.run(sc, requests=reqs)
+from sim_cases import REMOTE_ON, by_id, one_remote_get
 
 
 def test_sync_restore_holds_the_engine_idle():
-    res = stall_case("sync")
+    res = one_remote_get("sync")
     r = by_id(res)
     assert r[0].ttft_s == pytest.approx(0.399)
     a, b = r[1], r[2]
@@ -43,7 +29,7 @@ def test_sync_restore_holds_the_engine_idle():
 
 
 def test_async_restore_lets_the_engine_serve_others():
-    r = by_id(stall_case("async"))
+    r = by_id(one_remote_get("async"))
     a, b = r[1], r[2]
     assert b.start_s == pytest.approx(10.1) and b.ttft_s == pytest.approx(0.299)
     # B's put (200 kB from 10.399) shares the server with A's GET (from 10.5): 101 kB of the
@@ -66,28 +52,6 @@ def test_async_requeued_request_keeps_its_arrival_order():
     r = by_id(api.run(toy(cluster={"load_policy": "async"}, **REMOTE_ON), requests=reqs))
     assert r[1].finish_s == pytest.approx(10.05 + 1.099 + 0.1)
     assert r[2].start_s == pytest.approx(r[1].finish_s)
-
-
-def test_recompute_policy_ignores_lower_tiers():
-    r = by_id(stall_case("recompute"))
-    assert r[1].tokens_remote == 0 and r[1].tokens_compute == 300
-    assert r[1].ttft_s == pytest.approx(0.399)
-
-
-def test_auto_policy_recomputes_when_the_restore_is_slower():
-    # restoring 299 tokens costs 0.5 + 0.299 s + 0.1 s; recompute costs 0.399 s
-    r = by_id(stall_case("auto"))
-    assert r[1].decision == "skipped" and r[1].ttft_s == pytest.approx(0.399)
-
-
-def test_auto_policy_restores_when_it_pays():
-    # 1000-token prompt: recompute 1.099 s; restore 0.5 + 0.999 + 0.1 -> recompute still
-    # wins at 1 MB/s, but at 10 MB/s restore is 0.5 + 0.0999 + 0.1 = 0.6999 s
-    ids = list(range(1, 11))
-    reqs = [req(0, 0.0, 1000, ids), req(1, 10.0, 1000, ids)]
-    sc = toy(cluster={"load_policy": "auto"}, remote={"enabled": True, "bandwidth": "10 MB/s"})
-    r = by_id(api.run(sc, requests=reqs))
-    assert r[1].decision == "restore" and r[1].ttft_s == pytest.approx(0.6999)
 
 
 def test_client_timeout_falls_back_to_recompute():
@@ -173,51 +137,3 @@ def test_local_tiers_restore_in_parallel_and_each_pays_its_t0():
     # blocks 1, 2 in host (demoted), block 3 in GPU: 200 host tokens over PCIe (400 GB/s)
     assert (r.tokens_host, r.tokens_gpu, r.tokens_compute) == (200, 100, 1)
     assert r.load_host_s == pytest.approx(0.02 + 200_000 / 400e9)
-
-
-def test_tokens_add_up_and_ttft_decomposes():
-    def ids(i):  # a shared first block, a half-shared second, private blocks after that
-        n = -(-(250 + 7 * i) // 100)
-        return [i % 3, 10 + i % 5, *range(1000 * i, 1000 * i + n - 2)]
-
-    res = api.run(
-        toy(cluster={"load_policy": "async"}, **REMOTE_ON),
-        requests=[req(i, 0.3 * i, 250 + 7 * i, ids(i)) for i in range(40)],
-    )
-    df = res.requests
-    tok = df[["tokens_gpu", "tokens_host", "tokens_nvme", "tokens_remote", "tokens_compute"]]
-    assert (tok.sum(axis=1) == df["input_tokens"]).all()
-    assert (df["tokens_compute"] >= 1).all()
-    lhs = df["queue_wait_s"] + df["load_s"] + df["compute_s"] + df["store_s"]
-    assert (lhs - df["ttft_s"]).abs().max() < 1e-9
-
-
-@pytest.mark.parametrize(
-    ("sharding", "pcp", "expected"), [("none", 8, 0.3), ("per_rank", 8, 0.0375)]
-)
-def test_staging_before_a_put_holds_the_engine(sharding, pcp, expected):
-    # 300 kB to put; unsharded, one rank copies it all at 1 MB/s: 0.3 s; per rank, 8 ranks
-    # copy 37.5 kB each in parallel: 0.0375 s. TTFT includes it; GPU busy does not.
-    sc = toy(
-        node={"d2h_per_gpu": "1 MB/s", "pcp": pcp},
-        remote={"enabled": True, "sharding": sharding, "servers": 8},
-    )
-    r = by_id(api.run(sc, requests=[req(0, 0.0, 300, [1, 2, 3])]))[0]
-    assert r.store_s == pytest.approx(expected)
-    assert r.ttft_s == pytest.approx(0.399 + expected)
-    # blocks already stored are not staged again
-    r2 = by_id(api.run(sc, requests=[req(0, 0.0, 300, [1, 2, 3]), req(1, 5.0, 300, [1, 2, 3])]))[1]
-    assert r2.store_s == 0.0
-
-
-def test_a_run_puts_the_garbage_collector_back_as_it_found_it():
-    # run() collects less often while it runs; the caller's settings come back after,
-    # and a caller who switched automatic collection off keeps it off
-    before = gc.get_threshold()
-    try:
-        for setting in ((700, 10, 10), (0, 10, 10)):
-            gc.set_threshold(*setting)
-            api.run(toy(), requests=[req(0, 0.0, 300, [1, 2, 3])])
-            assert gc.get_threshold() == setting
-    finally:
-        gc.set_threshold(*before)

@@ -13,7 +13,7 @@ distances is at most C. Each block's tokens therefore count as a hit for every c
 from m_i up, and one sorted pass over the m_i gives the whole curve. Distances come from
 a Fenwick tree over use times, each distinct block weighted by its tokens at its last use.
 The same pass counts the blocks found (``hit_blocks``), for comparing with other policies'
-replays (:mod:`kvsim.workload.streams`, which replays ``lru`` through the simulator's own
+replays (:mod:`kvsim.analysis.replay`, which replays ``lru`` through the simulator's own
 store to the same numbers when each block id keeps one size, as a trace's do; this curve
 takes a block's size from its first use for good).
 """

@@ -1,0 +1,88 @@
+"""How engines are laid out and run: :class:`Cluster` (engines, routing, load policy),
+:class:`Prefetch` and :class:`Engine` (batching and scheduling)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from kvsim.config.schema.fields import Bounded, NonNegInt, PosInt, PositiveDuration, Record, Tokens
+from kvsim.config.schema.policies import (
+    LoadPolicyName,
+    PrefetchName,
+    RouterName,
+    SchedulerName,
+    policy_named,
+)
+
+
+class Cluster(Record):
+    engines: Bounded(4096) = Field(1, description="prefill engines (nodes)")
+    router: RouterName = Field(
+        policy_named("round_robin"),
+        description="round_robin | least_loaded | cache_affinity | a plugin's",
+    )
+    load_policy: LoadPolicyName = Field(
+        policy_named("sync"), description="sync | async | recompute | auto | a plugin's"
+    )
+    affinity_slack: NonNegInt = Field(
+        4, description="cache_affinity: max extra queued requests accepted for a better hit"
+    )
+
+
+class Prefetch(Record):
+    """Bringing KV from NVMe or the remote store up to host memory ahead of its use
+    (SGLang HiCache's prefetch; docs/data-path.md)."""
+
+    policy: PrefetchName = Field(
+        policy_named("none"),
+        description="none: restores read NVMe and remote directly. Otherwise a request's "
+        "blocks in NVMe or remote are fetched into host when it reaches its engine, and "
+        "its restore reads GPU and host only: best_effort (uses what has arrived when "
+        "the request is scheduled, recomputes the rest), wait_complete (the request waits "
+        "for its prefetch), timeout (waits at most prefetch.timeout); or a plugin's name",
+    )
+    timeout: PositiveDuration | None = Field(
+        None,
+        description="policy timeout: the longest a request waits for its prefetch (other "
+        "policies ignore it)",
+    )
+    on_session: bool = Field(
+        False,
+        description="when a turn of a multi-turn session ends, fetch its blocks held in "
+        "NVMe or remote up to host memory during the think time",
+    )
+
+
+class Engine(Record):
+    """How one prefill engine forms its steps (see docs/engine-model.md)."""
+
+    batching: Literal["chunked", "serial"] = Field(
+        "chunked",
+        description="chunked: iteration-level batches under a token budget (vLLM); "
+        "serial: one whole prompt at a time",
+    )
+    max_batched_tokens: Tokens = Field(
+        8192, description="token budget of one step (vLLM max_num_batched_tokens)"
+    )
+    max_batch_requests: Bounded(1_000_000) = Field(
+        1024, description="requests in one step (vLLM max_num_seqs)"
+    )
+    long_prefill_token_threshold: NonNegInt = Field(
+        0, description="most tokens one prompt may take per step (0: no cap; vLLM's knob)"
+    )
+    scheduler: SchedulerName = Field(
+        policy_named("fcfs"),
+        description="fcfs: arrival order; lpm: longest cached prefix first; "
+        "sjf: shortest remaining prompt first, with aging; or a plugin's name",
+    )
+    sjf_aging: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        50_000.0, description="sjf: tokens of priority a request gains per second it waits"
+    )
+    layerwise: bool = Field(
+        False, description="restores and stores stream layer by layer, overlapping compute"
+    )
+    max_inflight_restores: PosInt | None = Field(
+        None, description="restores in flight per engine (null: bounded by GPU HBM only)"
+    )

@@ -1,0 +1,92 @@
+"""What an engine is to the parts around it: its links, its local tiers, its counters.
+
+What this module owns: :class:`Node`, the side of a prefill engine that restores,
+prefetches, puts, lookups, faults and the summary see (its index, local tiers, the links
+its transfers cross, whether it is up, and the activity and byte counters they add to).
+:class:`~kvsim.sim.engine.Engine` is a Node with a step loop; the modules below the
+engine depend on this class only, never on the engine, so the imports run one way.
+"""
+
+from __future__ import annotations
+
+from kvsim.cache.local import LocalCache
+from kvsim.cache.remote import Batch
+from kvsim.kernel.fabric import Link
+from kvsim.kernel.pipe import Pipe
+from kvsim.sim.job import Job
+
+
+class Links:
+    """The links one engine's transfers cross (fabric links, and pipes served in order)."""
+
+    __slots__ = ("client", "d2h", "h2d", "nic_in", "nic_out", "nvlink", "nvme")
+
+    def __init__(
+        self,
+        h2d: Link,
+        nvme: Link | None,
+        nic_in: Link,
+        nic_out: Link,
+        client: Link,
+        d2h: Pipe,
+        nvlink: Pipe | None = None,
+    ) -> None:
+        self.h2d = h2d
+        self.nvme = nvme
+        self.nic_in = nic_in
+        self.nic_out = nic_out
+        self.client = client  # the NIC and PCIe of the rank that issues an unsharded GET
+        self.d2h = d2h  # rank 0's GPU-to-host link: demotions to host and staging copies
+        # unsharded remote store: the NVLink out of the rank that issues each GET, which
+        # then hands the other ranks their parts (None: per-rank shards, or one GPU)
+        self.nvlink = nvlink
+
+
+class Node:
+    """One prefill instance's links, local tiers and counters (see the module docstring)."""
+
+    def __init__(self, index: int, local: LocalCache, links: Links, nvme_gds: bool) -> None:
+        self.index = index
+        self.local = local
+        # its links (see Links), as attributes of its own for the hot paths
+        self.h2d = h2d = links.h2d
+        self.nvme = nvme = links.nvme
+        self.nic_in = links.nic_in
+        self.nic_out = links.nic_out
+        self.client = links.client
+        self.d2h = links.d2h
+        self.nvlink = links.nvlink
+        # an NVMe restore: GPUDirect Storage straight into HBM, or the drives into a host
+        # bounce buffer, then host to GPU
+        self.nvme_path: tuple[Link, ...] = ()
+        if nvme is not None:
+            self.nvme_path = (nvme,) if nvme_gds else (nvme, h2d)
+        self.up = True
+        self.failure_mode = "reroute"  # what happens to its requests if it fails
+        self.busy = 0.0  # seconds the GPUs computed (SM work of steps, decodes, copies)
+        # lookups per tier code (gpu, host, nvme, remote, peer), over the whole run: blocks
+        # a tier asked held in the usable prefix (hits) or not (misses); bytes its restores
+        # read per tier; bytes its host served to other engines (peer); bytes its puts
+        # stored in the remote store (kvsim.sim.lookup, kvsim.sim.restore, kvsim.sim.puts)
+        self.hits = [0, 0, 0, 0, 0]
+        self.misses = [0, 0, 0, 0, 0]
+        self.read_bytes = [0.0, 0.0, 0.0, 0.0, 0.0]
+        self.served_bytes = 0.0
+        self.landed_bytes = 0.0
+        # unsharded GETs over: (GPUs - 1) x their bytes (one rank copied them alone)
+        self.copied_alone = 0.0
+        # activity as flat [start, end, start, end, ...] lists (the summary windows them)
+        self.gpu_spans: list[float] = []  # SM work
+        self.copy_spans: list[float] = []  # copy engines: restores into HBM, staging out
+
+    def fail(self) -> list[Job]:
+        """The node goes down: the requests it held, for the simulation to place."""
+        raise NotImplementedError
+
+    def recover(self) -> None:
+        """The node is back, with empty local tiers."""
+        raise NotImplementedError
+
+    def put_queue(self) -> tuple[Batch, ...]:
+        """Puts to the remote store queued or in flight, oldest first."""
+        raise NotImplementedError
