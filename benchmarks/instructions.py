@@ -53,7 +53,7 @@ PER_BLOCK = [
     "remote___RemoteStore___reserve",
     "local___LocalCache___prefix_blocks",
     "local___LocalCache____landing",
-    "engine___Engine____locate",
+    "lookup___Lookup___locate",
 ]
 
 

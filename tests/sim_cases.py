@@ -6,10 +6,21 @@ from __future__ import annotations
 
 import functools
 
+import pytest
+
+import kvsim
 from kvsim import api
 from kvsim.results.records import Results
 
 from conftest import req, toy
+
+# a unit test that drives a simulator module with stand-in objects (a namespace for a job,
+# a node or a flow): the compiled core's classes check their arguments' types and refuse
+# them, so it runs on the pure-Python core only (README's test command; .ci/run's first
+# part); tests/test_build.py compares the two cores' results on whole runs
+pure_only = pytest.mark.skipif(
+    kvsim.compiled(), reason="drives the module with stand-in objects the compiled core refuses"
+)
 
 REMOTE_ON = {"remote": {"enabled": True}}
 

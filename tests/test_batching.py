@@ -187,37 +187,6 @@ def test_max_batch_requests_bounds_a_step():
     assert finishes == pytest.approx([s, s, 2 * s, 2 * s, 2 * s + step_time(100)])
 
 
-def test_lpm_serves_the_longest_cached_prefix_first():
-    """GPU tier large enough: a prompt sharing 9 blocks with what is cached goes before an
-    earlier cold one under lpm, after it under fcfs."""
-    reqs = [
-        prompt(0, 0.0, 1000, 0),  # computes blocks 0-9
-        prompt(1, 0.05, 1000, 50),  # cold, arrives while 0 runs
-        req(2, 0.06, 1000, [*range(9), 99]),  # 900 tokens cached
-    ]
-    for sched, first in (("lpm", 2), ("fcfs", 1)):
-        sc = linear({"tiers": {"gpu": {"capacity": "1 GB"}}}, max_batch_requests=1, scheduler=sched)
-        r = rows(api.run(sc, requests=reqs))
-        other = 3 - first
-        assert r[first].finish_s < r[other].finish_s, sched
-
-
-def test_sjf_ages_so_a_long_prompt_is_not_starved():
-    """A stream of 100-token prompts every step and one 10k prompt: with aging the long
-    one is served within a bounded time; with aging 0 it waits for the stream to end."""
-    stream = [prompt(i, 0.001 + i * step_time(100), 100, 1000 + i) for i in range(1, 200)]
-    reqs = [prompt(0, 0.0005, 10_000, 10_000), *stream, prompt(999, 0.0, 100, 999)]
-    reqs.sort(key=lambda r: r.arrival)
-    fair = rows(
-        api.run(linear(max_batch_requests=1, scheduler="sjf", sjf_aging=20_000), requests=reqs)
-    )
-    greedy = rows(
-        api.run(linear(max_batch_requests=1, scheduler="sjf", sjf_aging=0), requests=reqs)
-    )
-    assert greedy[0].finish_s > max(greedy[i].finish_s for i in range(1, 200))
-    assert fair[0].finish_s < greedy[0].finish_s / 2
-
-
 # ---- properties and an independent simulation ----------------------------------------------
 
 
@@ -449,49 +418,6 @@ def test_unbounded_async_restores_share_the_link():
     assert c.load_s == pytest.approx(2.0) and d.load_s == pytest.approx(2.0)
 
 
-def test_max_inflight_restores_holds():
-    c, d = two_host_hits(max_inflight_restores=1)
-    assert c.load_s == pytest.approx(1.0)
-    assert d.load_s == pytest.approx(1.0)
-    # D was looked at and set aside at 10; its restore started when C's was in (11)
-    assert d.start_s == pytest.approx(10.0)
-    assert d.queue_wait_s == pytest.approx(1.0)
-    assert d.finish_s == pytest.approx(12.0 + 0.1)
-
-
-def test_a_working_pool_too_small_for_two_restores_admits_one_at_a_time():
-    """The node's KV pool holds 8 x 250 kB = 2 MB (HBM pools, tests/test_pools.py): a
-    restore holds its request's 1,001 tokens (1.001 MB) until the request is done, so the
-    second restore (2.002 MB together) waits for the first request to finish."""
-    c, d = two_host_hits(gpu="1.5 MB", node={"kv_per_gpu": "250 kB"})
-    assert c.load_s == pytest.approx(1.0) and d.load_s == pytest.approx(1.0)
-    assert d.finish_s == pytest.approx(c.finish_s + 1.0 + 0.1)
-
-
-def test_reservations_evict_and_are_given_back():
-    """A restore's reservation evicts what the GPU tier held (demoted to host), and every
-    reservation is released when its request finishes. The KV pool (8 x 187.5 kB) is the
-    prefix cache's 1.5 MB: all working KV evicts cached blocks (HBM pools)."""
-    sc = toy(
-        tiers={
-            "gpu": {"capacity": "1.5 MB"},
-            "host": {"enabled": True, "capacity": "1 GB", "t0": "0 s"},
-        },
-        node={"h2d_per_gpu": "0.125 MB/s", "kv_per_gpu": "187.5 kB"},
-        cluster={"load_policy": "async"},
-    )
-    reqs = [prompt(0, 0.0, 1000, 0), prompt(1, 1.0, 1000, 100), prompt(2, 10.0, 1001, 0)]
-    sim = Simulation(sc, requests=reqs)
-    res = api.collect(sim.run(), sc)
-    gpu = sim.engines[0].local.gpu
-    assert gpu.reserved == 0 and sim.engines[0].pool.inflight == 0
-    assert gpu.used <= gpu.capacity
-    c = rows(res)[2]
-    # B pushed A's five oldest blocks to host; C restores them, its reservation evicting
-    assert c.tokens_host == 500 and c.tokens_gpu == 500
-    assert sim.engines[0].local.demotions[1] >= 5
-
-
 def test_async_lookup_work_is_paid_by_the_engine():
     """t0_engine: the engine pays the lookup part of T0 in the step that starts the
     restore; a cold request in that step computes that much later."""
@@ -506,23 +432,3 @@ def test_async_lookup_work_is_paid_by_the_engine():
     assert r[2].compute_s == pytest.approx(0.03 + 0.199)
     # the restore itself waits all of T0: 0.1 + 1 MB at 1 GB/s
     assert r[1].load_s == pytest.approx(0.1 + 0.001)
-
-
-# ---- structure --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("module", ["engine", "tenancy", "faults", "scheduler", "shared"])
-def test_the_simulations_parts_do_not_import_it(module):
-    """Engine, tenancy and faults see the simulation through kvsim.sim.shared only: no
-    import of kvsim.sim.simulation, even for type checking (no import circle)."""
-    import ast
-    from pathlib import Path
-
-    import kvsim.sim
-
-    path = Path(kvsim.sim.__file__).parent / f"{module}.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    imported = {
-        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
-    } | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-    assert "kvsim.sim.simulation" not in imported

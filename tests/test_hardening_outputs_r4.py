@@ -29,7 +29,6 @@ from kvsim.config.loader import deep_merge
 from kvsim.experiments.regression import load_suite, read_baseline
 from kvsim.plots import style
 from kvsim.results.uncertainty import detectable_change
-from kvsim.sim.constants import head_share
 
 from conftest import ROOT, SCENARIOS, TOY, toy
 
@@ -200,12 +199,6 @@ def test_the_staging_copy_is_each_tp_ranks_share_of_a_gqa_models_heads():
     assert _staged(GQA, 16) == pytest.approx(0.1 / 8, rel=1e-9)  # a head per rank at most
     # MLA: every rank keeps the whole latent, so one rank copies all of it at any tp
     assert _staged(MLA, 4) == pytest.approx(_staged(MLA, 1), rel=1e-12)
-
-
-def test_head_share_of_the_shipped_llama_scenario():
-    """scenarios/llama70b-h100.yaml: Llama-2-70B (8 KV heads) on 8 H100s at TP8."""
-    assert head_share(api.load(SCENARIOS / "llama70b-h100.yaml")) == 1 / 8
-    assert head_share(api.load(SCENARIOS / "quickstart.yaml")) == 1.0  # GLM-5: MLA
 
 
 # ---- point 17: a typo in a study's scenario file, before any run -------------------------

@@ -6,8 +6,6 @@ blocks, t(new) = 0.1 s + (new - 1) ms, no link latencies, 1 MB/s remote at T0 0.
 invariants run on shipped scenarios, cut small.
 """
 
-import math
-
 import numpy as np
 import pytest
 
@@ -154,7 +152,7 @@ def test_parts_of_an_nvme_restore_alone(path, expect):
 
 def test_parts_of_a_remote_restore_alone():
     """Remote: T0 0.5 s, then 299 kB over the 1 MB/s server (the bottleneck, not the
-    h2d link): lookup 0.5, read 0.299, queue 0 (tests/test_engine.py's stall case)."""
+    h2d link): lookup 0.5, read 0.299, queue 0 (tests/test_restore.py's stall case)."""
     reqs = [req(0, 0.0, 300, [1, 2, 3]), req(1, 10.0, 300, [1, 2, 3])]
     r = rows(api.run(toy(remote={"enabled": True}), requests=reqs))[1]
     assert r.tokens_remote == 299 and r.load_s == pytest.approx(0.799)
@@ -216,19 +214,6 @@ def test_parts_are_bounded_by_the_restore_under_load():
         col = restored[f"restore_{name}_s"]
         assert s[f"restore_{name}_mean_s"] == pytest.approx(col.mean())
         assert s[f"restore_{name}_p95_s"] == pytest.approx(np.percentile(col, 95))
-
-
-def test_a_dropped_request_has_no_parts():
-    from kvsim.sim.job import Job
-
-    job = Job(req(0, 0.0, 100, [1]), False, (1,))
-    job.drop()
-    row = job.row(-1, math.nan, "gone")
-    from kvsim.sim.rows import COLUMN_NAMES
-
-    d = dict(zip(COLUMN_NAMES, row, strict=True))
-    assert all(math.isnan(d[p]) for p in PARTS) and math.isnan(d["gpu_compute_s"])
-    assert d["recomputed_tokens"] == 0
 
 
 # ---- recomputed tokens and their GPU time ---------------------------------------------

@@ -29,7 +29,7 @@ by the store or was found in another tier. A trace has no other tier (one store 
 whole cache): the located prefix is the held prefix. A recorded lookup carries, per
 block, whether the run found it in another tier (``Stream.located``, from the hit rows
 of the same lookup in the other tiers: :func:`lookup_located`), as
-``Engine._count_lookup`` counts: a block of the located prefix is a hit in the tier that
+``Lookup.count`` (kvsim.sim.lookup) counts: a block of the located prefix is a hit in the tier that
 holds it, so a block after a hole in this tier (a block another tier served: FIFO's
 holes in a chain) is still a hit here, and a block past the run's located prefix is not.
 At the run's own capacity and policy the store holds what the run's did, so on the GPU
@@ -296,7 +296,7 @@ def accesses_streams(
     return out
 
 
-#: The order a lookup asks the tiers in (``Engine._count_lookup``; peer before remote).
+#: The order a lookup asks the tiers in (``Lookup.count`` (kvsim.sim.lookup); peer before remote).
 LOOKUP_ORDER = {"gpu": 0, "host": 1, "nvme": 2, "peer": 3, "remote": 4}
 
 

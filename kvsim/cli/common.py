@@ -72,7 +72,7 @@ def signals_as_interrupt() -> Iterator[None]:
     a terminated command stops its workers, keeps what finished and leaves no partial
     output, exactly as on an interrupt (the main thread only: Python's rule). The handler
     (SIGINT's too, unless it is ignored) counts the signals, so that a KeyboardInterrupt
-    raised by plugin code is told from a real one (kvsim.plugins.interrupted)."""
+    raised by plugin code is told from a real one (kvsim.interrupts.interrupted)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -60,7 +60,7 @@ def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
     return {**out, **scaled_windows(sc, factor)}
 
 
-MAX_REQUESTS = 10_000_000  # workload.requests' bound (kvsim/config/schema.py)
+MAX_REQUESTS = 10_000_000  # workload.requests' bound (kvsim/config/schema/workload.py)
 
 
 def scaled_windows(sc: Scenario, factor: float) -> dict[str, Any]:

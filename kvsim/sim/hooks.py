@@ -201,7 +201,7 @@ class StoreHook(Hook):
 
 
 class EvictionHook(StoreHook):
-    """What a :class:`~kvsim.cache.eviction.Delegated` store asks of its plugin policy's
+    """What a :class:`~kvsim.cache.delegated.Delegated` store asks of its plugin policy's
     side: on its first event, :meth:`bind` gives it the policy's methods by event code
     (the batch method ``inserted_many``, ``hit_many``, ``refreshed_many`` or
     ``removed_many`` when the policy has one, else the one-block method; None for an
@@ -346,7 +346,7 @@ def _takes_reason(fn: Any) -> bool:
 
 
 class AdmissionHook(StoreHook):
-    """What a :class:`~kvsim.cache.eviction.DelegatedGate` calls."""
+    """What a :class:`~kvsim.cache.delegated.DelegatedGate` calls."""
 
     store: BlockStore | None = None  # the tier's store (None: the remote store's servers)
 
