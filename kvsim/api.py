@@ -18,6 +18,7 @@ from kvsim.physics.costmodel import CostModel
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.results.records import Results, collect
 from kvsim.sim.simulation import Progress, Simulation
+from kvsim.sim.tiers import KINDS, Tier
 from kvsim.workload.request import Request
 
 Overrides = Sequence[str] | Mapping[str, Any] | None
@@ -65,6 +66,7 @@ def run(
     progress: Progress | None = None,
     requests: Iterable[Request] | None = None,
     record_accesses: bool = False,
+    tier_kinds: Sequence[type[Tier] | Tier] = KINDS,
 ) -> Results:
     """Run one scenario and return its Results.
 
@@ -72,7 +74,9 @@ def run(
     ``progress`` is called with the number of requests finished since its last call
     (None or False: no progress); ``record_accesses``: keep the access log as
     ``Results.accesses`` (a DataFrame, :mod:`kvsim.results.accesses`; written as
-    accesses.parquet by :func:`kvsim.results.runfolder.write_results`).
+    accesses.parquet by :func:`kvsim.results.runfolder.write_results`); ``tier_kinds``:
+    the tier kinds, the five built-in ones then a user's (:mod:`kvsim.sim.tiers`;
+    docs/extending.md, "Adding a tier kind").
     """
     if progress is False:  # "no progress", as the CLI's --quiet
         progress = None
@@ -82,7 +86,13 @@ def run(
             f"finished, got {type(progress).__name__}"
         )
     sc = load(scenario, overrides, seed)
-    sim = Simulation(sc, requests=requests, progress=progress, record_accesses=record_accesses)
+    sim = Simulation(
+        sc,
+        requests=requests,
+        progress=progress,
+        record_accesses=record_accesses,
+        tier_kinds=tier_kinds,
+    )
     results = collect(sim.run(), sc)
     if sim.recorder is not None:
         results.accesses = sim.recorder.frame()

@@ -1,16 +1,20 @@
-"""Shared test helpers: a toy scenario with round numbers, and request builders."""
+"""Shared test helpers: a toy scenario with round numbers, request builders, and stand-ins
+for finished requests (records the per-request table reads by its declared sources)."""
 
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from kvsim.config.loader import deep_merge, scenario_from_dict
 from kvsim.config.schema import Scenario
+from kvsim.sim.rows import DEFAULT, Column
 from kvsim.workload.request import Request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,3 +118,37 @@ def shared_trace(*parts: str) -> Path:
     if not p.exists():
         pytest.skip(f"public trace not present: {p} (see traces/README.md)")
     return p
+
+
+def record(values: dict[str, Any]) -> SimpleNamespace:
+    """A stand-in for a finished request whose sources hold ``values`` (by source path,
+    kvsim.sim.rows: ``req.id``, ``queue_wait``; per-tier lists by name)."""
+    rec = SimpleNamespace(req=SimpleNamespace())
+    for path, v in values.items():
+        obj = rec
+        *parents, last = path.split(".")
+        for p in parents:
+            obj = getattr(obj, p)
+        setattr(obj, last, v)
+    return rec
+
+
+def record_sources(
+    value: Callable[[Column], Any], tiers: int = 5, cols: tuple[Column, ...] = DEFAULT
+) -> dict[str, Any]:
+    """A value for every source of the columns ``cols`` (per-tier lists of ``tiers``,
+    tokens one longer: the computed last), and the restore time behind ``load_s``, each
+    drawn by ``value(column)``."""
+    out: dict[str, Any] = {"load_s": value(Column("load_s", "d", ""))}
+    for col in cols:
+        src = col.source
+        if col.derived is not None:
+            continue
+        if isinstance(src, tuple):
+            name = src[0]
+            if name not in out:
+                n = tiers + 1 if name == "tokens" else tiers
+                out[name] = [value(col) for _ in range(n)]
+        else:
+            out[src] = value(col)
+    return out

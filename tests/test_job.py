@@ -1,12 +1,12 @@
 """The request record inside the simulator (kvsim.sim.job.Job): a fresh attempt, a new
-attempt after its engine failed, a dropped request, and the row it turns into (fields in
-kvsim.sim.rows.COLUMN_NAMES order), worked by hand on one request."""
+attempt after its engine failed, a dropped request, and the record it makes (the columns
+kvsim.sim.rows declares, read off the job by name), worked by hand on one request."""
 
 import math
 
 from kvsim.cache.local import COMPUTED, GPU, HOST, NVME, PEER, REMOTE
 from kvsim.sim.job import LOADING, NEW, Job
-from kvsim.sim.rows import COLUMN_NAMES
+from kvsim.sim.rows import RowTable
 from kvsim.workload.request import Request
 
 from conftest import req
@@ -15,8 +15,11 @@ from sim_cases import one_remote_get
 PARTS = ("restore_lookup_s", "restore_queue_s", "restore_read_s", "restore_h2d_s")
 
 
-def as_dict(row: tuple) -> dict:
-    return dict(zip(COLUMN_NAMES, row, strict=True))
+def record(job: Job) -> dict:
+    """The job's record, by column name (what a run's table keeps of it)."""
+    table = RowTable()
+    table.add(job)
+    return {name: table.column(name)[0] for name in table.names}
 
 
 def test_a_new_job_starts_with_nothing_done():
@@ -58,6 +61,8 @@ def test_the_row_is_the_record_in_column_order():
     prefetch is its own column. Per-tier fields go by tier code: 100 tokens from host,
     200 from NVMe, 50 from a peer, 300 remote, 49 computed, 10 on the GPU."""
     job = Job(Request(5, 10.0, 709, 4, (1,), session=8), True, (1,), warm=True)
+    job.served_by = 2
+    job.finish = 12.0
     job.start = 10.25
     job.queue_wait = 0.25
     job.load_s = 0.5
@@ -71,7 +76,7 @@ def test_the_row_is_the_record_in_column_order():
     job.tier_s[HOST] = 0.1
     job.steps = 3
     job.decision = "restore"
-    d = as_dict(job.row(2, 12.0))
+    d = record(job)
     assert (d["id"], d["session"], d["engine"], d["arrival_s"]) == (5, 8, 2, 10.0)
     assert d["finish_s"] == 12.0 and d["ttft_s"] == 2.0
     assert d["load_s"] == 0.5 + 0.2 and d["load_prefetch_s"] == 0.2
@@ -82,7 +87,7 @@ def test_the_row_is_the_record_in_column_order():
     assert d["bytes_nvme"] == 2e5 and d["bytes_host"] == 0.0
     assert d["load_host_s"] == 0.1 and d["load_nvme_s"] == 0.0
     assert d["decision"] == "restore" and d["drop_reason"] == ""
-    assert d["warmup"] is True and d["warm"] is True and d["steps"] == 3
+    assert d["warmup"] and d["warm"] and d["steps"] == 3
 
 
 def test_a_dropped_job_keeps_the_bytes_it_read():
@@ -92,12 +97,12 @@ def test_a_dropped_job_keeps_the_bytes_it_read():
     job.tokens[REMOTE] = 100
     job.bytes[REMOTE] = 1e5
     job.stalled = job.timed_out = True
-    job.drop()
-    d = as_dict(job.row(-1, math.nan, "no engine up"))
+    job.drop("no engine up")
+    d = record(job)
     assert d["engine"] == -1 and d["decision"] == "dropped" and d["drop_reason"] == "no engine up"
     assert math.isnan(d["ttft_s"]) and math.isnan(d["load_s"]) and math.isnan(d["load_remote_s"])
     assert d["tokens_remote"] == 0 and d["bytes_remote"] == 1e5
-    assert d["stalled"] is False and d["timed_out"] is False and d["steps"] == 0
+    assert not d["stalled"] and not d["timed_out"] and d["steps"] == 0
 
 
 def test_a_jobs_row_in_a_run_adds_up():
@@ -114,13 +119,8 @@ def test_a_jobs_row_in_a_run_adds_up():
 
 
 def test_a_dropped_request_has_no_parts():
-    from kvsim.sim.job import Job
-
     job = Job(req(0, 0.0, 100, [1]), False, (1,))
-    job.drop()
-    row = job.row(-1, math.nan, "gone")
-    from kvsim.sim.rows import COLUMN_NAMES
-
-    d = dict(zip(COLUMN_NAMES, row, strict=True))
+    job.drop("gone")
+    d = record(job)
     assert all(math.isnan(d[p]) for p in PARTS) and math.isnan(d["gpu_compute_s"])
     assert d["recomputed_tokens"] == 0

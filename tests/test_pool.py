@@ -11,6 +11,7 @@ import pytest
 from test_batching import prompt, rows, two_host_hits
 
 from kvsim import api
+from kvsim.sim.metrics import Metrics
 from kvsim.sim.pool import WorkingPool
 from kvsim.sim.simulation import Simulation
 
@@ -20,16 +21,17 @@ from sim_cases import pure_only
 
 class Local:
     """A stand-in LocalCache: what the pool reads (gpu.reserved) and calls (reserve,
-    gpu.unreserve), with the request the access log named at each reserve."""
+    gpu.unreserve), with the request the metrics collector named as the cause at each
+    reserve."""
 
-    def __init__(self, recorder=None):
+    def __init__(self, metrics=None):
         self.gpu = SimpleNamespace(reserved=0.0, unreserve=self._unreserve)
-        self.recorder = recorder
+        self.metrics = metrics
         self.reserves: list[tuple[float, int | None]] = []
 
     def reserve(self, n):
         self.gpu.reserved += n
-        who = self.recorder.request if self.recorder is not None else None
+        who = self.metrics.cause if self.metrics is not None else None
         self.reserves.append((n, who))
 
     def _unreserve(self, n):
@@ -38,6 +40,9 @@ class Local:
 
 def job(rid=0):
     return SimpleNamespace(reserved=0.0, req=SimpleNamespace(id=rid))
+
+
+QUIET = Metrics()  # a collector no listener hears block events from
 
 
 @pure_only
@@ -49,9 +54,9 @@ def test_working_kv_beyond_the_slack_is_reserved_in_the_gpu_tier_and_given_back(
     pool = WorkingPool(local, 1000.0, 300.0, 2)
     a, b = job(1), job(2)
     assert pool.fits(1000.0) and not pool.fits(1000.5)
-    pool.take(a, 400.0, None)
+    pool.take(a, 400.0, QUIET)
     assert (pool.used, a.reserved, local.gpu.reserved) == (400.0, 400.0, 100.0)
-    pool.take(b, 500.0, None)
+    pool.take(b, 500.0, QUIET)
     assert (pool.used, local.gpu.reserved) == (900.0, 600.0)
     assert pool.fits(100.0) and not pool.fits(101.0)
     pool.release(a)
@@ -66,7 +71,7 @@ def test_working_kv_beyond_the_slack_is_reserved_in_the_gpu_tier_and_given_back(
 def test_working_kv_within_the_slack_reserves_nothing():
     local = Local()
     pool = WorkingPool(local, 1000.0, 300.0, 1)
-    pool.take(job(), 300.0, None)
+    pool.take(job(), 300.0, QUIET)
     assert local.gpu.reserved == 0.0 and local.reserves == []
 
 
@@ -75,7 +80,7 @@ def test_a_restore_needs_a_free_slot_and_room():
     """Two slots, pool 1,000 B with 600 held: a restore of 400 fits, one of 401 does not;
     with both slots taken none fits, and a freed slot lets one in again."""
     pool = WorkingPool(Local(), 1000.0, 1000.0, 2)
-    pool.take(job(), 600.0, None)
+    pool.take(job(), 600.0, QUIET)
     assert pool.can_restore(400.0) and not pool.can_restore(401.0)
     pool.take_slot()
     pool.take_slot()
@@ -91,8 +96,8 @@ def test_a_remainder_under_a_byte_is_an_empty_pool():
     leave -0.2 B, and stays at 0."""
     pool = WorkingPool(Local(), 2e6, 0.0, 1)
     a, b = job(), job()
-    pool.take(a, 1e6 + 0.1, None)
-    pool.take(b, 0.2, None)
+    pool.take(a, 1e6 + 0.1, QUIET)
+    pool.take(b, 0.2, QUIET)
     pool.release(a)
     assert pool.used == 0.0
     pool.release(b)
@@ -101,14 +106,14 @@ def test_a_remainder_under_a_byte_is_an_empty_pool():
 
 @pure_only
 def test_what_a_reservation_evicts_is_logged_as_the_takers():
-    """With an access log, the reservation runs with the taker's id as the log's request,
-    and -1 after it."""
-    recorder = SimpleNamespace(request=-1)
-    local = Local(recorder)
+    """With a listener of block events (an access log), the reservation runs with the
+    taker's id as the collector's cause, and -1 after it."""
+    metrics = Metrics(listeners=[SimpleNamespace(blocks=True)])
+    local = Local(metrics)
     pool = WorkingPool(local, 1000.0, 0.0, 1)
-    pool.take(job(7), 250.0, recorder)
+    pool.take(job(7), 250.0, metrics)
     assert local.reserves == [(250.0, 7)]
-    assert recorder.request == -1
+    assert metrics.cause == -1
 
 
 # ---- whole runs (from tests/test_batching.py) ---------------------------------------------

@@ -36,6 +36,12 @@ class Fabric:
         flow.state = "aborted"
 
 
+# what a Fetch reads of the run: the tiers read through prefetches (NVMe, remote) and the
+# direct ones among them (NVMe)
+RUN = SimpleNamespace(prefetched=[False, False, True, True, False], fetched=[2])
+NO_ROUTES = [(), (), (), (), ()]
+
+
 def flow(state: str, size: float = 1000.0, remaining: float = 0.0):
     return SimpleNamespace(state=state, size=size, remaining=remaining)
 
@@ -45,10 +51,11 @@ def fetch(parts, done=None):
     (fetch, what landed in host, the fabric)."""
     landed: list[tuple[list, list]] = []
     engine = SimpleNamespace(
-        nvme=None, local=SimpleNamespace(prefetched=lambda k, s: landed.append((k, s)))
+        fetch_routes=NO_ROUTES,
+        local=SimpleNamespace(prefetched=lambda k, s: landed.append((k, s))),
     )
     fabric = Fabric()
-    ctx = SimpleNamespace(run=SimpleNamespace(), fabric=fabric)
+    ctx = SimpleNamespace(run=RUN, fabric=fabric)
     # nothing below host to fetch: no flow is started, and it is over at once
     f = Fetch(engine, ctx, None, [1], [100.0], [HOST], done or (lambda _: None))
     assert f.over and f.parts == []
@@ -60,8 +67,8 @@ def fetch(parts, done=None):
 @pure_only
 def test_a_fetch_of_nothing_below_host_is_over_at_once():
     calls = []
-    engine = SimpleNamespace(nvme=None, local=None)
-    ctx = SimpleNamespace(run=SimpleNamespace(), fabric=None)
+    engine = SimpleNamespace(fetch_routes=NO_ROUTES, local=None)
+    ctx = SimpleNamespace(run=RUN, fabric=None)
     f = Fetch(engine, ctx, None, [1, 2], [100.0, 50.0], [HOST, HOST], calls.append)
     assert f.over and f.parts == []
     f.stop()

@@ -1,6 +1,7 @@
 """Tiers as objects (kvsim.sim.tiers): each tier's figures from its own class, the run's
-tiers in their order, the summary built by a loop over them, and a tier class plugged in
-(docs/extending.md's worked example: CXL memory in the host tier's place)."""
+tiers in their order, the summary built by a loop over them, a built-in kind replaced by a
+subclass in its place, and a new kind added: docs/extending.md's worked example, a CXL
+memory expander between host DRAM and NVMe, one class and its profile."""
 
 from __future__ import annotations
 
@@ -10,20 +11,54 @@ import pytest
 
 from kvsim import api
 from kvsim.cache.local import GPU, HOST, NVME, PEER, REMOTE
+from kvsim.config.schema.tiers import LocalTier as TierConfig
+from kvsim.kernel.pipe import Pipe
 from kvsim.sim.constants import Constants
 from kvsim.sim.simulation import Simulation
-from kvsim.sim.tiers import KINDS, GpuTier, HostTier, NvmeTier, PeerTier, RemoteTier, make_tiers
+from kvsim.sim.tiers import (
+    KINDS,
+    GpuTier,
+    HostTier,
+    LocalTier,
+    NvmeTier,
+    PeerTier,
+    RemoteTier,
+    make_tiers,
+)
 
 from conftest import req, toy
 
 
-class CxlTier(HostTier):
-    """CXL-attached memory in the host tier's place: a load/store path with ~2 us to the
-    first byte (no index lookup, no connection), no codec; summarised as ``cxl``."""
+class FastHost(HostTier):
+    """Host DRAM with a 2 us T0 (a load/store path: no index lookup), summarised as
+    ``dram``: a built-in kind replaced in its place by a subclass."""
 
     @classmethod
     def of(cls, sc):
-        return cls(HOST, "cxl", t0=2e-6, t0_engine=1e-6)
+        config = sc.tiers.host.model_copy(update={"t0": 2e-6, "t0_engine": 1e-6})
+        return cls(HOST, "dram", config)
+
+
+class CxlTier(LocalTier):
+    """docs/extending.md's worked example: a CXL memory expander on each engine, looked up
+    after host DRAM and before NVMe (blocks host evicts demote into it), 1 GB, read over
+    its own 4 MB/s link then the host-to-GPU link, written from host memory over its own
+    4 MB/s link, 2 us to the first byte, no codec."""
+
+    order = 1.5  # between host (1) and NVMe (2)
+
+    @classmethod
+    def of(cls, sc):
+        return cls(-1, "cxl", TierConfig(capacity="1 GB", t0="2 us", t0_engine="1 us"))
+
+    def read_link(self, fabric, index, sc):
+        return fabric.link(f"e{index}.cxl", 4e6)
+
+    def write_pipe(self, index, sc):
+        return Pipe(f"e{index}.cxl_write", 4e6)
+
+    def route(self, links):
+        return (links.own[self.code], links.h2d)
 
 
 def rows(results):
@@ -66,17 +101,84 @@ def test_a_kind_out_of_its_place_is_refused():
         make_tiers(_host_scenario(), (GpuTier, NvmeTier, NvmeTier, RemoteTier, PeerTier))
 
 
-def test_a_cxl_tier_plugged_in_serves_with_its_own_t0_and_name():
+def test_a_kind_replaced_in_its_place_serves_with_its_own_t0_and_name():
     sc = _host_scenario()
     base = Simulation(sc, requests=_requests())
     slow = rows(api.collect(base.run(), sc))[2]
-    kinds = (KINDS[GPU], CxlTier, *KINDS[NVME:])
+    kinds = (KINDS[GPU], FastHost, *KINDS[NVME:])
     sim = Simulation(sc, requests=_requests(), tier_kinds=kinds)
     out = sim.run()
-    fast = rows(api.collect(out, sc))[2]
-    assert slow.tokens_host == fast.tokens_host == 1000
+    fast = api.collect(out, sc).requests.set_index("id").loc[2]
+    assert slow.tokens_host == fast.tokens_dram == 1000
     # the same 1 MB over the same 1 MB/s link, the tier's own T0 first
     assert slow.load_host_s == pytest.approx(0.1 + 1.0, rel=1e-3)
-    assert fast.load_host_s == pytest.approx(2e-6 + 1.0, rel=1e-3)
-    assert "cxl" in out.tiers and "host" not in out.tiers  # the summary loops the tiers
-    assert out.tiers["cxl"]["hits"] > 0
+    assert fast.load_dram_s == pytest.approx(2e-6 + 1.0, rel=1e-3)
+    assert "dram" in out.tiers and "host" not in out.tiers  # the summary loops the tiers
+    assert out.tiers["dram"]["hits"] > 0
+
+
+def _cxl_scenario():
+    """GPU 2 MB; host 1 MB (100 ms T0); no NVMe; the CXL tier below host."""
+    return toy(
+        node={"h2d_per_gpu": "0.125 MB/s"},
+        tiers={
+            "gpu": {"capacity": "2 MB"},
+            "host": {"enabled": True, "capacity": "1 MB", "t0": "100 ms"},
+        },
+    )
+
+
+def _cxl_requests():
+    """A (1,000 tokens: ten 100 kB blocks) at 0; E (2,000) at 5 s pushes A out of the
+    GPU into host; F (1,000) at 7 s pushes E's first MB into host, and host's A into the
+    CXL tier (a 1 MB write from host memory at 4 MB/s: in by 7.25 s); C asks A's prompt
+    again at 20 s."""
+    return [
+        prompt(0, 0.0, 1000, 0),
+        prompt(4, 5.0, 2000, 200),
+        prompt(5, 7.0, 1000, 500),
+        prompt(2, 20.0, 1001, 0),
+    ]
+
+
+def test_a_new_tier_kind_takes_code_5_and_its_place_in_the_lookup():
+    sc = _cxl_scenario()
+    tiers = make_tiers(sc, (*KINDS, CxlTier))
+    assert [t.name for t in tiers] == ["gpu", "host", "nvme", "remote", "peer", "cxl"]
+    assert tiers[5].code == 5
+    run = Constants(sc, (*KINDS, CxlTier))
+    assert run.chain == [GPU, HOST, 5, NVME]  # the local tiers, in lookup order
+    assert run.direct == [HOST, NVME, 5] and 5 not in run.fetched
+    sim = Simulation(sc, requests=_cxl_requests(), tier_kinds=(*KINDS, CxlTier))
+    engine = sim.engines[0]
+    assert engine.local.chain == [GPU, HOST, 5]  # NVMe disabled
+    assert engine.lookup.asked(True) == [GPU, HOST, 5]
+    assert engine.routes[5] == (sim.fabric.links["e0.cxl"], engine.h2d)
+
+
+def test_a_new_tier_kind_serves_restores_over_its_own_route():
+    """C's ten blocks are in the CXL tier: a restore of its 1,000 cached tokens (1 MB)
+    over the CXL link (4 MB/s) and the host-to-GPU link (1 MB/s): 2 us T0 + 1.0 s; the
+    record has the tier's own columns, the summary its own entry."""
+    sc = _cxl_scenario()
+    res = api.run(sc, requests=_cxl_requests(), tier_kinds=(*KINDS, CxlTier))
+    c = res.requests.set_index("id").loc[2]
+    assert c.tokens_cxl == 1000 and c.tokens_host == 0 and c.tokens_compute == 1
+    assert c.load_cxl_s == pytest.approx(2e-6 + 1.0, rel=1e-6)
+    assert c.bytes_cxl == pytest.approx(1e6)
+    assert res.summary["token_source_frac"]["cxl"] > 0
+    cxl = res.summary["tiers"]["cxl"]
+    assert cxl["hits"] == 10 and cxl["read_bytes"] == 1e6
+    # host's evictions demote into it (A's ten blocks at 7 s, E's at C's admission), each
+    # 100 kB written over its own link
+    assert cxl["demotions_in"] == res.summary["tiers"]["host"]["evictions"] >= 10
+    assert cxl["write_bytes"] == pytest.approx(1e5 * cxl["demotions_in"])
+    assert res.summary["tiers"]["host"]["hits"] == 0  # A had left host for the CXL tier
+
+
+def test_a_new_kind_must_be_a_local_tier_after_the_built_in_ones():
+    sc = _cxl_scenario()
+    with pytest.raises(ValueError, match="built-in kinds come first"):
+        make_tiers(sc, (GpuTier, HostTier, CxlTier))
+    with pytest.raises(ValueError, match="must be a LocalTier"):
+        make_tiers(sc, (*KINDS, RemoteTier))

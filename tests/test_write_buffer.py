@@ -42,10 +42,9 @@ def test_a_queued_block_holds_its_room_and_is_unreadable_until_its_write_lands()
     writes = Writes(
         lambda: now[0],
         Pipe("d2h", 1 * MB),
-        None,
         ranks=1,
-        host=True,
-        gds=False,
+        pipes=(None, None, None),
+        via_d2h=(False, True, False),  # into host: the GPU-to-host copy
         queues=(None, 5e9, None),
         block=(False, True, False),
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from kvsim.cache.eviction import BlockStore, Gate, Key
+from kvsim.cache.eviction import BlockStore, Entry, Gate, Key
 from kvsim.cache.writes import Writes
 
 # tier codes, fastest first (Final: compiled code inlines them)
@@ -34,7 +34,8 @@ HOST: Final = 1
 NVME: Final = 2
 REMOTE: Final = 3
 PEER: Final = 4  # another engine's host DRAM, over both NICs (tiers.peer)
-COMPUTED: Final = 5  # index of the computed tokens in a job's per-source token counts
+TIERS: Final = 5  # the built-in tier kinds; a user's kinds take codes 5, 6, ... (kvsim.sim.tiers)
+COMPUTED: Final = -1  # the computed tokens' place in a job's per-source token counts: last
 
 # write policies (how blocks reach a tier from the one above)
 WRITE_POLICIES: Final = ("write_back", "write_through", "write_through_selective")
@@ -53,8 +54,10 @@ class LocalCache:
     """GPU, host and NVMe block stores of one engine (host/NVMe may be absent)."""
 
     __slots__ = (
+        "_low",
         "admission",
         "below",
+        "chain",
         "demotions",
         "dropped_bytes",
         "fetched",
@@ -62,6 +65,7 @@ class LocalCache:
         "host",
         "landing",
         "leave",
+        "lower",
         "nvme",
         "policy",
         "promote",
@@ -83,71 +87,92 @@ class LocalCache:
         gpu: BlockStore,
         host: BlockStore | None,
         nvme: BlockStore | None,
-        admission: Sequence[Gate | None] = (None, None, None),
-        policy: Sequence[str] = ("write_back", "write_back", "write_back"),
-        threshold: Sequence[int] = (2, 2, 2),
+        admission: Sequence[Gate | None] = (),
+        policy: Sequence[str] = (),
+        threshold: Sequence[int] = (),
         writes: Writes | None = None,
         count_uses: bool = False,
-        ratio: Sequence[float] = (1.0, 1.0, 1.0),
+        ratio: Sequence[float] = (),
         promote: bool = False,
+        extra: Sequence[BlockStore | None] = (),
+        chain: Sequence[int] = (),
     ) -> None:
+        """``gpu``, ``host``, ``nvme``: the stores of tier codes 0, 1 and 2 (None: no
+        such tier); ``extra``: those of a user's local tier kinds, by code from
+        :data:`PEER` + 1 on (kvsim.sim.tiers; codes 3 and 4 are the remote store's and
+        the peers', held elsewhere). ``chain``: the local tiers' codes, fastest first,
+        the order blocks demote in and the lookup asks (empty: gpu, host, nvme). The
+        per-tier settings are by tier code too (missing ones: admit all, write-back,
+        threshold 2, no codec)."""
         self.gpu = gpu
         self.host = host
         self.nvme = nvme
-        self.tiers: tuple[BlockStore | None, ...] = (gpu, host, nvme)
+        stores: list[BlockStore | None] = [gpu, host, nvme]
+        if extra:
+            stores += [None, None, *extra]
+        self.tiers: tuple[BlockStore | None, ...] = tuple(stores)
+        n = len(stores)
         # per tier: None (admit all) or a filter (second-hit, a plugin)
-        self.admission: tuple[Gate | None, ...] = tuple(admission)
+        self.admission: tuple[Gate | None, ...] = _pad(tuple(admission), n, None)
         # per tier: how blocks reach it from the tier above, and selective's hit threshold
-        self.policy: tuple[int, ...] = tuple(WRITE_POLICIES.index(p) for p in policy)
-        self.threshold: tuple[int, ...] = tuple(threshold)
-        # per tier: the next enabled tier below it (-1: none)
-        below = [-1, -1, -1]
-        for level in (GPU, HOST):
-            for lower in range(level + 1, NVME + 1):
-                if self.tiers[lower] is not None:
-                    below[level] = lower
-                    break
+        self.policy: tuple[int, ...] = _pad(tuple(WRITE_POLICIES.index(p) for p in policy), n, BACK)
+        self.threshold: tuple[int, ...] = _pad(tuple(threshold), n, 2)
+        # the local tiers that exist, fastest first (the demotion chain and the lookup's
+        # order), and per tier: the next of them below it (-1: none)
+        order = list(chain) if chain else [GPU, HOST, NVME]
+        self.chain: list[int] = [t for t in order if stores[t] is not None]
+        below = [-1] * n
+        for i in range(len(self.chain) - 1):
+            below[self.chain[i]] = self.chain[i + 1]
         self.below: tuple[int, ...] = tuple(below)
+        # the lower local tiers (all but GPU) in chain order, and their stores
+        self.lower: list[int] = self.chain[1:]
+        self._low: list[BlockStore] = [s for t in self.lower if (s := stores[t]) is not None]
         self.writes = writes  # None: writes cost nothing and are never dropped
         # per tier: stored bytes / raw bytes (a codec); block sizes passed in and out of
         # this class are raw, each store holds its own (compressed) sizes
-        self.ratio: tuple[float, ...] = tuple(ratio)
+        self.ratio: tuple[float, ...] = _pad(tuple(ratio), n, 1.0)
         # hits per block (for selective write-through), when some policy needs them
         selective = any(p == SELECTIVE for p in self.policy)
         self.uses: dict[Key, int] | None = {} if selective or count_uses else None
         # blocks that leave the last tier (a remote write-back takes them), or None
         self.leave: Callable[[Sequence[Key], Sequence[float]], None] | None = None
-        self.demotions = [0, 0, 0]  # blocks offered to each tier by demotion
-        self.through = [0, 0, 0]  # blocks offered to each tier by write-through
-        self.fetched = [0.0, 0.0, 0.0]  # bytes stored into each tier by prefetches
-        self.dropped_bytes = [0.0, 0.0, 0.0]  # not written: the tier's write queue was full
-        self.read_bytes = [0.0, 0.0, 0.0]  # bytes restored from each tier
+        self.demotions = [0] * n  # blocks offered to each tier by demotion
+        self.through = [0] * n  # blocks offered to each tier by write-through
+        self.fetched = [0.0] * n  # bytes stored into each tier by prefetches
+        self.dropped_bytes = [0.0] * n  # not written: the tier's write queue was full
+        self.read_bytes = [0.0] * n  # bytes restored from each tier
         # per tier: key -> when its write lands, for writes that may still be in flight
         # (entries that have landed are purged lazily), and when the last one lands
-        self.landing: list[dict[Key, float]] = [{}, {}, {}]
-        self.settled = [0.0, 0.0, 0.0]
-        self.purge_at = [1024, 1024, 1024]  # purge landed entries past this many
+        self.landing: list[dict[Key, float]] = [{} for _ in range(n)]
+        self.settled = [0.0] * n
+        self.purge_at = [1024] * n  # purge landed entries past this many
         # a restore's NVMe blocks are also stored into host (tiers.nvme.promote)
         self.promote = promote and host is not None and nvme is not None
-        self.promoted = [0, 0, 0]  # blocks stored into each tier by promotion
-        self.promoted_bytes = [0.0, 0.0, 0.0]  # of them, bytes that crossed no write link
+        self.promoted = [0] * n  # blocks stored into each tier by promotion
+        self.promoted_bytes = [0.0] * n  # of them, bytes that crossed no write link
 
     def prefix_blocks(self, blocks: Sequence[Key], at_least: int = 0) -> int:
         """Blocks of the longest prefix held in some local tier (for cache-aware routing);
         -1 when that prefix is shorter than ``at_least`` (known from one lookup: the prefix
         reaches ``at_least`` only if block ``at_least - 1`` is held)."""
         gpu = self.gpu.blocks
-        host = self.host.blocks if self.host is not None else ()
-        nvme = self.nvme.blocks if self.nvme is not None else ()
+        # the lower tiers' blocks: the first two by name (the common case, and fast), any
+        # more (a user's tier kinds) in a loop
+        low = self._low
+        n = len(low)
+        a = low[0].blocks if n > 0 else _EMPTY
+        b2 = low[1].blocks if n > 1 else _EMPTY
+        more = n > 2
         if at_least > 0:
             if at_least > len(blocks):
                 return -1
             b = blocks[at_least - 1]
-            if not (b in gpu or b in host or b in nvme):
+            if not (b in gpu or b in a or b in b2) and not (more and _held(b, low)):
                 return -1
         k = 0
         for b in blocks:
-            if b in gpu or b in host or b in nvme:
+            if b in gpu or b in a or b in b2 or (more and _held(b, low)):
                 k += 1
             else:
                 break
@@ -194,9 +219,10 @@ class LocalCache:
         if uses is None:
             return
         tiers, below, policy = self.tiers, self.below, self.policy
+        n_tiers = len(tiers)
         for key, t in zip(blocks, src):
             n = uses[key] = uses.get(key, 0) + 1
-            if t > NVME:
+            if t >= n_tiers or tiers[t] is None:  # not a local tier (remote, peer)
                 continue
             lower = below[t]
             if lower < 0 or policy[lower] != SELECTIVE or n < self.threshold[lower]:
@@ -300,3 +326,17 @@ class LocalCache:
             return
         if self.policy[lower] == BACK:
             self._arrive(lower, keys, sizes, BY_DEMOTION)
+
+
+# the blocks of a tier an engine lacks (never written)
+_EMPTY: Final[dict[Key, Entry]] = {}
+
+
+def _held(b: Key, low: list[BlockStore]) -> bool:
+    """Whether block ``b`` is in one of the stores ``low`` past the first two."""
+    return any(b in low[i].blocks for i in range(2, len(low)))
+
+
+def _pad(values: tuple, n: int, fill: object) -> tuple:
+    """``values`` (per tier code) padded with ``fill`` to ``n`` tiers."""
+    return values + (fill,) * (n - len(values)) if len(values) < n else values[:n]

@@ -6,7 +6,9 @@ Every block stored into host DRAM or NVMe is a write on a link (docs/data-path.m
   rank copies its own shard at once), shared with the staging copy before a remote put;
 - into NVMe: the drives' write bandwidth (striped over the drives); when there is no host
   tier the blocks leave HBM too: through a host bounce buffer (D2H, then the drives) or,
-  with GPUDirect Storage, straight to the drives.
+  with GPUDirect Storage, straight to the drives;
+- into a user's local tier kind (kvsim.sim.tiers): its own write link, after the D2H copy
+  when its writes leave HBM (the tier's class says).
 
 Each link is a :class:`~kvsim.kernel.pipe.Pipe` (served in order), so each write knows
 when it lands (:meth:`Writes.write` returns it): the blocks are readable from the tier
@@ -24,9 +26,6 @@ from collections.abc import Callable, Sequence
 
 from kvsim.kernel.pipe import Pipe
 
-HOST = 1  # tier codes (as kvsim.cache.local; repeated to keep this module's imports light)
-NVME = 2
-
 
 class Writes:
     """One engine's write links, write-queue bounds and drop counters."""
@@ -40,43 +39,56 @@ class Writes:
         "drops",
         "expand",
         "gds",
-        "host",
+        "levels",
         "limit",
-        "nvme",
+        "pipes",
         "ranks",
         "sm_busy",
         "sm_share",
         "sm_spans",
         "staged",
+        "via_d2h",
     )
 
     def __init__(
         self,
         clock: Callable[[], float],
         d2h: Pipe,
-        nvme: Pipe | None,
         ranks: int,
-        host: bool,
-        gds: bool,
-        queues: Sequence[float | None] = (None, None, None),
-        block: Sequence[bool] = (False, False, False),
-        expand: Sequence[float] = (1.0, 1.0, 1.0),
+        pipes: Sequence[Pipe | None],
+        via_d2h: Sequence[bool],
+        gds: bool = False,
+        queues: Sequence[float | None] = (),
+        block: Sequence[bool] = (),
+        expand: Sequence[float] = (),
         sm_share: float = 0.0,
     ) -> None:
+        """Per tier code (``pipes`` sets how many): ``pipes``, the tier's own write link
+        (None: none; a write into host is the GPU-to-host copy alone); ``via_d2h``,
+        whether a write into it leaves HBM over the GPU-to-host link first (host; NVMe
+        with no host tier above it, through a bounce buffer); ``queues``, its write
+        queue in bytes (None or missing: unbounded); ``block``, whether a full queue
+        blocks the engine (else new writes are dropped); ``expand``, raw bytes per
+        stored byte crossing the GPU-to-host link. ``gds``: NVMe is read by GPUDirect
+        Storage (a promotion into host is then copied down over D2H)."""
         self.clock = clock
         self.d2h = d2h  # rank 0's GPU-to-host link
-        self.nvme = nvme  # the drives' write bandwidth
         self.ranks = ranks  # ranks that copy their shards of a block in parallel
-        self.host = host  # a host tier exists (NVMe writes come from host memory)
+        n = len(pipes)
+        self.pipes: list[Pipe | None] = list(pipes)
+        self.via_d2h: list[bool] = [bool(v) for v in via_d2h] + [False] * (n - len(via_d2h))
         self.gds = gds
+        # the tiers written into (a link of their own, or the GPU-to-host copy)
+        self.levels = [t for t in range(n) if self.pipes[t] is not None or self.via_d2h[t]]
         # per tier: the write queue as seconds of work on its link (None: unbounded), and
         # whether a full queue blocks the engine (else new writes are dropped)
-        self.limit: list[float | None] = [None, None, None]
-        self.blocks = [False, False, False]
-        for level, q in ((HOST, queues[HOST]), (NVME, queues[NVME])):
+        self.limit: list[float | None] = [None] * n
+        self.blocks = [False] * n
+        for level in self.levels:
+            q = queues[level] if level < len(queues) else None
             if q is not None:
                 self.limit[level] = q / self._bandwidth(level)
-                self.blocks[level] = block[level]
+                self.blocks[level] = level < len(block) and block[level]
         # per tier: a staging buffer is modelled, and its blocks are readable only once
         # their write lands (a null queue: kvsim's optimistic write path before issue 25,
         # readable as soon as queued)
@@ -84,10 +96,10 @@ class Writes:
         self.blocking = any(self.blocks)  # some full queue makes the engine wait
         # per tier: a bounded queue that drops (room() can say no)
         self.drops = [q is not None and not b for q, b in zip(self.limit, self.blocks)]
-        self.dropped = [0, 0, 0]  # blocks not written because the queue was full (drop)
+        self.dropped = [0] * n  # blocks not written because the queue was full (drop)
         # per tier: raw bytes per stored byte crossing the GPU-to-host link (1 / ratio for
         # a codec that runs on the CPU, in host memory after the copy; else 1)
-        self.expand: list[float] = list(expand)
+        self.expand: list[float] = list(expand) + [1.0] * (n - len(expand))
         # node.copy_engine: kernel: the copies out of HBM are copy kernels holding this
         # share of the SMs while they run (0: the copy engines); their SM seconds and spans
         self.sm_share = sm_share
@@ -96,12 +108,14 @@ class Writes:
 
     def _bandwidth(self, level: int) -> float:
         """The tier's write bandwidth in node bytes/s."""
-        if level == HOST or self.nvme is None:
+        pipe = self.pipes[level]
+        if pipe is None:
             return self.d2h.bandwidth * self.ranks
-        return self.nvme.bandwidth
+        return pipe.bandwidth
 
     def _pipe(self, level: int) -> Pipe:
-        return self.nvme if level == NVME and self.nvme is not None else self.d2h
+        pipe = self.pipes[level]
+        return pipe if pipe is not None else self.d2h
 
     def room(self, level: int) -> bool:
         """False when writes into the tier are to be dropped: its queue is over its bound
@@ -116,15 +130,12 @@ class Writes:
         (nobody waits for it, nor for its encoding, which holds no link). Return when it
         lands: the blocks are readable from the tier from then on."""
         now = self.clock()
-        if level == HOST:
-            return self._out_of_hbm(now, nbytes * self.expand[HOST])
-        nvme = self.nvme
-        assert nvme is not None
-        if self.host or self.gds:
-            return nvme.send(now, nbytes)
-        # from HBM through a host bounce buffer
-        staged = self._out_of_hbm(now, nbytes * self.expand[NVME])
-        return nvme.send(staged, nbytes)
+        pipe = self.pipes[level]
+        if self.via_d2h[level]:  # out of HBM first (into host, or a bounce buffer)
+            staged = self._out_of_hbm(now, nbytes * self.expand[level])
+            return staged if pipe is None else pipe.send(staged, nbytes)
+        assert pipe is not None
+        return pipe.send(now, nbytes)
 
     def _out_of_hbm(self, now: float, nbytes: float) -> float:
         """A copy out of HBM on the GPU-to-host link (every rank its shard); a copy kernel
@@ -143,7 +154,7 @@ class Writes:
         bounds (0 when none is over by more than a nanosecond)."""
         now = self.clock()
         wait = 0.0
-        for level in (HOST, NVME):
+        for level in self.levels:
             limit = self.limit[level]
             if limit is not None and self.blocks[level]:
                 over = self._pipe(level).backlog(now) - limit

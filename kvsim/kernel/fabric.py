@@ -191,12 +191,12 @@ class Fabric:
             cost = (1.0,) * len(path)
         else:
             cost = costs if type(costs) is tuple else tuple(costs)
-            if len(cost) != len(path) or not min(cost) > 0:
+            if len(cost) != len(path) or not _positive(cost):
                 raise ValueError("one cost > 0 per link is required")
         share = None
         if shares is not None:
             share = shares if type(shares) is tuple else tuple(shares)
-            if len(share) != len(path) or min(share) < 0:
+            if len(share) != len(path) or _negative(share):
                 raise ValueError("one share >= 0 per link is required")
         done = self.env.event() if on_done is None else on_done
         flow = Flow(path, cost, float(size), done, tag, share)
@@ -486,3 +486,14 @@ class Fabric:
             self._activate(due)  # arms the timer
         else:
             self._arm(now)
+
+
+# (any/all over a generator compile to loops; the builtin min over a tuple is a generic call)
+def _positive(values: tuple[float, ...]) -> bool:
+    """Every value is > 0 (NaN is not)."""
+    return all(v > 0.0 for v in values)
+
+
+def _negative(values: tuple[float, ...]) -> bool:
+    """Some value is < 0."""
+    return any(v < 0.0 for v in values)

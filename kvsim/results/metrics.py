@@ -8,11 +8,20 @@ default).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 SOURCES = ("gpu", "host", "nvme", "remote", "peer", "compute")
+
+
+def sources(columns: Iterable[str]) -> list[str]:
+    """The token sources of a per-request table, in its column order: each tier's
+    (``tokens_<tier>``: the built-in ones, :data:`SOURCES`, and a user's tier kind's) and
+    ``compute``."""
+    return [c[len("tokens_") :] for c in columns if c.startswith("tokens_")]
+
+
 QUANTILES = (50, 90, 95, 99)
 
 # every key of Results.summary; the numeric scalars among them can be SLO metrics

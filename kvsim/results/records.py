@@ -1,6 +1,6 @@
 """The Results value: the per-request DataFrame and the summary dict.
 
-The engines record one row per request in :data:`kvsim.sim.rows.COLUMNS` order (kept
+The engines record one row per request in the run's columns (:mod:`kvsim.sim.rows`; kept
 column by column in a :class:`~kvsim.sim.rows.RowTable`); this module turns them into a
 pandas DataFrame and the summary dict (its keys are a contract: see README.md, Outputs).
 """
@@ -17,7 +17,7 @@ import pandas as pd
 from kvsim.catalogue.calibrated import scenario_notes
 from kvsim.config.schema import Scenario, prompt_bounds
 from kvsim.errors import InputError
-from kvsim.results.metrics import QUANTILES, SOURCES, percentile, ratio, spans_overlap
+from kvsim.results.metrics import QUANTILES, percentile, ratio, sources, spans_overlap
 from kvsim.results.provenance import provenance
 from kvsim.results.timeseries import steady_state
 from kvsim.results.uncertainty import bound_keys, mser5, percentile_cis, ratio_ci
@@ -61,7 +61,7 @@ def frame(rows: RowTable) -> pd.DataFrame:
     the three that building (consolidated) and then sorting a frame make."""
     order = np.argsort(rows.column("id"), kind="stable")
     data: dict[str, Any] = {}
-    for name in COLUMN_NAMES:
+    for name in rows.names:  # the run's columns (kvsim.sim.rows: its tiers')
         col = rows.column(name)
         if isinstance(col, list):  # text: a list again, so pandas infers its dtype as before
             data[name] = [col[i] for i in order.tolist()]
@@ -120,7 +120,7 @@ def summarize(
     copying = sum(spans_overlap(a["copy"], lo, hi, union=True) for a in act)
     prompt = float(m["input_tokens"].sum())
     served = float(everyone["input_tokens"].sum())  # (= prompt without a prompt range)
-    src = {s: float(m[f"tokens_{s}"].sum()) for s in SOURCES}
+    src = {s: float(m[f"tokens_{s}"].sum()) for s in sources(m.columns)}
     got = m[(m["remote_get_s"] > 0) & (m["retries"] == 0)]  # one GET per row
     intervals = ttft_intervals(m, sc.seed)  # each pair beside the value it bounds
     summary: dict[str, Any] = {
@@ -163,12 +163,9 @@ def summarize(
         "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
         "recomputed_tokens": int(m["recomputed_tokens"].sum()),
         "gpu_recompute_frac": gpu_recompute_frac(m),
-        "tier_read_bytes": {
+        "tier_read_bytes": {  # per tier (its bytes_<tier> column; none read from GPU)
             "gpu": 0.0,
-            "host": float(m["bytes_host"].sum()),
-            "nvme": float(m["bytes_nvme"].sum()),
-            "remote": float(m["bytes_remote"].sum()),
-            "peer": float(m["bytes_peer"].sum()),
+            **{c[len("bytes_") :]: float(m[c].sum()) for c in m.columns if c.startswith("bytes_")},
         },
         "tier_write_bytes": {name: t["write_bytes"] for name, t in out.tiers.items()},
         "tier_dropped_on_backlog": {

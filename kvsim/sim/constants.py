@@ -38,8 +38,8 @@ def head_share(sc: Scenario) -> float:
 class Constants:
     """What the engines read of the scenario, derived once (see the module docstring)."""
 
-    def __init__(self, sc: Scenario, kinds: Sequence[type[Tier]] = KINDS) -> None:
-        """``kinds``: the tier classes, one per tier code (docs/extending.md)."""
+    def __init__(self, sc: Scenario, kinds: Sequence[type[Tier] | Tier] = KINDS) -> None:
+        """``kinds``: the tier kinds by code (kvsim.sim.tiers.make_tiers; docs/extending.md)."""
         self.scenario = sc
         self.steps: StepModel = make_step_model(sc)
         self.kv_bytes: float = sc.model.kv_bytes
@@ -57,6 +57,17 @@ class Constants:
         self.encode_s: list[float] = [t.encode_s for t in tiers]
         self.decode_s: list[float] = [t.decode_s for t in tiers]
         self.codec_on_gpu: list[bool] = [t.codec_on_gpu for t in tiers]
+        # the tiers a restore reads as one transfer over the engine's route (Tier.direct),
+        # and of them those a prefetch brings into host instead, under a prefetch policy
+        self.direct: list[int] = [t.code for t in tiers if t.direct]
+        self.fetched: list[int] = [t.code for t in tiers if t.direct and t.prefetched]
+        # by code: read through prefetches into host under a prefetch policy (NVMe, remote)
+        self.prefetched: list[bool] = [t.prefetched for t in tiers]
+        # the local tiers (a store on each engine), in the lookup and demotion order
+        self.chain: list[int] = [
+            t.code for t in sorted((t for t in tiers if t.local), key=lambda t: t.order)
+        ]
+        self.names: list[str] = [t.name for t in tiers]
         rc = sc.remote
         e = sc.engine
         self.serial: bool = e.batching == "serial"

@@ -50,7 +50,7 @@ from typing import Any
 
 import simpy
 
-from kvsim.cache.local import BACK, GPU, HOST, NVME, PEER, REMOTE, LocalCache
+from kvsim.cache.local import BACK, GPU, PEER, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import FlowAborted
 from kvsim.physics.step import kernel_copy_seconds
@@ -70,7 +70,14 @@ class Engine(Node):
 
     def __init__(self, ctx: Shared, index: int, local: LocalCache, links: Links) -> None:
         run = ctx.run
-        super().__init__(index, local, links, run.nvme_gds)
+        tiers = run.tiers
+        super().__init__(
+            index,
+            local,
+            links,
+            [t.route(links) for t in tiers],
+            [t.fetch_route(links) for t in tiers],
+        )
         self.ctx = ctx
         self.env = ctx.env
         self.outstanding = 0  # routed here and not finished
@@ -140,13 +147,17 @@ class Engine(Node):
         self._push(job)
 
     def _prefetch(self, job: Job, owner: Job | None) -> Fetch | None:
-        """Start fetching into host the blocks of the request's prefix that only NVMe or
-        the remote store hold; None when there are none."""
+        """Start fetching into host the blocks of the request's prefix that only tiers read
+        through prefetches hold (NVMe, the remote store); None when there are none."""
         src = self.lookup.locate(job.keys)
         hook = self.ctx.prefetch_hook
         if hook is not None and owner is not None and src:  # a plugin: how much to fetch
             src = src[: hook.fetch_blocks(job, src)]
-        if NVME not in src and REMOTE not in src:
+        prefetched = self.ctx.run.prefetched
+        for t in src:
+            if prefetched[t]:
+                break
+        else:  # no block of a tier read through prefetches (NVMe, remote)
             return None
         sizes = self.ctx.block_sizes(job.req)
         fetch = Fetch(self, self.ctx, owner, job.keys, sizes, src, self._fetched)
@@ -320,7 +331,7 @@ class Engine(Node):
             ):
                 job = running[ri]
                 ri += 1
-                n = min(job.req.input_tokens - job.cached - job.done, per, budget)
+                n = min(min(job.req.input_tokens - job.cached - job.done, per), budget)
                 batch.append((job, n))
                 budget -= n
                 slots -= 1
@@ -345,13 +356,13 @@ class Engine(Node):
                     full = True  # the working pool is full: the queue waits (as vLLM's)
                     aside.append(job)
                     continue
-                if tok[HOST] or tok[NVME] or tok[REMOTE] or tok[PEER]:
+                if job.cached > tok[GPU]:  # a lower tier serves some: a restore
                     # once one restore waits for a slot, later ones wait behind it
                     if aside or not self.pool.can_restore(need):
                         aside.append(job)
                         continue
                     self.pool.take_slot()
-                    self.pool.take(job, need, ctx.recorder)
+                    self.pool.take(job, need, ctx.metrics)
                     job.state = LOADING
                     if not policy.blocking:
                         lookups = max(lookups, self.lookup.cost(job))
@@ -359,11 +370,11 @@ class Engine(Node):
                         continue
                     self._syncing.append(job)
                 else:
-                    self.pool.take(job, need, ctx.recorder)
+                    self.pool.take(job, need, ctx.metrics)
                     job.begin = now
             else:
                 job.begin = now
-            n = min(job.req.input_tokens - job.cached, per, budget)
+            n = min(min(job.req.input_tokens - job.cached, per), budget)
             batch.append((job, n))
             started.append(job)
             budget -= n
@@ -540,7 +551,7 @@ class Engine(Node):
         per = self.ctx.run.per_step
         for i, (job, n) in enumerate(batch):
             if job.state == READY and job.done == 0 and self._spare > 0:
-                more = min(job.req.input_tokens - job.cached - n, per - n, self._spare)
+                more = min(min(job.req.input_tokens - job.cached - n, per - n), self._spare)
                 if more > 0:
                     batch[i] = (job, n + more)
                     self._spare -= more
@@ -582,11 +593,11 @@ class Engine(Node):
         job.puts = None
         if ctx.listener.keeps(job):
             sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
-            rec = ctx.recorder
-            if rec is not None:  # the access log: what its admission does is the job's
-                rec.request = job.req.id
+            metrics = ctx.metrics
+            if metrics.blocks:  # block events: what its admission does is the job's
+                metrics.cause = job.req.id
                 self.local.admit(job.keys, sizes)
-                rec.request = -1
+                metrics.cause = -1
             else:
                 self.local.admit(job.keys, sizes)
             # computed and kept: a later compute is a recompute (the blocks it found were

@@ -1,11 +1,11 @@
 """The request record inside the simulator: a request plus what happened to it.
 
 A :class:`Job` carries one request through an engine (states ``NEW`` -> ``LOADING`` ->
-``READY``), collects its times and its tokens and bytes per tier, and turns into one row of
-the per-request table (:data:`kvsim.sim.rows.COLUMNS`). Per-tier fields are indexed by the
-tier constants of :mod:`kvsim.cache.local` (GPU, HOST, NVME, REMOTE, PEER; computed tokens
-last, at COMPUTED):
-a new tier kind adds its index there and its columns here and in ``rows.py``.
+``READY``), collects its times and its tokens and bytes per tier, and, once finished (or
+dropped), is one record of the per-request table: :mod:`kvsim.sim.rows` declares each
+column by the attribute it reads here. Per-tier fields are lists indexed by tier code
+(kvsim.sim.tiers: GPU, HOST, NVME, REMOTE, PEER, then a user's tier kinds; the computed
+tokens last).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 from typing import Final, Protocol
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import COMPUTED, GPU, HOST, NVME, PEER, REMOTE
+from kvsim.cache.local import TIERS
 from kvsim.cache.remote import Batch
 from kvsim.workload.request import Request
 
@@ -49,8 +49,10 @@ class Job:
         "compute_s",
         "decision",
         "done",
+        "drop_reason",
         "enqueued",
         "fetch",
+        "finish",
         "gpu_s",
         "holders",
         "keys",
@@ -70,6 +72,7 @@ class Job:
         "restore_queue",
         "restore_read",
         "retries",
+        "served_by",
         "sizes",
         "src",
         "stalled",
@@ -86,8 +89,14 @@ class Job:
     )
 
     def __init__(
-        self, req: Request, warmup: bool, keys: tuple[Key, ...], warm: bool = False
+        self,
+        req: Request,
+        warmup: bool,
+        keys: tuple[Key, ...],
+        tiers: int = TIERS,
+        warm: bool = False,
     ) -> None:
+        """``tiers``: the run's tier count (its per-tier lists' length)."""
         self.req = req
         self.keys = keys  # cache keys of its blocks (hash ids, namespaced by tenant)
         self.warmup = warmup
@@ -96,7 +105,12 @@ class Job:
         self.warm = warm
         self.retries = 0  # times re-routed after an engine failure
         self.lost_s = 0.0  # time spent on engines that failed under it
-        self.bytes = [0.0, 0.0, 0.0, 0.0, 0.0]  # read per tier, over all attempts
+        self.bytes = [0.0] * tiers  # read per tier, over all attempts
+        # its record's last fields: the engine that served it (-1: dropped), when its first
+        # token came out (NaN: dropped), and why it was dropped
+        self.served_by = -1
+        self.finish = _NAN
+        self.drop_reason = ""
         self.reset()
 
     def reset(self) -> None:
@@ -110,8 +124,9 @@ class Job:
         self.compute_s = 0.0
         self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
         self.remote_get_s = 0.0
-        self.tier_s = [0.0, 0.0, 0.0, 0.0, 0.0]  # restore wall time per tier (T0 included)
-        self.tokens = [0, 0, 0, 0, 0, 0]  # gpu, host, nvme, remote, peer, computed
+        n = len(self.bytes)
+        self.tier_s = [0.0] * n  # restore wall time per tier (T0 included)
+        self.tokens = [0] * (n + 1)  # per tier code (gpu, host, ...), then computed
         self.src: list[int] = []  # tier of each restored block
         # tiers.peer: the engine serving each block of src (-1: not a peer block), and
         # holder engine index -> tokens it serves (Lookup.plan, after the policy's cut)
@@ -140,7 +155,7 @@ class Job:
         self.restore_read = 0.0
         self.restore_h2d = 0.0
 
-    def drop(self) -> None:
+    def drop(self, reason: str) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
         nan = _NAN
         self.start = self.queue_wait = self.load_s = self.compute_s = nan
@@ -148,63 +163,12 @@ class Job:
         self.restore_lookup = self.restore_queue = self.restore_read = self.restore_h2d = nan
         self.gpu_s = nan
         self.recomputed = 0
-        self.tier_s = [nan, nan, nan, nan, nan]
-        self.tokens = [0, 0, 0, 0, 0, 0]
+        n = len(self.bytes)
+        self.tier_s = [nan] * n
+        self.tokens = [0] * (n + 1)
         self.steps = 0
         self.decision = "dropped"
         self.stalled = self.timed_out = False
-
-    def row(self, engine: int, finish: float, reason: str = "") -> tuple:
-        """The per-request record (fields in :data:`kvsim.sim.rows.COLUMNS` order);
-        a dropped request has engine -1, no finish and its ``reason``."""
-        req = self.req
-        tok = self.tokens
-        byt = self.bytes
-        ts = self.tier_s
-        return (
-            req.id,
-            req.session,
-            req.tenant,
-            engine,
-            req.arrival,
-            self.start,
-            finish,
-            finish - req.arrival,
-            self.queue_wait,
-            self.load_s + self.prefetch_s,  # waiting for its KV: prefetch, then restore
-            self.compute_s,
-            self.store_s,
-            self.lost_s,
-            ts[HOST],
-            ts[NVME],
-            ts[REMOTE],
-            ts[PEER],
-            self.prefetch_s,
-            self.remote_get_s,
-            self.restore_lookup,
-            self.restore_queue,
-            self.restore_read,
-            self.restore_h2d,
-            req.input_tokens,
-            req.output_tokens,
-            tok[GPU],
-            tok[HOST],
-            tok[NVME],
-            tok[REMOTE],
-            tok[PEER],
-            tok[COMPUTED],
-            self.recomputed,
-            self.gpu_s,
-            byt[HOST],
-            byt[NVME],
-            byt[REMOTE],
-            byt[PEER],
-            self.decision,
-            self.stalled,
-            self.timed_out,
-            self.retries,
-            reason,
-            self.warmup,
-            self.warm,
-            self.steps,
-        )
+        self.served_by = -1
+        self.finish = nan
+        self.drop_reason = reason

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from kvsim.cache.eviction import Entry, Key
-from kvsim.cache.local import COMPUTED, GPU, HOST, NVME, PEER, REMOTE
+from kvsim.cache.local import GPU, HOST, PEER, REMOTE
 from kvsim.kernel.fabric import Flow
 from kvsim.physics.step import lone_seconds
 from kvsim.sim.job import NEW, Job
@@ -46,11 +46,19 @@ class Lookup:
         self.peer_asked = ctx.run.peer
         # tiers.peer: the holder of each block the last lookup found (-1: not a peer block)
         self.holders: list[int] = []
-        self._found = [0, 0, 0, 0, 0]  # count's tally, per tier code
-        # the tiers a lookup asks, by which of host, nvme and remote it asks (count)
-        self._asked = [
-            self.asked(h == 1, v == 1, r == 1) for h in (0, 1) for v in (0, 1) for r in (0, 1)
-        ]
+        run = ctx.run
+        self._found = [0] * len(run.tiers)  # count's tally, per tier code
+        # whether a plan's lookup (with the lower tiers) asks the other engines' host tiers
+        # (tiers.peer, looked at with this engine's own host) and the remote store (not
+        # under a prefetch policy: it is read through prefetches)
+        self._peer: bool = run.peer and self.local.host is not None
+        self._remote: bool = ctx.remote is not None and not run.prefetching
+        # the tiers a plan's lookup asks, in the lookup order, with the lower tiers (the
+        # load policy's lower_tiers) and without (GPU alone), and its lower local tiers
+        self._asked_deep = self.asked(True)
+        self._asked_gpu = self.asked(False)
+        self._lower_deep = [t for t in self._asked_deep if t in self.local.lower]
+        self._lower_gpu: list[int] = []
 
     def peek(self, job: Job) -> None:
         """``job.cached`` of a request not looked up yet, as the lookup ``_plan`` would
@@ -60,16 +68,11 @@ class Lookup:
         if job.state != NEW:
             return
         ctx = self.ctx
-        local = self.local
-        host = local.host is not None
-        nvme = local.nvme is not None
-        remote = ctx.remote is not None
-        if not ctx.policy.lower_tiers:
-            host = nvme = remote = False
-        elif ctx.run.prefetching:  # as _plan: NVMe and remote are read through prefetches
-            nvme = remote = False
         holders = self.holders  # (locate sets them: the last real lookup's)
-        src = self.locate(job.keys, host, nvme, remote, ctx.run.peer and host)
+        if ctx.policy.lower_tiers:
+            src = self.locate(job.keys, self._lower_deep, self._peer, self._remote)
+        else:
+            src = self.locate(job.keys, self._lower_gpu, False, False)
         self.holders = holders
         job.cached = cached_tokens(len(src), ctx.run.block_tokens, job.req.input_tokens)
 
@@ -77,28 +80,25 @@ class Lookup:
         """The engine's part of T0 for a restore (the largest over the tiers it reads)."""
         t0e = self.ctx.run.t0_engine
         tok = job.tokens
-        return max(
-            t0e[HOST] if tok[HOST] else 0.0,
-            t0e[NVME] if tok[NVME] else 0.0,
-            t0e[REMOTE] if tok[REMOTE] else 0.0,
-            t0e[PEER] if tok[PEER] else 0.0,
-        )
+        worst = 0.0
+        for t in range(1, len(t0e)):  # the lower tiers
+            if tok[t] and t0e[t] > worst:
+                worst = t0e[t]
+        return worst
 
     def plan(self, job: Job) -> None:
         """Longest usable prefix, each block from its fastest tier; the policy may cut it."""
         ctx = self.ctx
         blocks = job.keys
         local = self.local
-        gpu, host, nvme = local.gpu, local.host, local.nvme
-        remote = ctx.remote
-        if not ctx.policy.lower_tiers:
-            host = nvme = remote = None
-        elif ctx.run.prefetching:  # NVMe and remote are read through prefetches into host
-            nvme = remote = None
-        # other engines' host tiers: looked at with this engine's own (tiers.peer)
-        peer = ctx.run.peer and host is not None
-        src = self.locate(blocks, host is not None, nvme is not None, remote is not None, peer)
-        self.count(src, len(blocks), host is not None, nvme is not None, remote is not None, job)
+        if ctx.policy.lower_tiers:
+            peer = self._peer
+            src = self.locate(blocks, self._lower_deep, peer, self._remote)
+            self.count(src, len(blocks), self._asked_deep, job)
+        else:
+            peer = False
+            src = self.locate(blocks, self._lower_gpu, False, False)
+            self.count(src, len(blocks), self._asked_gpu, job)
         lower = src.count(GPU) != len(src)
         if lower:
             src = src[: ctx.policy.restore_blocks(src, lambda k: self.estimate(job, src, k), job)]
@@ -110,7 +110,7 @@ class Lookup:
         if local.uses is not None:
             local.hit(blocks, src)
         # a hit refreshes the blocks in their tiers (a run of blocks from one tier at once)
-        stores = (gpu, host, nvme, remote)
+        stores = local.tiers
         n = len(src)
         i = 0
         while i < n:
@@ -120,11 +120,13 @@ class Lookup:
                 j += 1
             if t == PEER:  # in the holders' host tiers
                 self.touch_peers(blocks, job.holders, i, j)
+            elif t == REMOTE:
+                ctx.remote.touch(blocks[i:j])  # type: ignore[union-attr]
             else:
                 stores[t].touch(blocks[i:j])  # type: ignore[union-attr]
             i = j
-        if ctx.recorder is not None:  # the lookup's own events are over (Lookup.count)
-            ctx.recorder.request = -1
+        if ctx.metrics.blocks:  # the lookup's own events are over (Lookup.count)
+            ctx.metrics.cause = -1
 
     def assign_peers(self, job: Job) -> None:
         """The holders of the job's peer blocks (``job.holders``, one per block of
@@ -169,29 +171,38 @@ class Lookup:
     def locate(
         self,
         blocks: Sequence[Key],
-        host: bool = True,
-        nvme: bool = True,
-        remote: bool = True,
+        lower: list[int] | None = None,
         peer: bool = True,
+        remote: bool = True,
     ) -> list[int]:
         """The tier of each block of the longest prefix held anywhere (the fastest tier
-        holding it), looking only in the tiers asked for. A block whose write into host or
-        NVMe has not landed is not read from there (docs/data-path.md). With
-        ``tiers.peer`` (and ``peer``), the lookup order is gpu, host, nvme, peer, remote: a
-        block in none of this engine's tiers asked is looked up in the host tiers of the
-        other engines that are up (landed writes only: the cluster-wide index sees a block
-        once it is readable), before the remote store. Its holder is the first such engine
-        in the order index + 1, index + 2, ... (mod engines); the holders go to
-        ``self.holders`` (-1 for a block of another tier)."""
+        holding it), looking only in the tiers asked for: ``lower``, this engine's lower
+        local tiers in the lookup order (None: all of them), the peers and the remote
+        store. A block whose write into a local tier has not landed is not read from there
+        (docs/data-path.md). With ``tiers.peer`` (and ``peer``), a block in none of this
+        engine's tiers asked is looked up in the host tiers of the other engines that are
+        up (landed writes only: the cluster-wide index sees a block once it is readable),
+        before the remote store. Its holder is the first such engine in the order index +
+        1, index + 2, ... (mod engines); the holders go to ``self.holders`` (-1 for a
+        block of another tier)."""
         local = self.local
         store = self.ctx.remote if remote else None
         in_gpu = local.gpu.blocks
-        in_host = local.host.blocks if host and local.host is not None else ()
-        in_nvme = local.nvme.blocks if nvme and local.nvme is not None else ()
         now = self.ctx.env._now
-        # writes still in flight (key -> when it lands); None: all have landed
-        wait_h = local.in_flight(HOST, now) if in_host else None
-        wait_n = local.in_flight(NVME, now) if in_nvme else None
+        # this engine's lower tiers asked, in the lookup order: their codes, the blocks
+        # each holds, and its writes still in flight (key -> when it lands; None: all have
+        # landed)
+        codes: list[int] = []
+        helds: list[dict[Key, Entry]] = []
+        waits: list[dict[Key, float] | None] = []
+        stores = local.tiers
+        for t in local.lower if lower is None else lower:
+            tier = stores[t]
+            if tier is not None and tier.blocks:
+                codes.append(t)
+                helds.append(tier.blocks)
+                waits.append(local.in_flight(t, now))
+        asked = len(codes)
         # the other engines' host tiers, in the order they are asked (tiers.peer)
         peering = peer and self.ctx.run.peer
         peers = _NO_PEERS  # (shared, never changed: a lookup without the peer tier)
@@ -210,75 +221,87 @@ class Lookup:
         for b in blocks:
             if b in in_gpu:
                 src.append(GPU)
-            elif b in in_host and (wait_h is None or wait_h.get(b, now) <= now):
-                src.append(HOST)
-            elif b in in_nvme and (wait_n is None or wait_n.get(b, now) <= now):
-                src.append(NVME)
             else:
-                if peers:
+                found = -1
+                for k in range(asked):  # a write not landed is not read there
+                    if b in helds[k]:
+                        wait = waits[k]
+                        if wait is None or wait.get(b, now) <= now:
+                            found = codes[k]
+                            break
+                if found >= 0:
+                    src.append(found)
+                else:
                     holder = -1
-                    for index, held, wait in peers:
-                        if b in held and (wait is None or wait.get(b, now) <= now):
+                    for index, in_h, wait in peers:
+                        if b in in_h and (wait is None or wait.get(b, now) <= now):
                             holder = index
                             break
                     if holder >= 0:
                         src.append(PEER)
                         holders.append(holder)
                         continue
-                if store is not None and store.has(b):
-                    src.append(REMOTE)
-                else:
-                    break
+                    if store is not None and store.has(b):
+                        src.append(REMOTE)
+                    else:
+                        break
             if peering:
                 holders.append(-1)
         if peering:
             self.holders = holders
         return src
 
-    def count(self, src: list[int], n: int, host: bool, nvme: bool, remote: bool, job: Job) -> None:
-        """Count one lookup's hits and misses per tier, in blocks. The tiers asked are
-        walked in the lookup order (gpu, host, nvme, peer, remote); a block reaches a tier
-        when no earlier one served it, and is a hit there when that tier serves it in the
-        located prefix ``src`` (before the load policy's cut), else a miss: a block past
-        the prefix misses in every tier asked. One pass over ``src``. With
+    def count(self, src: list[int], n: int, asked: list[int], job: Job) -> None:
+        """Count one lookup's hits and misses per tier, in blocks. The tiers ``asked``
+        are walked in the lookup order (gpu, host, nvme, peer, remote); a block reaches a
+        tier when no earlier one served it, and is a hit there when that tier serves it in
+        the located prefix ``src`` (before the load policy's cut), else a miss: a block
+        past the prefix misses in every tier asked. One pass over ``src``. With
         ``--record-accesses``, the same rows go to the access log (kvsim.results.accesses)."""
-        if self.ctx.recorder is not None:
-            self.record(src, host, nvme, remote, job)
+        if self.ctx.metrics.blocks:
+            self.record(src, asked, job)
         found = self._found  # blocks found per tier code: one pass (all 0 between lookups)
         for t in src:
             found[t] += 1
         hits, misses = self.node.hits, self.node.misses
         left = n  # blocks that reach the next tier asked
-        for t in self._asked[host * 4 + nvme * 2 + remote]:
+        for t in asked:
             k = found[t]
             found[t] = 0
             hits[t] += k
             left -= k
             misses[t] += left
 
-    def asked(self, host: bool, nvme: bool, remote: bool) -> list[int]:
-        """The tiers a lookup asks, in the lookup order (gpu, host, nvme, peer, remote)."""
-        asked = [GPU]
-        if host:
-            asked.append(HOST)
-        if nvme:
-            asked.append(NVME)
-        if host and self.peer_asked:
-            asked.append(PEER)
-        if remote:
-            asked.append(REMOTE)
+    def asked(self, deep: bool) -> list[int]:
+        """The tiers a plan's lookup asks, in the lookup order (gpu, host, nvme, peer,
+        remote; a user's local kinds in their places): GPU alone without the lower tiers
+        (``deep`` false); under a prefetch policy, not those read through prefetches."""
+        run = self.ctx.run
+        if not deep:
+            return [GPU]
+        peer, remote = self._peer, self._remote
+        asked: list[int] = []
+        for tier in sorted(run.tiers, key=lambda t: t.order):
+            t = tier.code
+            if tier.local:
+                if self.local.tiers[t] is None or (run.prefetching and tier.prefetched):
+                    continue
+            elif not (peer if t == PEER else remote if t == REMOTE else False):
+                continue
+            asked.append(t)
         return asked
 
-    def record(self, src: list[int], host: bool, nvme: bool, remote: bool, job: Job) -> None:
+    def record(self, src: list[int], asked: list[int], job: Job) -> None:
         """The lookup's rows in the access log; its request is the cause of what the
-        lookup does to the stores until ``_plan`` ends."""
+        lookup does to the stores until ``plan`` ends."""
         ctx = self.ctx
-        asked = self.asked(host, nvme, remote)
-        rec = ctx.recorder
         sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
         shards = ctx.remote.shards if ctx.remote is not None else 1
-        rec.lookup(self.node.index, job.req.id, job.keys, sizes, src, asked, ctx.run.ratio, shards)
-        rec.request = job.req.id
+        metrics = ctx.metrics
+        metrics.lookup(
+            self.node.index, job.req.id, job.keys, sizes, src, asked, ctx.run.ratio, shards
+        )
+        metrics.cause = job.req.id
 
     def account(self, job: Job, src: list[int]) -> None:
         """Tokens per source for restoring the blocks ``src`` (at least one token computed),
@@ -287,7 +310,7 @@ class Lookup:
         req = job.req
         B = self.ctx.run.block_tokens
         n_in = req.input_tokens
-        tokens = [0, 0, 0, 0, 0, 0]
+        tokens = [0] * (len(self._found) + 1)  # per tier code, then the computed ones
         for t in src:
             tokens[t] += B
         k = len(src)
@@ -296,8 +319,11 @@ class Lookup:
             overshoot = k * B - n_in  # the last block of a prompt is usually partial
             if overshoot >= 0:
                 tokens[last] -= overshoot + 1  # and one token is always computed
-        cached = tokens[GPU] + tokens[HOST] + tokens[NVME] + tokens[REMOTE] + tokens[PEER]
-        tokens[COMPUTED] = n_in - cached
+        cached = 0
+        computed = len(tokens) - 1
+        for t in range(computed):  # every tier's
+            cached += tokens[t]
+        tokens[computed] = n_in - cached
         keys = job.keys
         nb = len(keys)
         seen = self.ctx.seen
@@ -311,13 +337,13 @@ class Lookup:
                 again = hit * B
                 if keys[nb - 1] in seen:  # the last block is usually partial
                     again -= nb * B - n_in
-                if again > tokens[COMPUTED]:  # (a key repeated in a prompt)
-                    again = tokens[COMPUTED]
+                if again > tokens[computed]:  # (a key repeated in a prompt)
+                    again = tokens[computed]
         job.recomputed = again
         job.src = src
         job.tokens = tokens
         job.cached = cached
-        if tokens[HOST] or tokens[NVME] or tokens[REMOTE] or tokens[PEER]:
+        if cached > tokens[GPU]:  # a lower tier serves some
             job.decision = "restore"
         elif tokens[GPU]:
             job.decision = "gpu"
@@ -327,22 +353,17 @@ class Lookup:
     def estimate(self, job: Job, src: list[int], k: int) -> float:
         """A live estimate of restore + compute time when restoring the first ``k`` blocks."""
         ctx = self.ctx
-        probe = Job(job.req, job.warmup, job.keys)
+        probe = Job(job.req, job.warmup, job.keys, len(self._found))
         self.account(probe, src[:k])
         s = ctx.run.kv_bytes
         ratio, decode = ctx.run.ratio, ctx.run.decode_s
         worst = 0.0
         tok = probe.tokens
-        if tok[HOST]:
-            rate = ctx.fabric.estimate_rate((self.node.h2d,))
-            worst = max(
-                worst, ctx.run.t0[HOST] + tok[HOST] * s * (ratio[HOST] / rate + decode[HOST])
-            )
-        if tok[NVME] and self.node.nvme is not None:
-            rate = ctx.fabric.estimate_rate(self.node.nvme_path)
-            worst = max(
-                worst, ctx.run.t0[NVME] + tok[NVME] * s * (ratio[NVME] / rate + decode[NVME])
-            )
+        routes = self.node.routes
+        for t in ctx.run.direct:  # one transfer over this engine's route (host, NVMe, ...)
+            if tok[t] and routes[t]:
+                rate = ctx.fabric.estimate_rate(routes[t])
+                worst = max(worst, ctx.run.t0[t] + tok[t] * s * (ratio[t] / rate + decode[t]))
         if tok[REMOTE]:
             links, size, costs, _, cap = remote_get(self.ctx, self.node, probe)
             rate = ctx.fabric.estimate_rate(links, costs)
@@ -362,9 +383,7 @@ class Lookup:
         if tok[PEER]:  # one read per holder, out of its NIC and into this engine's
             engines = ctx.engines
             for h, n in self.peer_tokens(probe, probe.src, self.holders).items():
-                rate = ctx.fabric.estimate_rate(
-                    (engines[h].nic_out, self.node.nic_in, self.node.h2d)
-                )
+                rate = ctx.fabric.estimate_rate((engines[h].nic_out, *routes[PEER]))
                 worst = max(worst, ctx.run.t0[PEER] + n * s * (ratio[PEER] / rate + decode[PEER]))
         new = job.req.input_tokens - probe.cached
         return worst + lone_seconds(ctx.run.steps, new, probe.cached, ctx.run.per_step)

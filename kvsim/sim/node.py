@@ -9,7 +9,9 @@ engine depend on this class only, never on the engine, so the imports run one wa
 
 from __future__ import annotations
 
-from kvsim.cache.local import LocalCache
+from collections.abc import Sequence
+
+from kvsim.cache.local import NVME, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import Link
 from kvsim.kernel.pipe import Pipe
@@ -19,12 +21,12 @@ from kvsim.sim.job import Job
 class Links:
     """The links one engine's transfers cross (fabric links, and pipes served in order)."""
 
-    __slots__ = ("client", "d2h", "h2d", "nic_in", "nic_out", "nvlink", "nvme")
+    __slots__ = ("client", "d2h", "h2d", "nic_in", "nic_out", "nvlink", "own")
 
     def __init__(
         self,
         h2d: Link,
-        nvme: Link | None,
+        own: Sequence[Link | None],
         nic_in: Link,
         nic_out: Link,
         client: Link,
@@ -32,7 +34,9 @@ class Links:
         nvlink: Pipe | None = None,
     ) -> None:
         self.h2d = h2d
-        self.nvme = nvme
+        # by tier code: the link that reads a local tier of the engine's own (the NVMe
+        # drives; a user's tier kind's), None for the others (kvsim.sim.tiers)
+        self.own: list[Link | None] = list(own)
         self.nic_in = nic_in
         self.nic_out = nic_out
         self.client = client  # the NIC and PCIe of the rank that issues an unsharded GET
@@ -45,32 +49,44 @@ class Links:
 class Node:
     """One prefill instance's links, local tiers and counters (see the module docstring)."""
 
-    def __init__(self, index: int, local: LocalCache, links: Links, nvme_gds: bool) -> None:
+    def __init__(
+        self,
+        index: int,
+        local: LocalCache,
+        links: Links,
+        routes: list[tuple[Link, ...]],
+        fetch_routes: list[tuple[Link, ...]],
+    ) -> None:
+        """``routes``: by tier code, the links a restore's transfer from that tier crosses
+        on this engine (``Tier.route``, kvsim/sim/tiers.py; empty: none); ``fetch_routes``,
+        those a prefetch's into host memory crosses (``Tier.fetch_route``)."""
         self.index = index
         self.local = local
         # its links (see Links), as attributes of its own for the hot paths
         self.h2d = h2d = links.h2d
-        self.nvme = nvme = links.nvme
+        own = links.own
+        self.nvme = own[NVME] if len(own) > NVME else None  # its drives' read link
         self.nic_in = links.nic_in
         self.nic_out = links.nic_out
         self.client = links.client
         self.d2h = links.d2h
         self.nvlink = links.nvlink
-        # an NVMe restore: GPUDirect Storage straight into HBM, or the drives into a host
-        # bounce buffer, then host to GPU
-        self.nvme_path: tuple[Link, ...] = ()
-        if nvme is not None:
-            self.nvme_path = (nvme,) if nvme_gds else (nvme, h2d)
+        self.routes = routes
+        self.fetch_routes = fetch_routes
+        # by tier code: whether a restore's bytes from it enter HBM over the host-to-GPU
+        # link (a copy engine's or a copy kernel's work; GPUDirect paths skip it)
+        self.via_h2d = [h2d in r for r in routes]
         self.up = True
         self.failure_mode = "reroute"  # what happens to its requests if it fails
         self.busy = 0.0  # seconds the GPUs computed (SM work of steps, decodes, copies)
-        # lookups per tier code (gpu, host, nvme, remote, peer), over the whole run: blocks
-        # a tier asked held in the usable prefix (hits) or not (misses); bytes its restores
-        # read per tier; bytes its host served to other engines (peer); bytes its puts
+        # lookups per tier code (gpu, host, nvme, remote, peer, a user's), over the whole
+        # run: blocks a tier asked held in the usable prefix (hits) or not (misses); bytes
+        # its restores read per tier; bytes its host served to other engines (peer); bytes its puts
         # stored in the remote store (kvsim.sim.lookup, kvsim.sim.restore, kvsim.sim.puts)
-        self.hits = [0, 0, 0, 0, 0]
-        self.misses = [0, 0, 0, 0, 0]
-        self.read_bytes = [0.0, 0.0, 0.0, 0.0, 0.0]
+        n = len(routes)
+        self.hits = [0] * n
+        self.misses = [0] * n
+        self.read_bytes = [0.0] * n
         self.served_bytes = 0.0
         self.landed_bytes = 0.0
         # unsharded GETs over: (GPUs - 1) x their bytes (one rank copied them alone)

@@ -10,10 +10,9 @@ it has one protocol: ``fits``/``can_restore`` ask, ``take`` (and ``take_slot``) 
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvsim.cache.local import LocalCache
 from kvsim.sim.job import Job
+from kvsim.sim.metrics import Metrics
 
 
 class WorkingPool:
@@ -47,15 +46,15 @@ class WorkingPool:
         """A restore is over (or abandoned)."""
         self.inflight -= 1
 
-    def take(self, job: Job, need: float, recorder: Any) -> None:
-        """Hold ``need`` bytes for the request until it finishes; with an access log,
-        what the reservation evicts is the job's."""
+    def take(self, job: Job, need: float, metrics: Metrics) -> None:
+        """Hold ``need`` bytes for the request until it finishes; what the reservation
+        evicts is the job's (``metrics.cause``, when block events are heard)."""
         job.reserved += need
         self.used += need
-        if recorder is not None:
-            recorder.request = job.req.id
+        if metrics.blocks:
+            metrics.cause = job.req.id
             self.press()
-            recorder.request = -1
+            metrics.cause = -1
         else:
             self.press()
 

@@ -3,9 +3,9 @@
 A :class:`Fetch` runs while its request waits (or, ``prefetch.on_session``, during a
 session's think time); the restore that follows reads GPU and host only (and, with
 ``tiers.peer``, other engines' host tiers: a prefetch leaves peer blocks alone, the
-restore reads them from the peer directly). A new tier kind that prefetch should reach
-adds its flow in ``Fetch.__init__`` (blocks are grouped by their source tier there).
-What this module owns: :class:`Fetch`. It sees its engine as a
+restore reads them from the peer directly). The tiers it reads are those marked
+``prefetched`` (kvsim.sim.tiers): a direct tier over its ``fetch_route``, the remote store
+as a GET. What this module owns: :class:`Fetch`. It sees its engine as a
 :class:`~kvsim.sim.node.Node` and reports back through the ``done`` callback it is given.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import simpy
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import NVME, REMOTE
+from kvsim.cache.local import REMOTE
 from kvsim.kernel.fabric import Flow
 from kvsim.sim.job import Job
 from kvsim.sim.node import Node
@@ -28,9 +28,10 @@ class Fetch:
     """A prefetch into host memory in flight, driven by its transfers' callbacks.
 
     Per source tier (NVMe, remote) one flow, each after that tier's T0: NVMe over the
-    drives' read link, remote as a GET over the servers and the NIC (not PCIe: it lands in
-    host memory). A flow's blocks land in host when it ends; stopped early (best effort,
-    a timeout), each flow lands the share of its blocks it has moved, in prefix order.
+    drives' read link (a direct tier's ``fetch_route``), remote as a GET over the servers
+    and the NIC (not PCIe: it lands in host memory). A flow's blocks land in host when it
+    ends; stopped early (best effort, a timeout), each flow lands the share of its blocks
+    it has moved, in prefix order.
     The engine hears of it (``done``) once everything is in or it was stopped.
     """
 
@@ -54,22 +55,27 @@ class Fetch:
         run = ctx.run
         fabric = ctx.fabric
         self.parts: list[tuple[Flow, list[Key], list[float]]] = []
-        nk: list[Key] = []
-        ns: list[float] = []
-        rk: list[Key] = []
-        rs: list[float] = []
+        # the blocks of each tier it reads (by tier code), in prefix order
+        fetched = run.prefetched
+        keys_by: dict[int, list[Key]] = {}
+        sizes_by: dict[int, list[float]] = {}
         for key, size, t in zip(keys, sizes, src, strict=False):  # src: the prefix
-            if t == NVME:
-                nk.append(key)
-                ns.append(size)
-            elif t == REMOTE:
-                rk.append(key)
-                rs.append(size)
-        if nk and engine.nvme is not None:
-            size = sum(ns) * run.ratio[NVME]  # as stored (its codec)
-            flow = fabric.transfer((engine.nvme,), size, delay=run.t0[NVME], on_done=self._in)
-            self.parts.append((flow, nk, ns))
-        if rk:
+            if fetched[t]:
+                if t in keys_by:
+                    keys_by[t].append(key)
+                    sizes_by[t].append(size)
+                else:
+                    keys_by[t] = [key]
+                    sizes_by[t] = [size]
+        routes = engine.fetch_routes
+        for t in run.fetched:  # a direct tier: one flow over its route into host memory
+            if t in keys_by and routes[t]:
+                ns = sizes_by[t]
+                size = sum(ns) * run.ratio[t]  # as stored (its codec)
+                flow = fabric.transfer(routes[t], size, delay=run.t0[t], on_done=self._in)
+                self.parts.append((flow, keys_by[t], ns))
+        if REMOTE in keys_by:
+            rk, rs = keys_by[REMOTE], sizes_by[REMOTE]
             tokens = [round(size / run.kv_bytes) for size in rs]
             links, size, costs, shares, cap = get_flow(
                 ctx, engine, rk, tokens, (engine.nic_in,), count=True

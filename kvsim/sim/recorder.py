@@ -1,9 +1,9 @@
 """The access log's recorder: what a run with ``--record-accesses`` keeps as it runs.
 
-What this module owns: :class:`AccessRecorder` (one listener of the engines' lookups and of
-every block store's events, kept in compact columns and turned into a DataFrame once, at
-the end) and the store watchers that feed it (:class:`StoreWatch`, :class:`ShardWatch`),
-with the log's column, tier and event codes. The file's format, and reading it back, are
+What this module owns: :class:`AccessRecorder`, a listener of the run's metrics collector
+(:class:`~kvsim.sim.metrics.Metrics`: the engines' lookups and every block store's
+events), kept in compact columns and turned into a DataFrame once, at the end, with the
+log's column, tier and event codes. The file's format, and reading it back, are
 :mod:`kvsim.results.accesses`.
 """
 
@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.cache.local import REMOTE
 from kvsim.errors import InputError
 
 #: The file's columns, in order.
 COLUMNS = ("time", "engine", "tier", "key", "bytes", "event", "request")
-#: Tier names by code (kvsim.cache.local's tier codes: GPU 0, HOST 1, NVME 2, REMOTE 3,
-#: PEER 4).
+#: Tier names by code for the built-in tiers (kvsim.cache.local's tier codes: GPU 0, HOST
+#: 1, NVME 2, REMOTE 3, PEER 4); a run with a user's tier kind names its own.
 TIERS = ("gpu", "host", "nvme", "remote", "peer")
 #: Event names by code.
 EVENTS = ("hit", "miss", "insert", "refresh", "evict", "delete", "expire")
@@ -30,10 +31,14 @@ _REMOVED = {"evicted": EVICT, "deleted": 5, "expired": 6}
 
 
 class AccessRecorder:
-    """The run's access log, column by column (see the module docstring)."""
+    """The run's access log, column by column (see the module docstring): a listener of
+    the metrics collector (kvsim.sim.metrics.MetricsListener) that hears block events."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    blocks = True
+
+    def __init__(self, clock: Callable[[], float], tiers: Sequence[str] = TIERS) -> None:
         self.clock = clock
+        self.tiers = tuple(tiers)  # tier names by code (the log's categories)
         self.time = array("d")
         self.engine = array("i")
         self.tier = array("b")
@@ -41,28 +46,12 @@ class AccessRecorder:
         self.nbytes = array("d")
         self.event = array("b")
         self.req = array("q")
-        # the request whose lookup, reservation or admission is being handled (set and
-        # reset around them by Engine), -1 when none
-        self.request = -1
 
     def __len__(self) -> int:
         return len(self.time)
 
-    # ---- attaching --------------------------------------------------------------------
-
-    def attach(self, engines: Sequence[Any], remote: Any) -> None:
-        """Watch every store: each engine's gpu/host/nvme stores, each remote server's
-        index (its shard-0 keys, as block keys)."""
-        for e in engines:
-            for tier, store in enumerate(e.local.tiers):
-                if store is not None:
-                    store.watch = StoreWatch(self, e.index, tier)
-        if remote is not None:
-            shards = remote.shards
-            for store in remote.stores:
-                store.watch = (
-                    StoreWatch(self, -1, 3) if shards == 1 else ShardWatch(self, -1, 3, shards)
-                )
+    def records(self, n: int) -> None:
+        """Requests recorded: not the log's business."""
 
     # ---- rows -------------------------------------------------------------------------
 
@@ -135,7 +124,7 @@ class AccessRecorder:
         m = len(src)
         left = list(range(n))  # blocks no earlier tier served, in chain order
         for t in asked:
-            scale = ratio[t] / (shards if t == 3 else 1)
+            scale = ratio[t] / (shards if t == REMOTE else 1)
             ks = [keys[i] for i in left]
             ev = array("b", [HIT if i < m and src[i] == t else MISS for i in left])
             self._rows(engine, t, ks, [raw[i] * scale for i in left], ev, request)
@@ -148,17 +137,24 @@ class AccessRecorder:
         keys: Sequence[Any],
         sizes: Sequence[float],
         held: Sequence[bool],
+        cause: int,
     ) -> None:
         if len(held) == 1:
-            self._rows(engine, tier, keys, sizes, REFRESH if held[0] else INSERT, self.request)
+            self._rows(engine, tier, keys, sizes, REFRESH if held[0] else INSERT, cause)
             return
         ev = array("b", [REFRESH if h else INSERT for h in held])
-        self._rows(engine, tier, keys, sizes, ev, self.request)
+        self._rows(engine, tier, keys, sizes, ev, cause)
 
     def removed(
-        self, engine: int, tier: int, keys: Sequence[Any], sizes: Sequence[float], reason: str
+        self,
+        engine: int,
+        tier: int,
+        keys: Sequence[Any],
+        sizes: Sequence[float],
+        reason: str,
+        cause: int,
     ) -> None:
-        self._rows(engine, tier, keys, sizes, _REMOVED[reason], self.request)
+        self._rows(engine, tier, keys, sizes, _REMOVED[reason], cause)
 
     # ---- output -----------------------------------------------------------------------
 
@@ -170,7 +166,7 @@ class AccessRecorder:
                 "time": np.frombuffer(self.time, dtype=np.float64).copy(),
                 "engine": np.frombuffer(self.engine, dtype=np.int32).copy(),
                 "tier": pd.Categorical.from_codes(
-                    np.frombuffer(self.tier, dtype=np.int8), categories=list(TIERS)
+                    np.frombuffer(self.tier, dtype=np.int8), categories=list(self.tiers)
                 ),
                 "key": np.frombuffer(self.key, dtype=np.int64).copy(),
                 "bytes": np.frombuffer(self.nbytes, dtype=np.float64).copy(),
@@ -184,62 +180,3 @@ class AccessRecorder:
         for name in ("time", "engine", "tier", "key", "nbytes", "event", "req"):
             setattr(self, name, array(getattr(self, name).typecode))
         return df
-
-
-class StoreWatch:
-    """What a local tier's store (or an unsharded remote server) tells the recorder."""
-
-    __slots__ = ("engine", "rec", "tier")
-
-    def __init__(self, rec: AccessRecorder, engine: int, tier: int) -> None:
-        self.rec = rec
-        self.engine = engine
-        self.tier = tier
-
-    def hit(self, store: Any, keys: Sequence[Any]) -> None:
-        """Lookup rows come from Lookup.count (a touch is not a lookup: a
-        restore's or a peer's touch of blocks it found is already counted there)."""
-
-    def stored(
-        self, store: Any, keys: Sequence[Any], sizes: Sequence[float], held: Sequence[bool]
-    ) -> None:
-        self.rec.stored(self.engine, self.tier, keys, sizes, held)
-
-    def removed(self, store: Any, keys: Sequence[Any], sizes: Sequence[float], reason: str) -> None:
-        self.rec.removed(self.engine, self.tier, keys, sizes, reason)
-
-
-class ShardWatch(StoreWatch):
-    """A sharded remote server's store: only shard 0's keys, logged as block keys."""
-
-    __slots__ = ("shards",)
-
-    def __init__(self, rec: AccessRecorder, engine: int, tier: int, shards: int) -> None:
-        super().__init__(rec, engine, tier)
-        self.shards = shards
-
-    def stored(
-        self, store: Any, keys: Sequence[Any], sizes: Sequence[float], held: Sequence[bool]
-    ) -> None:
-        S = self.shards
-        idx = [i for i, k in enumerate(keys) if k % S == 0]
-        if idx:
-            self.rec.stored(
-                self.engine,
-                self.tier,
-                [keys[i] // S for i in idx],
-                [sizes[i] for i in idx],
-                [held[i] for i in idx],
-            )
-
-    def removed(self, store: Any, keys: Sequence[Any], sizes: Sequence[float], reason: str) -> None:
-        S = self.shards
-        idx = [i for i, k in enumerate(keys) if k % S == 0]
-        if idx:
-            self.rec.removed(
-                self.engine,
-                self.tier,
-                [keys[i] // S for i in idx],
-                [sizes[i] for i in idx],
-                reason,
-            )

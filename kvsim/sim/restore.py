@@ -12,10 +12,11 @@ on the fabric and tells its engine when all of them are in (or the remote part w
 up). ``remote_get``/``get_flow`` build the remote GET: the servers holding the shards, the
 engine's NIC and PCIe, and (unsharded) the issuing rank's client path.
 
-Where a new tier kind plugs in: its transfer (links, bytes, T0) in ``Restore.__init__``,
-what happens once its bytes are in (decode, hand-off) in ``Restore.settled``, and its
-bytes and time in ``Restore._record``. The lookup (``Lookup.locate``, kvsim/sim/lookup.py) decides
-which blocks a tier serves.
+A tier kind read as one plain transfer (``Tier.direct``: host, NVMe, a user's local kind)
+needs nothing here but its route (``Tier.route``, kvsim/sim/tiers.py): its transfer, its
+decode, its bytes and its time come from the loops over the tiers. The remote GET and the
+peer reads are the two mechanisms of their own. The lookup (``Lookup.locate``,
+kvsim/sim/lookup.py) decides which blocks a tier serves.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import simpy
 
 from kvsim.cache.eviction import Key
-from kvsim.cache.local import HOST, NVME, PEER, REMOTE
+from kvsim.cache.local import NVME, PEER, REMOTE
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.physics.step import kernel_copy_seconds
 from kvsim.sim.job import Job
@@ -83,9 +84,9 @@ class Restore:
         self.fall_back = fall_back
         self.abandoned = False
         self.decoding = 0  # tiers whose bytes are in and not yet usable (decode, hand-off)
-        self.decoded = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds per tier from arrival to usable
-        self.over = True  # until every transfer is started
         run = ctx.run
+        self.decoded = [0.0] * len(run.t0)  # seconds per tier from arrival to usable
+        self.over = True  # until every transfer is started
         fabric = ctx.fabric
         env = ctx.env
         s = run.kv_bytes
@@ -95,33 +96,22 @@ class Restore:
         tokens = job.tokens
         job.restore = self
         self.local: list[tuple[int, Flow]] = []
-        if tokens[HOST]:
-            self.local.append(
-                (
-                    HOST,
-                    fabric.transfer(
-                        (engine.h2d,),
-                        tokens[HOST] * s * ratio[HOST],
-                        delay=t0[HOST],
-                        on_done=self.settled,
-                        tag=HOST,
-                    ),
+        routes = engine.routes
+        for t in run.direct:  # one transfer over this engine's route (host, NVMe, ...)
+            n = tokens[t]
+            if n:
+                self.local.append(
+                    (
+                        t,
+                        fabric.transfer(
+                            routes[t],
+                            n * s * ratio[t],
+                            delay=t0[t],
+                            on_done=self.settled,
+                            tag=t,
+                        ),
+                    )
                 )
-            )
-        if tokens[NVME]:
-            assert engine.nvme is not None
-            self.local.append(
-                (
-                    NVME,
-                    fabric.transfer(
-                        engine.nvme_path,
-                        tokens[NVME] * s * ratio[NVME],
-                        delay=t0[NVME],
-                        on_done=self.settled,
-                        tag=NVME,
-                    ),
-                )
-            )
         # tiers.peer: one read per holder, out of its NIC, into this engine's NIC and over
         # its host-to-GPU link (in ``local`` as PEER; ``holders``: the engine of each)
         self.holders: list[int] = []
@@ -136,7 +126,7 @@ class Restore:
                     (
                         PEER,
                         fabric.transfer(
-                            (holder.nic_out, engine.nic_in, engine.h2d),
+                            (holder.nic_out, *routes[PEER]),
                             n * s * ratio[PEER],
                             delay=t0[PEER],
                             on_done=self.settled,
@@ -277,7 +267,7 @@ class Restore:
         run = self.ctx.run
         now = self.ctx.env._now
         start = self.start
-        got = [0.0, 0.0, 0.0, 0.0, 0.0]
+        got = [0.0] * len(run.t0)  # bytes per tier
         # the copy engines' time (``gpu_copy_busy_frac``); kernel copies are SM work
         # instead (counted as the engine's ``busy``), so they are left out here
         copies = engine.copy_spans if run.copy_sm_share == 0.0 else []
@@ -292,8 +282,13 @@ class Restore:
             got[PEER] = self._peer_reads(now, copies)
         remote = self.remote
         if remote:
-            ends = [f.end for f in remote if f.state == "finished"]
-            end = max(ends) if len(ends) == len(remote) else now
+            end = -math.inf  # when the last part came in (now, if one was given up)
+            for f in remote:
+                if f.state != "finished":
+                    end = now
+                    break
+                if f.end > end:
+                    end = f.end
             job.tier_s[REMOTE] = min(end + self.decoded[REMOTE], now) - start
             t0 = run.t0[REMOTE]
             job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
@@ -308,17 +303,21 @@ class Restore:
             got[REMOTE] = moved
         job.load_s = now - start
         share = run.copy_sm_share
-        if share > 0.0:  # copy kernels moved them into HBM: SM work (not under GDS)
-            into = got[HOST] + got[PEER]
-            into += 0.0 if run.remote_gpudirect else got[REMOTE]  # NIC wrote it in
-            into += 0.0 if run.nvme_gds else got[NVME]
+        if share > 0.0:  # copy kernels moved them into HBM: SM work (not under GDS or
+            # GPUDirect RDMA, whose routes skip the host-to-GPU link)
+            into = 0.0
+            via = engine.via_h2d
+            for t in range(1, len(got)):
+                if via[t]:
+                    into += got[t]
             work = kernel_copy_seconds(into, engine.h2d.bandwidth, share)
             if work > 0.0:
                 engine.busy += work
                 engine.gpu_spans.append(now - work)
                 engine.gpu_spans.append(now)
-        for tier in (HOST, NVME, REMOTE, PEER):
-            job.bytes[tier] += got[tier]
+        read = job.bytes
+        for t in range(1, len(got)):
+            read[t] += got[t]
         count_reads(self.ctx, engine, got, job)
         self._measure(now, got)
 
@@ -398,10 +397,8 @@ class Restore:
         # float rounding of a restore that never waited: below a nanosecond is none
         job.restore_queue = queue if queue > 1e-9 else 0.0
         reads = engine.read_bytes
-        reads[HOST] += got[HOST]
-        reads[NVME] += got[NVME]
-        reads[REMOTE] += got[REMOTE]
-        reads[PEER] += got[PEER]
+        for t in range(1, len(got)):
+            reads[t] += got[t]
         if self.holders:  # the holders' side: what each served (peer tier served_bytes)
             engines = self.ctx.engines
             for h, f in self._peer_flows():
@@ -446,8 +443,7 @@ def remote_get(ctx: Shared, engine: Node, job: Job, count: bool = False) -> GetP
             if tok > 0:
                 ids.append(job.keys[i])
                 tokens.append(tok)
-    path = (engine.nic_in,) if ctx.run.remote_gpudirect else (engine.nic_in, engine.h2d)
-    return get_flow(ctx, engine, ids, tokens, path, count)
+    return get_flow(ctx, engine, ids, tokens, engine.routes[REMOTE], count)
 
 
 def get_flow(
@@ -486,8 +482,8 @@ def count_reads(ctx: Shared, engine: Node, got: list[float], job: Job) -> None:
     ``tiers.nvme.promote``, the blocks it read from NVMe are also stored into host."""
     local = engine.local
     reads = local.read_bytes
-    reads[HOST] += got[HOST]
-    reads[NVME] += got[NVME]
+    for t in local.lower:  # this engine's own lower tiers (host, NVMe, ...)
+        reads[t] += got[t]
     if local.promote and got[NVME] > 0:
         sizes = job.sizes if job.sizes is not None else ctx.block_sizes(job.req)
         keys: list[Key] = []

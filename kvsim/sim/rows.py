@@ -1,154 +1,284 @@
-"""The per-request records of a run: one row per request, kept column by column.
+"""The per-request records of a run: one declaration of the columns, and the table.
 
-``SCHEMA`` names each field, how it is stored and what it means (README.md, Outputs, is
-the contract; ``COLUMNS`` is the same without the storage code). A :class:`RowTable`
-keeps each column as NumPy arrays (``q`` int64, ``d`` float64, ``?`` bool) or, for text,
-a list of shared strings: a million requests take about 270 MB this way against about
-1 GB as tuples of Python objects, and the columns become the results DataFrame without a
-conversion pass.
+What this module owns: :class:`Column` and :func:`columns`, the one declaration of a
+request's record (README.md, Outputs, is the contract): each column's name, storage code
+(``q`` int64, ``d`` float64, ``?`` bool, ``s`` text), meaning, and where its value comes
+from on a finished request (:class:`~kvsim.sim.job.Job`): an attribute path
+(``req.arrival``), a tier's entry of a per-tier list (``tier_s`` of the host tier), or
+arithmetic on other columns (``ttft_s``). The per-tier columns follow the run's tiers
+(kvsim.sim.tiers: ``load_host_s``, ``tokens_host``, ``bytes_host``, ..., and a user's tier
+kind's own). :data:`SCHEMA`/:data:`COLUMNS`/:data:`COLUMN_NAMES` are the declaration for
+the built-in tiers; and :class:`RowTable`, the records kept column by column.
+
+A :class:`RowTable` takes finished requests (:meth:`RowTable.add`) and keeps each column
+as NumPy arrays (text: a list of shared strings): requests wait in a small batch, which is
+then read column by column, by the declared sources, into one array per column. A million
+requests take about 270 MB this way against about 1 GB as tuples of Python objects, and
+the columns become the results DataFrame without a conversion pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from operator import attrgetter
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-SCHEMA: tuple[tuple[str, str, str], ...] = (
-    ("id", "q", "request id: position in the source trace, or generation order"),
-    ("session", "q", "multi-turn session id, -1 when none"),
-    ("tenant", "q", "tenant the request belongs to"),
-    ("engine", "q", "engine (node) that served it; -1 when dropped"),
-    ("arrival_s", "d", "arrival time"),
-    ("start_s", "d", "first time the engine took the request from its queue"),
-    ("finish_s", "d", "prefill end (first token)"),
-    ("ttft_s", "d", "time to first token = finish_s - arrival_s (NaN when dropped)"),
-    ("queue_wait_s", "d", "time in the engine queue (both waits under async loading)"),
-    (
+_DTYPES: dict[str, Any] = {"q": np.int64, "d": np.float64, "?": np.bool_}
+_BATCH: Final = 1024  # requests read into the columns at a time
+
+
+class Column(NamedTuple):
+    """One column of the per-request record (see the module docstring)."""
+
+    name: str
+    code: str  # storage: q int64, d float64, ? bool, s text
+    meaning: str
+    # where the value comes from: an attribute path on the finished request, or
+    # (list attribute, tier code) for a per-tier column (code -1: the last entry)
+    source: str | tuple[str, int] = ""
+    # or arithmetic on other columns (by name), given the batch's columns
+    derived: Callable[[dict[str, Any]], Any] | None = None
+
+
+def _ttft(c: dict[str, Any]) -> Any:
+    return c["finish_s"] - c["arrival_s"]
+
+
+def _load(c: dict[str, Any]) -> Any:
+    return c["_restore_s"] + c["load_prefetch_s"]
+
+
+# (name, code, meaning, source) of the columns before, between and after the per-tier ones
+_HEAD: tuple[Column, ...] = (
+    Column("id", "q", "request id: position in the source trace, or generation order", "req.id"),
+    Column("session", "q", "multi-turn session id, -1 when none", "req.session"),
+    Column("tenant", "q", "tenant the request belongs to", "req.tenant"),
+    Column("engine", "q", "engine (node) that served it; -1 when dropped", "served_by"),
+    Column("arrival_s", "d", "arrival time", "req.arrival"),
+    Column("start_s", "d", "first time the engine took the request from its queue", "start"),
+    Column("finish_s", "d", "prefill end (first token)", "finish"),
+    Column(
+        "ttft_s",
+        "d",
+        "time to first token = finish_s - arrival_s (NaN when dropped)",
+        derived=_ttft,
+    ),
+    Column(
+        "queue_wait_s",
+        "d",
+        "time in the engine queue (both waits under async loading)",
+        "queue_wait",
+    ),
+    Column(
         "load_s",
         "d",
         "waiting for its KV: the wait for its prefetch into host (load_prefetch_s) plus the "
         "wall time of the restore phase (T0s and transfers, tiers in parallel)",
+        derived=_load,
     ),
-    (
+    Column(
         "compute_s",
         "d",
         "from its first step (after its own restore) to the end of its last chunk's compute; "
         "batch-mates' synchronous restores in those steps included",
+        "compute_s",
     ),
-    (
+    Column(
         "store_s",
         "d",
         "GPU-to-host staging of the blocks to put in its last step, which the step waits for",
+        "store_s",
     ),
-    ("lost_s", "d", "time spent on engines that failed under the request"),
-    ("load_host_s", "d", "restore from host DRAM, T0 included"),
-    ("load_nvme_s", "d", "restore from NVMe, T0 included"),
-    ("load_remote_s", "d", "restore from the remote store, T0 included"),
-    ("load_peer_s", "d", "restore from other engines' host DRAM (tiers.peer), T0 included"),
-    (
+    Column("lost_s", "d", "time spent on engines that failed under the request", "lost_s"),
+)
+_AFTER_LOADS: tuple[Column, ...] = (
+    Column(
         "load_prefetch_s",
         "d",
         "of load_s, the wait for its prefetch into host before it joined the queue "
         "(prefetch.policy wait_complete, timeout, or a plugin's that waits; 0 otherwise)",
+        "prefetch_s",
     ),
-    ("remote_get_s", "d", "remote GET time after T0 (stalls, latency, transfer)"),
-    (
+    Column(
+        "remote_get_s", "d", "remote GET time after T0 (stalls, latency, transfer)", "remote_get_s"
+    ),
+    Column(
         "restore_lookup_s",
         "d",
         "of the restore (load_s - load_prefetch_s), the critical tier's lookup: its T0 "
         "(index lookup, first byte) and its path's link latency (the critical tier: the "
         "one whose KV was usable last); 0 with no restore, NaN when dropped",
+        "restore_lookup",
     ),
-    (
+    Column(
         "restore_queue_s",
         "d",
         "of the restore, what the other parts leave: bandwidth shared with other transfers, "
         "stalls, waiting for the other tiers (restore - lookup - read - h2d, never below 0)",
+        "restore_queue",
     ),
-    (
+    Column(
         "restore_read_s",
         "d",
         "of the restore, the critical transfer's unloaded time (bytes / the bottleneck rate "
         "of its links and client cap, alone on an idle fabric) when that bottleneck is not "
         "the host-to-GPU link",
+        "restore_read",
     ),
-    (
+    Column(
         "restore_h2d_s",
         "d",
         "of the restore, the critical transfer's unloaded time when its bottleneck is the "
         "host-to-GPU link, plus what follows the bytes' arrival before use (decode, the "
         "NVLink hand-off)",
+        "restore_h2d",
     ),
-    ("input_tokens", "q", "prompt tokens"),
-    ("output_tokens", "q", "output tokens (not simulated: prefill only)"),
-    ("tokens_gpu", "q", "prompt tokens found in GPU HBM"),
-    ("tokens_host", "q", "prompt tokens restored from host DRAM"),
-    ("tokens_nvme", "q", "prompt tokens restored from NVMe"),
-    ("tokens_remote", "q", "prompt tokens restored from the remote store"),
-    ("tokens_peer", "q", "prompt tokens restored from other engines' host DRAM (tiers.peer)"),
-    ("tokens_compute", "q", "prompt tokens computed"),
-    (
+    Column("input_tokens", "q", "prompt tokens", "req.input_tokens"),
+    Column(
+        "output_tokens", "q", "output tokens (not simulated: prefill only)", "req.output_tokens"
+    ),
+)
+_AFTER_TOKENS: tuple[Column, ...] = (
+    Column("tokens_compute", "q", "prompt tokens computed", ("tokens", -1)),
+    Column(
         "recomputed_tokens",
         "q",
         "of tokens_compute, those in blocks computed (or prestored) before anywhere in the "
         "cluster: evicted since, out of the lookup's reach, or skipped by the load policy",
+        "recomputed",
     ),
-    (
+    Column(
         "gpu_compute_s",
         "d",
         "its share of the GPU (SM) compute time of the steps it took part in: each step's "
         "SM time x its chunk tokens / the step's tokens",
+        "gpu_s",
     ),
-    ("bytes_host", "d", "bytes read from host DRAM (over all attempts, if re-routed)"),
-    ("bytes_nvme", "d", "bytes read from NVMe (over all attempts, if re-routed)"),
-    ("bytes_remote", "d", "bytes read from the remote store (also when abandoned; all attempts)"),
-    ("bytes_peer", "d", "bytes read from other engines' host DRAM (over all attempts)"),
-    (
+)
+_TAIL: tuple[Column, ...] = (
+    Column(
         "decision",
         "s",
         "cold | gpu | restore | skipped (auto chose recompute) | fallback (the "
         "remote GET was abandoned: client timeout or a server lost mid-GET) | dropped",
+        "decision",
     ),
-    ("stalled", "?", "a remote GET of this request stalled"),
-    ("timed_out", "?", "the remote GET hit the client timeout (decision fallback)"),
-    ("retries", "q", "times re-routed after an engine failure"),
-    ("drop_reason", "s", "why it was dropped (empty when it finished)"),
-    ("warmup", "?", "arrived during the warm-up; left out of the summary"),
-    (
+    Column("stalled", "?", "a remote GET of this request stalled", "stalled"),
+    Column(
+        "timed_out", "?", "the remote GET hit the client timeout (decision fallback)", "timed_out"
+    ),
+    Column("retries", "q", "times re-routed after an engine failure", "retries"),
+    Column("drop_reason", "s", "why it was dropped (empty when it finished)", "drop_reason"),
+    Column("warmup", "?", "arrived during the warm-up; left out of the summary", "warmup"),
+    Column(
         "warm",
         "?",
         "not the first request of its session (or, without a session, of the prefix its "
         "first block starts) in arrival order; false: cold",
+        "warm",
     ),
-    ("steps", "q", "engine steps it took part in (chunks of its prompt computed)"),
+    Column("steps", "q", "engine steps it took part in (chunks of its prompt computed)", "steps"),
 )
+# what the built-in tiers' per-tier columns say of each tier (a user's kind: its name)
+_WHAT: dict[str, str] = {
+    "gpu": "GPU HBM",
+    "host": "host DRAM",
+    "nvme": "NVMe",
+    "remote": "the remote store",
+    "peer": "other engines' host DRAM (tiers.peer)",
+}
+_NOTES: dict[str, str] = {
+    "bytes_host": "bytes read from host DRAM (over all attempts, if re-routed)",
+    "bytes_nvme": "bytes read from NVMe (over all attempts, if re-routed)",
+    "bytes_remote": "bytes read from the remote store (also when abandoned; all attempts)",
+    "bytes_peer": "bytes read from other engines' host DRAM (over all attempts)",
+}
+
+
+def columns(tiers: Sequence[str]) -> tuple[Column, ...]:
+    """The per-request columns of a run whose tiers are named ``tiers`` (by tier code:
+    gpu first). Per lower tier: its restore time, tokens and bytes read."""
+    lower = list(enumerate(tiers))[1:]
+
+    def what(name: str) -> str:
+        return _WHAT.get(name, f"the {name} tier")
+
+    loads = tuple(
+        Column(f"load_{n}_s", "d", f"restore from {what(n)}, T0 included", ("tier_s", t))
+        for t, n in lower
+    )
+    tokens = (
+        Column(
+            f"tokens_{tiers[0]}", "q", f"prompt tokens found in {what(tiers[0])}", ("tokens", 0)
+        ),
+        *(
+            Column(f"tokens_{n}", "q", f"prompt tokens restored from {what(n)}", ("tokens", t))
+            for t, n in lower
+        ),
+    )
+    read = tuple(
+        Column(
+            f"bytes_{n}",
+            "d",
+            _NOTES.get(f"bytes_{n}", f"bytes read from {what(n)} (over all attempts)"),
+            ("bytes", t),
+        )
+        for t, n in lower
+    )
+    return (
+        *_HEAD,
+        *loads,
+        *_AFTER_LOADS,
+        *tokens,
+        *_AFTER_TOKENS,
+        *read,
+        *_TAIL,
+    )
+
+
+#: The declaration for the built-in tiers (gpu, host, nvme, remote, peer).
+DEFAULT: tuple[Column, ...] = columns(("gpu", "host", "nvme", "remote", "peer"))
+#: (name, storage code, meaning) of each column, for the built-in tiers.
+SCHEMA: tuple[tuple[str, str, str], ...] = tuple((c.name, c.code, c.meaning) for c in DEFAULT)
 COLUMNS: tuple[tuple[str, str], ...] = tuple((name, meaning) for name, _, meaning in SCHEMA)
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in SCHEMA)
-_CODES = tuple(code for _, code, _ in SCHEMA)
-_DTYPES: dict[str, Any] = {"q": np.int64, "d": np.float64, "?": np.bool_}
-_BATCH: Final = 1024  # rows converted to columns at a time
+# a column the table reads but does not keep: the restore's own wall time (load_s's part)
+_RESTORE = Column("_restore_s", "d", "", "load_s")
 
 
 class RowTable:
-    """Rows in ``SCHEMA`` order, appended as tuples, stored as columns.
+    """Finished requests' records, kept column by column (see the module docstring)."""
 
-    Appended rows wait in a small batch, which is then turned into one NumPy array per
-    column (text columns: a list of shared strings). Reads give tuples back (``table[i]``,
-    iteration) with the same values and Python types as appended; :meth:`column` gives a
-    whole column as a NumPy array (text: a list).
-    """
+    __slots__ = ("_batch", "_get", "_parts", "_plan", "_rows", "columns", "names")
 
-    __slots__ = ("_batch", "_parts", "_rows")
-
-    def __init__(self) -> None:
-        self._batch: list[tuple] = []
-        self._parts: list[list[Any]] = [[] for _ in SCHEMA]  # per column: arrays, or str
+    def __init__(self, columns: Sequence[Column] = DEFAULT) -> None:
+        self.columns: tuple[Column, ...] = tuple(columns)
+        self.names: tuple[str, ...] = tuple(c.name for c in self.columns)
+        # how a batch is read: one attribute getter for every source (an attribute path,
+        # or a per-tier list's name, each once), and per column where its values are
+        sources: list[str] = []
+        self._plan: list[tuple[int, int]] = []  # (source index, tier code or -2: scalar)
+        for col in (*self.columns, _RESTORE):
+            src = col.source
+            if col.derived is not None:
+                self._plan.append((-1, -2))
+                continue
+            path, t = (src, -2) if isinstance(src, str) else src
+            if path not in sources:
+                sources.append(path)
+            self._plan.append((sources.index(path), t))
+        # (a tuple of values per request, even for a single source)
+        self._get = attrgetter(*sources) if len(sources) > 1 else attrgetter(*sources * 2)
+        self._batch: list[Any] = []  # requests not read into the columns yet
+        self._parts: list[list[Any]] = [[] for _ in self.columns]  # arrays, or str
         self._rows = 0  # rows in _parts
 
-    def append(self, row: tuple) -> None:
-        self._batch.append(row)
+    def add(self, record: Any) -> None:
+        """A finished (or dropped) request: its values are read by the columns' sources
+        when the batch is full, or a column is read (the request must not change)."""
+        self._batch.append(record)
         if len(self._batch) >= _BATCH:
             self._flush()
 
@@ -156,24 +286,44 @@ class RowTable:
         batch = self._batch
         if not batch:
             return
-        fields = list(zip(*batch, strict=True))  # ValueError: rows of unequal length
-        if len(fields) != len(SCHEMA):
-            raise ValueError(f"rows have {len(fields)} fields; the table has {len(SCHEMA)}")
-        for parts, code, values in zip(self._parts, _CODES, fields, strict=True):
-            if code == "s":
-                parts.extend(values)
+        n = len(batch)
+        by_source = list(zip(*map(self._get, batch), strict=True))  # a tuple per source
+        tiers: dict[int, list[tuple[Any, ...]]] = {}  # a per-tier list's values, by tier
+        values: dict[str, Any] = {}
+        cols = (*self.columns, _RESTORE)
+        for col, (i, t) in zip(cols, self._plan, strict=True):
+            if i < 0:
+                continue  # derived: below
+            if t == -2:
+                got = by_source[i]
+            else:  # one entry of a per-tier list
+                per_tier = tiers.get(i)
+                if per_tier is None:
+                    per_tier = tiers[i] = list(zip(*by_source[i], strict=True))
+                got = per_tier[t]
+            if col.code == "s":
+                values[col.name] = list(got)
             else:
-                parts.append(np.fromiter(values, _DTYPES[code], len(values)))
-        self._rows += len(batch)
+                values[col.name] = np.fromiter(got, _DTYPES[col.code], n)
+        for col in cols:
+            if col.derived is not None:
+                values[col.name] = col.derived(values)
+        for parts, col in zip(self._parts, self.columns, strict=True):
+            v = values[col.name]
+            if col.code == "s":
+                parts.extend(v)
+            else:
+                parts.append(v)
+        self._rows += n
         self._batch = []
 
     def column(self, name: str) -> Any:
         """One column: a NumPy array, or a list of strings for text."""
-        return self._column(COLUMN_NAMES.index(name))
+        return self._column(self.names.index(name))
 
     def _column(self, i: int) -> Any:
         self._flush()
-        parts, code = self._parts[i], _CODES[i]
+        parts, code = self._parts[i], self.columns[i].code
         if code == "s":
             return parts
         if len(parts) != 1:  # join the chunks once
@@ -185,12 +335,16 @@ class RowTable:
         return self._rows + len(self._batch)
 
     def __getitem__(self, i: int) -> tuple:
-        columns = [self._column(c) for c in range(len(SCHEMA))]
+        """Row ``i`` as a tuple in column order (Python values)."""
+        cols = [self._column(c) for c in range(len(self.columns))]
         return tuple(
-            c[i] if code == "s" else c[i].item() for c, code in zip(columns, _CODES, strict=True)
+            c[i] if col.code == "s" else c[i].item()
+            for c, col in zip(cols, self.columns, strict=True)
         )
 
     def __iter__(self) -> Iterator[tuple]:
-        columns = [self._column(c) for c in range(len(SCHEMA))]
-        values = [c if code == "s" else c.tolist() for c, code in zip(columns, _CODES, strict=True)]
+        cols = [self._column(c) for c in range(len(self.columns))]
+        values = [
+            c if col.code == "s" else c.tolist() for c, col in zip(cols, self.columns, strict=True)
+        ]
         return zip(*values, strict=True)

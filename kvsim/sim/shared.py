@@ -1,8 +1,8 @@
 """What the engines, the tenancy rules and the faults share while a simulation runs.
 
 What this module owns: :class:`Shared` (the clock, the fabric, the engines, the remote
-store and its GET/put physics, the policies, the stall draws, the blocks seen, the access
-log and the listener) and :class:`Listener`, what the engines report back (a request
+store and its GET/put physics, the policies, the stall draws, the blocks seen, the metrics
+collector and the listener) and :class:`Listener`, what the engines report back (a request
 finished, a request lost its engine, whether a finished request's blocks are kept, the
 engines up changed). The run's constants are :class:`~kvsim.sim.constants.Constants`
 (``Shared.run``). The :class:`~kvsim.sim.simulation.Simulation` builds everything first
@@ -28,6 +28,7 @@ from kvsim.rng import stream
 from kvsim.sim.constants import Constants, head_share
 from kvsim.sim.hooks import Hooks, PrefetchHook
 from kvsim.sim.job import Job
+from kvsim.sim.metrics import Metrics
 from kvsim.sim.node import Node
 from kvsim.sim.policy import LoadPolicy
 from kvsim.workload.request import Request
@@ -66,9 +67,9 @@ class Shared:
         prefetch_hook: PrefetchHook | None,
         engines: list[Node],
         listener: Listener,
+        metrics: Metrics,
         remote: RemoteStore | None = None,
         remote_admission: Gate | None = None,
-        recorder: Any = None,
     ) -> None:
         sc = run.scenario
         self.run = run
@@ -107,9 +108,10 @@ class Shared:
         # would walk a set of a million keys at every full collection); kept only where a
         # block can be cached at all (Constants.track_seen)
         self.seen: dict[Key, None] = {}
-        # the access log (kvsim.results.accesses.AccessRecorder; run --record-accesses),
-        # or None: the engines test it once per lookup, reservation and admission
-        self.recorder: Any = recorder
+        # the run's metrics collector: the requests' records, and block events for its
+        # listeners (the access log, run --record-accesses): the engines test
+        # ``metrics.blocks`` once per lookup, reservation and admission
+        self.metrics = metrics
 
     def _remote_physics(self, remote: RemoteStore) -> None:
         """The remote store's operations and its clients' caps, once per run."""
@@ -171,7 +173,10 @@ class Shared:
         over the ``shared`` links (NIC, PCIe): (links, size, costs, shares). ``parts`` are
         (link, bytes, servers behind it); progress is counted in bytes of the largest part,
         and a server's cost includes its per-op time for the part it holds."""
-        size = max(b for _, b, _ in parts)
+        size = 0.0
+        for _, b, _ in parts:  # (a loop: max() over a generator is a slow call compiled)
+            if b > size:
+                size = b
         links: list[Link] = []
         costs: list[float] = []
         shares: list[float] = []

@@ -21,26 +21,27 @@ from typing import Any, cast
 
 import simpy
 
-from kvsim.cache.eviction import POLICIES, Key
-from kvsim.cache.local import HOST, NVME, REMOTE, SELECTIVE, LocalCache
+from kvsim.cache.eviction import POLICIES, BlockStore, Gate, Key
+from kvsim.cache.local import GPU, HOST, NVME, REMOTE, SELECTIVE, TIERS, LocalCache
 from kvsim.cache.remote import RemoteStore
 from kvsim.cache.writes import Writes
 from kvsim.config.pools import too_large
 from kvsim.config.schema import Scenario, SyntheticWorkload
 from kvsim.errors import InputError
-from kvsim.kernel.fabric import Fabric
+from kvsim.kernel.fabric import Fabric, Link
 from kvsim.kernel.pipe import Pipe
 from kvsim.sim import faults
 from kvsim.sim.constants import Constants
 from kvsim.sim.engine import Engine
 from kvsim.sim.hooks import Hooks
 from kvsim.sim.job import Job
+from kvsim.sim.metrics import Metrics, OnRecords
 from kvsim.sim.node import Links, Node
 from kvsim.sim.recorder import AccessRecorder
-from kvsim.sim.rows import RowTable
+from kvsim.sim.rows import RowTable, columns
 from kvsim.sim.shared import Listener, Shared
 from kvsim.sim.tenancy import Tenancy
-from kvsim.sim.tiers import KINDS, Tier
+from kvsim.sim.tiers import KINDS, LocalTier, Tier
 from kvsim.workload import open_workload
 from kvsim.workload.request import Request, check_request
 from kvsim.workload.synthetic import prestored_blocks
@@ -154,13 +155,14 @@ class Simulation(Listener):
         progress: Progress | None = None,
         engine_order: Sequence[int] | None = None,
         record_accesses: bool = False,
-        tier_kinds: Sequence[type[Tier]] = KINDS,
+        tier_kinds: Sequence[type[Tier] | Tier] = KINDS,
     ) -> None:
         """``engine_order`` builds the engines in another order (the results must not
         depend on it; the tests check that). ``record_accesses``: keep the access log
         (``self.recorder``: kvsim.sim.recorder), from before the remote store is
-        prestored. ``tier_kinds``: the tier classes, one per tier code (kvsim.sim.tiers;
-        docs/extending.md, "Adding a tier kind")."""
+        prestored. ``tier_kinds``: the tier kinds by code, the five built-in ones (or
+        subclasses in their places) then a user's (kvsim.sim.tiers; docs/extending.md,
+        "Adding a tier kind")."""
         sc = scenario
         self.scenario = sc
         self.env = simpy.Environment(initial_time=0.0)  # float times throughout
@@ -174,7 +176,6 @@ class Simulation(Listener):
         prefetch = hooks.prefetch(sc.prefetch.policy)
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
         self.progress = progress
-        self.rows = RowTable()
         self.arrived = 0
         self.dropped = 0
         self.guard = MemoryGuard()
@@ -206,12 +207,17 @@ class Simulation(Listener):
             admission = hooks.gate(
                 rc.admission, rc.capacity * rc.servers, "remote", None, self.remote.shards
             )
-        # the access log (``run --record-accesses``), from before the remote store is
-        # prestored; it sees the engines once they are built
+        # the metrics collector: every request's record, and block events for its
+        # listeners: the access log (``run --record-accesses``), which hears them from
+        # before the remote store is prestored, once the stores are watched
+        tiers = run.tiers
+        self.metrics = Metrics(columns([t.name for t in tiers]))
+        self.metrics.add(OnRecords(self._records))
         self.recorder: AccessRecorder | None = None
         if record_accesses:
             env = self.env
-            self.recorder = AccessRecorder(lambda: env._now)
+            self.recorder = AccessRecorder(lambda: env._now, [t.name for t in tiers])
+            self.metrics.add(self.recorder)
         # the engines as the parts below them see them (by index, once all are built)
         nodes: list[Node] = []
         ctx = self.shared = Shared(
@@ -223,86 +229,18 @@ class Simulation(Listener):
             prefetch,
             nodes,
             self,
+            self.metrics,
             self.remote,
             admission,
-            self.recorder,
         )
         self.engines: list[Engine] = []
-        tiers = sc.tiers
         order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
         if sorted(order) != list(range(sc.cluster.engines)):
             raise ValueError("engine_order must list every engine once")
         self.pipes: list[Pipe] = []  # write links, served in order (not fabric links)
+        local_tiers = [t for t in tiers if isinstance(t, LocalTier)]
         for i in order:
-            link = self.fabric.link
-            # rank 0's GPU-to-host link stands for every rank's (each copies its shard)
-            d2h = Pipe(f"e{i}.d2h", node.d2h_per_gpu)
-            nvme_write = (
-                Pipe(f"e{i}.nvme_write", node.nvme_write_per_drive * node.nvme_drives)
-                if tiers.nvme.enabled
-                else None
-            )
-            self.pipes += [d2h] if nvme_write is None else [d2h, nvme_write]
-            gpu = hooks.store(tiers.gpu.eviction, tiers.gpu.capacity, "gpu")
-            host = (
-                hooks.store(tiers.host.eviction, tiers.host.capacity, "host")
-                if tiers.host.enabled
-                else None
-            )
-            nvme_store = (
-                hooks.store(tiers.nvme.eviction, tiers.nvme.capacity, "nvme")
-                if tiers.nvme.enabled
-                else None
-            )
-            local = LocalCache(
-                gpu,
-                host,
-                nvme_store,
-                [
-                    hooks.gate(tiers.gpu.admission, tiers.gpu.capacity, "gpu", gpu),
-                    hooks.gate(tiers.host.admission, tiers.host.capacity, "host", host),
-                    hooks.gate(tiers.nvme.admission, tiers.nvme.capacity, "nvme", nvme_store),
-                ],
-                ("write_back", tiers.host.write_policy, tiers.nvme.write_policy),
-                (1, tiers.host.write_threshold, tiers.nvme.write_threshold),
-                Writes(
-                    lambda: self.env._now,
-                    d2h,
-                    nvme_write,
-                    node.gpus,
-                    tiers.host.enabled,
-                    ctx.run.nvme_gds,
-                    (None, tiers.host.write_queue, tiers.nvme.write_queue),
-                    (False, tiers.host.on_backlog == "block", tiers.nvme.on_backlog == "block"),
-                    [
-                        1.0 if ctx.run.codec_on_gpu[t] else 1.0 / ctx.run.ratio[t]
-                        for t in (0, HOST, NVME)
-                    ],
-                    ctx.run.copy_sm_share,
-                ),
-                count_uses=ctx.run.put_policy == SELECTIVE,
-                ratio=ctx.run.ratio[:3],
-                # null: promote whenever both tiers exist (LMCache and HiCache do)
-                promote=tiers.nvme.promote is not False,
-            )
-            h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
-            nvme = (
-                link(f"e{i}.nvme", node.nvme_read_per_drive * node.nvme_drives, node.nvme_latency)
-                if tiers.nvme.enabled
-                else None
-            )
-            nic_in = link(f"e{i}.nic_in", node.nic_per_gpu * node.gpus, node.network_latency)
-            nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
-            # one rank's own path (its NIC and its PCIe link): an unsharded GET's client
-            client = link(f"e{i}.client", min(node.nic_per_gpu, node.h2d_per_gpu))
-            # unsharded remote store: the issuing rank's NVLink carries the hand-off
-            nvlink = None
-            if self.remote is not None and self.remote.shards == 1 and node.gpus > 1:
-                nvlink = Pipe(f"e{i}.nvlink", node.nvlink_per_gpu)
-                self.pipes.append(nvlink)
-            self.engines.append(
-                Engine(ctx, i, local, Links(h2d, nvme, nic_in, nic_out, client, d2h, nvlink))
-            )
+            self.engines.append(self._engine(i, local_tiers, hooks))
         self.engines.sort(key=lambda e: e.index)
         for e in self.engines:
             e.guard = self.check_memory
@@ -312,8 +250,7 @@ class Simulation(Listener):
         self.warmup = 0.0 if sc.run.warmup == "auto" else sc.run.warmup
         self.tenancy = Tenancy(ctx, sc.tenancy)
         self.tenancy.install()
-        if self.recorder is not None:
-            self.recorder.attach(self.engines, self.remote)
+        self.metrics.attach(self.engines, self.remote)  # (watches stores if anyone listens)
         if self.remote is not None:
             self._prestore(sc)
         hooks.tenant_of = self.tenancy.key_tenant
@@ -322,6 +259,85 @@ class Simulation(Listener):
             hooks.note if hooks.depths is not None else None
         )
         hooks.setup(self.engines, self.remote)
+
+    def _engine(self, i: int, local_tiers: Sequence[LocalTier], hooks: Hooks) -> Engine:
+        """Engine ``i``: its local tiers' stores (each tier builds its own, with its links)
+        and its links."""
+        sc = self.scenario
+        ctx = self.shared
+        run = ctx.run
+        node = sc.node
+        n = len(run.tiers)
+        link = self.fabric.link
+        # rank 0's GPU-to-host link stands for every rank's (each copies its shard)
+        d2h = Pipe(f"e{i}.d2h", node.d2h_per_gpu)
+        self.pipes.append(d2h)
+        stores: list[BlockStore | None] = [None] * n
+        gates: list[Gate | None] = [None] * n
+        write_pipes: list[Pipe | None] = [None] * n
+        via_d2h = [False] * n
+        queues: list[float | None] = [None] * n
+        blocking = [False] * n
+        policy = ["write_back"] * n
+        threshold = [2] * n
+        for tier in local_tiers:
+            t = tier.code
+            pipe = tier.write_pipe(i, sc)
+            if pipe is not None:
+                write_pipes[t] = pipe
+                self.pipes.append(pipe)
+            via_d2h[t] = tier.via_d2h(run.tiers)
+            queues[t], blocking[t] = tier.write_queue()
+            policy[t] = tier.write_policy
+            threshold[t] = tier.write_threshold
+        for tier in local_tiers:
+            stores[tier.code] = tier.store(hooks)
+        for tier in local_tiers:
+            gates[tier.code] = tier.gate(hooks, stores[tier.code])
+        gpu = stores[GPU]
+        assert gpu is not None
+        extra = stores[TIERS:]  # a user's local tier kinds (kvsim.sim.tiers)
+        wide = n if extra else NVME + 1  # the local cache's per-tier lists
+        local = LocalCache(
+            gpu,
+            stores[HOST],
+            stores[NVME],
+            gates[:wide],
+            policy[:wide],
+            threshold[:wide],
+            Writes(
+                lambda: self.env._now,
+                d2h,
+                node.gpus,
+                write_pipes[:wide],
+                via_d2h[:wide],
+                run.nvme_gds,
+                queues[:wide],
+                blocking[:wide],
+                [1.0 if run.codec_on_gpu[t] else 1.0 / run.ratio[t] for t in range(wide)],
+                run.copy_sm_share,
+            ),
+            count_uses=run.put_policy == SELECTIVE,
+            ratio=run.ratio[:wide],
+            # null: promote whenever both tiers exist (LMCache and HiCache do)
+            promote=sc.tiers.nvme.promote is not False,
+            extra=extra,
+            chain=run.chain,
+        )
+        h2d = link(f"e{i}.h2d", node.h2d_per_gpu * node.gpus, node.h2d_latency)
+        own: list[Link | None] = [None] * n
+        for tier in local_tiers:
+            own[tier.code] = tier.read_link(self.fabric, i, sc)
+        nic_in = link(f"e{i}.nic_in", node.nic_per_gpu * node.gpus, node.network_latency)
+        nic_out = link(f"e{i}.nic_out", node.nic_per_gpu * node.gpus, node.network_latency)
+        # one rank's own path (its NIC and its PCIe link): an unsharded GET's client
+        client = link(f"e{i}.client", min(node.nic_per_gpu, node.h2d_per_gpu))
+        # unsharded remote store: the issuing rank's NVLink carries the hand-off
+        nvlink = None
+        if self.remote is not None and self.remote.shards == 1 and node.gpus > 1:
+            nvlink = Pipe(f"e{i}.nvlink", node.nvlink_per_gpu)
+            self.pipes.append(nvlink)
+        return Engine(ctx, i, local, Links(h2d, own, nic_in, nic_out, client, d2h, nvlink))
 
     def _prestore(self, sc: Scenario) -> None:
         """Fill the remote store with the workload's shared prefixes, if it asks for that."""
@@ -360,7 +376,9 @@ class Simulation(Listener):
 
     def finished(self, engine: Node, job: Job) -> None:
         """A request's first token is out: record it; a session may end here."""
-        self._record(job.row(engine.index, self.env._now))
+        job.served_by = engine.index
+        job.finish = self.env._now
+        self.metrics.request(job)
         self.tenancy.session_ended(job)
 
     def displace(self, job: Job, engine: Node) -> None:
@@ -390,16 +408,15 @@ class Simulation(Listener):
     def drop(self, job: Job, reason: str) -> None:
         """A request that will never get its first token, with the reason."""
         self.dropped += 1
-        job.drop()
-        self._record(job.row(-1, math.nan, reason))
+        job.drop(reason)
+        self.metrics.request(job)
 
-    def _record(self, row: tuple) -> None:
-        rows = self.rows
-        rows.append(row)
-        if len(rows) % 1000 == 0:
+    def _records(self, n: int) -> None:
+        """``n`` more requests were recorded: check memory, report progress."""
+        if n == 1000:
             self.check_memory()
-            if self.progress is not None:
-                self.progress(1000)
+        if self.progress is not None:
+            self.progress(n)
 
     # ---- running ------------------------------------------------------------------------
 
@@ -408,6 +425,7 @@ class Simulation(Listener):
         warmup = self.warmup
         block = self.shared.run.block_tokens
         keys = self.tenancy.keys
+        tiers = len(self.shared.run.tiers)
         last = 0.0
         per = self.shared.run.per_step
         capped = 0 < self.scenario.engine.long_prefill_token_threshold < self.shared.run.budget
@@ -455,7 +473,7 @@ class Simulation(Listener):
             else:  # warm: a later request on a prefix (its first block) seen before
                 warm = first in firsts
             firsts[first] = None
-            job = Job(req, req.arrival < warmup, ks, warm)
+            job = Job(req, req.arrival < warmup, ks, tiers, warm)
             self._route(job)
 
     def run(self) -> SimOutput:
@@ -482,8 +500,7 @@ class Simulation(Listener):
             env.run(until=self.scenario.run.max_time)
         else:  # the sweeper never stops: run until the last request is out
             self._run_until_done()
-        if self.progress is not None:
-            self.progress(len(self.rows) % 1000)
+        self.metrics.done()  # the records since the last progress report
         out = self._output()
         # the keys ever kept (recomputed_tokens) are of no use past the run, and may be
         # millions: freed now, not when the collector reaches the simulation's cycles
@@ -505,7 +522,7 @@ class Simulation(Listener):
                     env.run(until=limit)
                 return
             env.step()
-            if arrivals.triggered and len(self.rows) >= self.arrived:
+            if arrivals.triggered and len(self.metrics.rows) >= self.arrived:
                 return
 
     def _output(self) -> SimOutput:
@@ -545,16 +562,16 @@ class Simulation(Listener):
             }
             for e in self.engines
         ]
-        unfinished = self.arrived - len(self.rows)
+        unfinished = self.arrived - len(self.metrics.rows)
         t = self.tenancy
         tenancy = {
             "deletions": t.deletions,
             "ttl_retention_max_s": t.retention,
             # a scan of every store: only when there are tenants to report on
-            "stored_bytes": t.stored_bytes() if t.reporting(self.rows) else {},
+            "stored_bytes": t.stored_bytes() if t.reporting(self.metrics.rows) else {},
         }
         return SimOutput(
-            self.rows,
+            self.metrics.rows,
             engines,
             tiers,
             end,
