@@ -6,11 +6,12 @@
 For each scenario under ``scenarios/`` (top level, ``paper/`` and ``validation/*/``; a
 scenario whose trace is not beside the checkout is skipped and named) it runs
 ``kvsim.run(path, seed=0)`` from the checkout root and keeps the summary (provenance and
-wall times left out: they name the tree and the clock) and a SHA-256 of the per-request
-frame (its columns in order, every value). A refactoring that claims "results bit for bit
-unchanged" must show ``check`` printing no difference, on the pure core (an editable
-install) and on the compiled core (``pip install .``) alike. Exit status: 0 when nothing
-differs, 1 when something does, 2 for bad usage.
+wall times left out: they name the tree and the clock) and a SHA-256 of each column of the
+per-request frame (its name and every value). A refactoring that claims "results bit for
+bit unchanged" must show ``check`` printing no difference, on the pure core (an editable
+install) and on the compiled core (``pip install .``) alike; a summary key or request
+column that only the newer tree has is listed as added, not as a difference. Exit status:
+0 when nothing differs, 1 when something does, 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def frame_digest(frame: Any) -> str:
-    """SHA-256 of a DataFrame's column names and every value, column by column."""
-    h = hashlib.sha256()
+def frame_digest(frame: Any) -> dict[str, str]:
+    """SHA-256 of each of a DataFrame's columns (its name and every value), by name."""
+    out = {}
     for name in frame.columns:
+        h = hashlib.sha256()
         h.update(str(name).encode())
         col = frame[name]
         values = col.to_numpy()
@@ -58,7 +60,28 @@ def frame_digest(frame: Any) -> str:
             h.update(values.tobytes())
         else:  # text, categories: their values (an object array's bytes are pointers)
             h.update("\0".join(map(str, col.tolist())).encode())
-    return h.hexdigest()
+        out[str(name)] = h.hexdigest()
+    return out
+
+
+def _changes(before: Any, now: Any, path: str = "") -> tuple[list[str], list[str]]:
+    """(paths whose value changed or went away, paths added) between two cleaned records:
+    a new summary key or request column is an addition, not a change of results."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        changed: list[str] = []
+        added: list[str] = []
+        for k in before:
+            if k not in now:
+                changed.append(f"{path}.{k} (gone)")
+            else:
+                c, a = _changes(before[k], now[k], f"{path}.{k}")
+                changed += c
+                added += a
+        added += [f"{path}.{k}" for k in now if k not in before]
+        return changed, added
+    if json.dumps(before, sort_keys=True) != json.dumps(now, sort_keys=True):
+        return [path or "."], []
+    return [], []
 
 
 def record() -> dict[str, Any]:
@@ -93,10 +116,21 @@ def main(argv: list[str]) -> int:
         return 0
     before = json.loads(target.read_text())
     differ = []
+    additions: set[str] = set()
     for name in sorted(set(before) | set(now)):
-        if json.dumps(before.get(name), sort_keys=True) != json.dumps(now.get(name), sort_keys=True):
+        if name not in before or name not in now:
             differ.append(name)
-            print(f"DIFFERS: {name}")
+            print(f"DIFFERS: {name} ({'new run' if name not in before else 'not run now'})")
+            continue
+        changed, added = _changes(before[name], now[name])
+        additions.update(a.split(".", 2)[-1] if a.startswith(".requests") else a for a in added)
+        if changed:
+            differ.append(name)
+            print(
+                f"DIFFERS: {name}: {', '.join(changed[:6])}" + (" ..." if len(changed) > 6 else "")
+            )
+    if additions:
+        print(f"added (not compared): {', '.join(sorted(additions))}")
     print(f"{len(differ)} of {len(set(before) | set(now))} runs differ")
     return 1 if differ else 0
 

@@ -325,6 +325,12 @@ CASES: list[Case] = [
         "timing.roofline.achievable_flops",
     ),
     S(
+        "roofline without FLOP/s or per-operation model",
+        "timing:\n  roofline: {achievable_flops: null}\n",
+        "timing.roofline.achievable_flops",
+        "missing",
+    ),
+    S(
         "roofline without HBM bandwidth",
         "node:\n  hbm_bandwidth_per_gpu: null\n",
         "node.hbm_bandwidth_per_gpu",
@@ -2540,9 +2546,9 @@ CASES: list[Case] = [
     CARD(
         "GPU card: an efficiency above 1",
         "g.yaml:11: ",
-        "efficiency.hbm_frac: expected a fraction in (0, 1], got 1.5",
-        gpu=GPU_CARD + "efficiency:\n  hbm_frac: 1.5\n",
-        shown="g.yaml: efficiency: {hbm_frac: 1.5}",
+        "efficiency.host_link_frac: expected a fraction in (0, 1], got 1.5",
+        gpu=GPU_CARD + "efficiency:\n  host_link_frac: 1.5\n",
+        shown="g.yaml: efficiency: {host_link_frac: 1.5}",
     ),
     CARD(
         "GPU card: an unknown generation",

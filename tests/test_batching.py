@@ -212,6 +212,9 @@ class Recorder:
         self.steps.append(list(chunks))
         return self.inner.compute_share(chunks)
 
+    def overhead(self, chunks, compute):
+        return self.inner.overhead(chunks, compute)
+
 
 prompts = st.lists(
     st.tuples(st.floats(0, 2.0), st.integers(1, 5000), st.integers(0, 3)), min_size=1, max_size=25

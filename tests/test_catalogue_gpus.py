@@ -16,9 +16,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvsim.catalogue.efficiency import (
-    FIELDS,
-    efficiency,
+    OPS,
+    PARAMS,
+    curve,
     generations,
+    host_link_frac,
+    narrow,
 )
 from kvsim.catalogue.efficiency import (
     dtypes as eff_dtypes,
@@ -314,24 +317,31 @@ def test_non_yaml_and_non_mapping_cards(tmp_path: Path) -> None:
 
 
 def test_efficiency_values_in_range_with_sources() -> None:
+    """Every curve parameter of every generation lies in its documented range, has a mark
+    and a source; fractions are in (0, 1]."""
     assert generations() == list(GENERATIONS)
     for gen in generations():
-        for dtype in eff_dtypes(gen):
-            e = efficiency(gen, dtype)
-            assert e.mark in ("M", "L") and e.source
-            for f in FIELDS:
-                v = getattr(e, f)
-                assert e.lo[f] <= v <= e.hi[f], (gen, dtype, f)
-                assert e.marks[f] in ("M", "L") and e.sources[f], (gen, dtype, f)
-            for f in ("flops_frac", "hbm_frac", "host_link_frac"):
-                assert 0 < getattr(e, f) <= 1 and e.lo[f] > 0 and e.hi[f] <= 1
+        h = host_link_frac(gen)
+        assert 0 < h.lo <= h.value <= h.hi <= 1 and h.mark in ("M", "L") and h.source
+        for op in OPS:
+            for dtype in eff_dtypes(gen, op):
+                c = curve(gen, op, dtype)
+                assert set(c) == set(PARAMS), (gen, op, dtype)
+                for p, v in c.items():
+                    assert v.lo <= v.value <= v.hi, (gen, op, dtype, p)
+                    assert v.mark in ("H", "M", "L") and v.source, (gen, op, dtype, p)
+                    if p != "half":
+                        assert 0 < v.lo and v.hi <= 1, (gen, op, dtype, p)
+    factor, width = narrow()
+    assert 0 < factor.lo <= factor.value <= factor.hi <= 1 and width == 2112
 
 
-def test_every_card_dtype_has_an_efficiency() -> None:
+def test_every_card_dtype_has_a_dense_curve_and_attention_in_bf16() -> None:
     for g in list_gpus():
         card = read_gpu(g["name"])
         for dtype in card.flops:
-            assert efficiency(card.generation, dtype).dtype == dtype
+            assert set(curve(card.generation, "dense", dtype)) == set(PARAMS)
+        assert set(curve(card.generation, "attention", "bf16")) == set(PARAMS)
 
 
 def test_efficiency_table_is_small() -> None:
@@ -339,33 +349,39 @@ def test_efficiency_table_is_small() -> None:
     assert eff_dtypes("ampere") == ["bf16"]
     assert eff_dtypes("hopper") == ["bf16", "fp8"]
     assert eff_dtypes("blackwell") == eff_dtypes("blackwell-ultra") == ["bf16", "fp8", "fp4"]
+    assert eff_dtypes("hopper", "experts") == ["fp8", "bf16", "int4"]
+    assert eff_dtypes("hopper", "attention") == ["bf16"]
 
 
-def test_fixed_time_by_hand() -> None:
-    e = efficiency("hopper", "bf16")
-    # efficiency.yaml: fixed 2 ms, fixed_per_layer 40 us (L); 32 layers: 2 + 32 x 0.04 = 3.28 ms
-    assert e.fixed_s == pytest.approx(2e-3) and e.fixed_per_layer_s == pytest.approx(40e-6)
-    assert e.fixed_time(32) == pytest.approx(3.28e-3)
-    # achievable FLOP/s of 1 H100 in bf16: 989.5 TFLOP/s x 0.55 = 544.2 TFLOP/s
-    assert read_gpu("H100").flops["bf16"] * e.flops_frac == pytest.approx(544.225e12)
+def test_a_curve_by_hand() -> None:
+    """Hopper's dense BF16 GEMMs (efficiency.yaml: e_max 0.71, half 43, our fit to
+    Vidur's H100 tables): at 43 tokens half of 0.71, at 4,096 tokens 0.71 x 4096 / 4139."""
+    from kvsim.physics.ops import efficiency
+
+    c = curve("hopper", "dense", "bf16")
+    e_max, half = c["e_max"].value, c["half"].value
+    assert (e_max, half) == (0.71, 43)
+    assert efficiency(43, e_max, half) == pytest.approx(0.355)
+    assert efficiency(4096, e_max, half) == pytest.approx(0.71 * 4096 / 4139)
+    assert efficiency(0, e_max, half) == 0.0
 
 
 @pytest.mark.parametrize(
-    ("gen", "dtype", "match"),
+    ("gen", "op", "dtype", "match"),
     [
-        ("volta", "bf16", "known: ampere, hopper, blackwell, blackwell-ultra"),
-        ("hopper", "fp4", "hopper has bf16, fp8"),
-        ("ampere", "fp8", "ampere has bf16"),
-        ("blackwell", "int8", "blackwell has bf16, fp8, fp4"),
+        ("volta", "dense", "bf16", "known: ampere, hopper, blackwell, blackwell-ultra"),
+        ("hopper", "dense", "fp4", "hopper in fp4; it has bf16, fp8"),
+        ("ampere", "dense", "fp8", "ampere in fp8; it has bf16"),
+        ("blackwell", "experts", "int8", "blackwell in int8"),
     ],
 )
-def test_unknown_generation_or_dtype(gen: str, dtype: str, match: str) -> None:
+def test_unknown_generation_or_dtype(gen: str, op: str, dtype: str, match: str) -> None:
     with pytest.raises(InputError, match=match):
-        efficiency(gen, dtype)
+        curve(gen, op, dtype)
 
 
 def test_efficiency_lookup_is_case_insensitive() -> None:
-    assert efficiency("Hopper", "FP8") == efficiency("hopper", "fp8")
+    assert curve("Hopper", "dense", "fp8") == curve("hopper", "dense", "fp8")
 
 
 # ---- fuzz: any value in any field of a user's card is read or refused with one line --------

@@ -43,8 +43,11 @@ def test_llama_8b_on_one_h100_by_hand():
     assert sc.node.gpus == 1 and sc.node.pcp == 1 and sc.node.gpu == "H100-SXM"
     # KV: 32 layers x 2 x 8 heads x 128 x 2 B = 131,072 B a token
     assert sc.model.kv_bytes == 131_072
-    # FLOP/s: 1 GPU x the card's bf16 peak x the Hopper bf16 fraction
-    assert r.achievable_flops == pytest.approx(g.flops["bf16"] * comp.eff.flops_frac)
+    # the per-operation roofline: dense GEMMs at the card's bf16 peak on Hopper's curve
+    assert r.achievable_flops is None and r.ops is not None
+    assert r.ops.dense.peak_flops == g.flops["bf16"]
+    assert r.ops.dense.e_max == comp.assume.v("dense.e_max") == 0.71
+    assert r.ops.attention.peak_flops == g.flops["bf16"]
     # per token: 2 x matmul parameters less the LM head (logits for the last token only)
     assert r.linear_flops_per_token == pytest.approx(
         m.linear_flops_per_token() - 2 * 128_256 * 4096
@@ -56,7 +59,11 @@ def test_llama_8b_on_one_h100_by_hand():
     assert p.kv == pytest.approx(80 * 2**30 * 0.9 - m.dense_weight_bytes() - 5e9)
     assert sc.tiers.gpu.capacity == pytest.approx(p.node_kv)
     # the host link: the card's PCIe figure x the achievable fraction, each way
-    assert sc.node.h2d_per_gpu == pytest.approx(g.host_link_per_direction * comp.eff.host_link_frac)
+    assert sc.node.h2d_per_gpu == pytest.approx(
+        g.host_link_per_direction * comp.assume.v("host_link_frac")
+    )
+    # the frontend: engine.yaml's, vLLM's one API-server process
+    assert sc.engine.frontend is not None and sc.engine.frontend.servers == 1
 
 
 def test_the_scenario_runs_the_composition_s_step_model():
@@ -67,12 +74,25 @@ def test_the_scenario_runs_the_composition_s_step_model():
     from kvsim.physics.step import lone_seconds
 
     assert lone(16384, 0) == lone_seconds(by_card, 16384, 0, 8192)
-    # a 1-token step on 4 GPUs is memory-bound: 141 GB / 4 of weights at the HBM reached
+    # a 1-token step on 4 GPUs is memory-bound: 141 GB / 4 of dense weights at the dense
+    # GEMMs' share of HBM, the KV read at attention's, two all-reduces per layer (bytes
+    # over NVLink's reached share, and a latency each), the CPU work
     m = read_model("llama-3.1-70b")
     step = make_step_model(sc)
-    hbm = read_gpu("H100-SXM").hbm_bandwidth * sc.timing.roofline.hbm_efficiency
-    comm = 2 * 3 / 4 * 1 * m.allreduce_bytes_per_token() / read_gpu("H100-SXM").nvlink_per_gpu
-    want = sc.timing.roofline.fixed + (m.dense_weight_bytes() / 4 + 1 * 327_680 / 4) / hbm + comm
+    o = sc.timing.roofline.ops
+    hbm = read_gpu("H100-SXM").hbm_bandwidth
+    bw = read_gpu("H100-SXM").nvlink_per_gpu * 0.95  # comm.nvlink_frac
+    comm = 2 * 3 / 4 * 1 * m.allreduce_bytes_per_token() / bw + 2 * 80 * 30e-6
+    weights = m.dense_weight_bytes() / 4 / (hbm * o.dense.e_mem)
+    # attention: half a pair (the token sees itself), at e(0.5 keys) = e_max x 0.5 / (0.5 +
+    # half): compute-bound, over the KV read
+    a = o.attention
+    attention = max(
+        0.5 * m.pair_flops() / 4 / (a.peak_flops * a.e_max * 0.5 / (0.5 + a.half)),
+        1 * 327_680 / 4 / (hbm * a.e_mem),
+    )
+    want = o.cpu_step + o.cpu_request + weights + attention + comm
+    assert o.collectives == 160 and o.collective_latency == pytest.approx(30e-6)
     assert step.step([(1, 0)]) == pytest.approx(want)
 
 

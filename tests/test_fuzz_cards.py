@@ -168,9 +168,10 @@ def gpu_text(draw) -> str:
             card["nvlink_per_gpu"] = "0 GB/s"
         else:
             frac = draw(st.sampled_from([0.5, 0, -1, 1.5, float("nan"), "x", {"value": 0.4}]))
-            card["efficiency"] = {
-                draw(st.sampled_from(["hbm_frac", "host_link_frac", "flops_frac"])): frac
-            }
+            key = draw(st.sampled_from(["host_link_frac", "dense", "attention"]))
+            card["efficiency"] = (
+                {key: frac} if key == "host_link_frac" else {key: {"bf16": {"e_max": frac}}}
+            )
     text = yaml.safe_dump(card, sort_keys=False, allow_unicode=True)
     if draw(st.integers(0, 5)) == 0:  # a key given twice
         text += "hbm: 80 GiB\n"
@@ -213,7 +214,9 @@ def check(tmp: Path, model: str, gpu: str, gpus: int) -> None:
         assert body.startswith(names) or body.startswith(("--", "profiles show: ")), err
     else:
         n = json.loads(out)["numbers"]
-        assert all(math.isfinite(v) and v >= 0 for v in n.values()), n
+        flat = [v for v in n.values() if not isinstance(v, dict)]
+        flat += list(n["lone_16k_parts_s"].values())
+        assert all(math.isfinite(v) and v >= 0 for v in flat), n
         assert n["kv_bytes_per_token"] > 0 and n["kv_pool_per_gpu_bytes"] > 0
         assert 0 < n["lone_16k_s"] < 1e6 and n["params_total"] > 0
     sc = tmp / "s.yaml"

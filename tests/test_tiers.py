@@ -182,3 +182,84 @@ def test_a_new_kind_must_be_a_local_tier_after_the_built_in_ones():
         make_tiers(sc, (GpuTier, HostTier, CxlTier))
     with pytest.raises(ValueError, match="must be a LocalTier"):
         make_tiers(sc, (*KINDS, RemoteTier))
+
+
+def _cxl_run(tmp_path, **kw):
+    """quickstart's workload with two tenants on the CXL tier (realistic figures: 200 GB,
+    64 GB/s) below a small host tier, a plugin load policy, the access log kept."""
+    from kvsim.api import load
+
+    class RealCxl(CxlTier):
+        @classmethod
+        def of(cls, sc):
+            return cls(-1, "cxl", TierConfig(capacity="200 GB", t0="2 us", t0_engine="1 us"))
+
+        def read_link(self, fabric, index, sc):
+            return fabric.link(f"e{index}.cxl", 64e9)
+
+        def write_pipe(self, index, sc):
+            return Pipe(f"e{index}.cxl_write", 64e9)
+
+    sc = load(
+        "scenarios/quickstart.yaml",
+        {
+            "workload.requests": 300,
+            "run.warmup": "0 s",
+            "workload.tenants": {"count": 2},
+            "tenancy.isolation": "none",  # (the access log keeps int64 keys)
+            "tiers.host.capacity": "5 GB",
+            "tiers.gpu.capacity": "5 GB",
+            "cluster.load_policy": "skip_short",
+            "plugins": ["examples/skip_short.py"],
+            **kw,
+        },
+    )
+    return api.run(sc, record_accesses=True, tier_kinds=(*KINDS, RealCxl))
+
+
+def test_a_new_tier_kind_works_with_tenants_plugins_the_access_log_and_the_time_series(tmp_path):
+    """Every part that names the tiers takes the run's: tenancy's stored bytes, a plugin
+    policy's sources, the access log (written and read back), the time series, the
+    provenance."""
+    from kvsim.analysis.streams import accesses_streams, read_accesses
+    from kvsim.results.accesses import check
+    from kvsim.results.runfolder import write_results
+    from kvsim.results.timeseries import timeseries
+
+    res = _cxl_run(tmp_path)
+    s = res.summary
+    assert s["tiers"]["cxl"]["hits"] > 0 and s["token_source_frac"]["cxl"] > 0
+    assert s["provenance"]["tier_kinds"]["cxl"].endswith("RealCxl")
+    assert "cxl" in set(res.accesses["tier"].astype(str))
+    check(res.accesses, "accesses")
+    out = tmp_path / "run"
+    write_results(res, out)
+    back = read_accesses(out / "accesses.parquet")
+    assert len(back) == len(res.accesses)
+    assert accesses_streams(out / "accesses.parquet", tier="cxl")  # replayable by name
+    assert s["tenants"]  # tenancy's per-tier report ran over every tier
+    ts = timeseries(res.requests, [], window=10.0, engines=1)
+    assert "tokens_cxl" in ts and ts["tokens_cxl"].sum() == res.requests["tokens_cxl"].sum()
+
+
+def test_a_new_tier_kind_alone_counts_recomputed_tokens():
+    """With only the new tier caching (no HBM prefix cache, no host, NVMe or remote), a
+    block computed again after it left the cache counts as recomputed."""
+    from kvsim.api import load
+
+    sc = load(
+        "scenarios/quickstart.yaml",
+        {"workload.requests": 200, "tiers.gpu.capacity": "0 B", "tiers.host.enabled": False,
+         "tiers.nvme.enabled": False, "remote.enabled": False},
+    )  # fmt: skip
+    kinds = (*KINDS, CxlTier)
+    run = Constants(sc, kinds)
+    assert run.track_seen  # the CXL tier can hold blocks: keys ever kept are tracked
+
+
+def test_a_new_kind_out_of_the_local_order_is_refused():
+    class Far(CxlTier):
+        order = 3.5  # after the peers
+
+    with pytest.raises(ValueError, match="not between GPU HBM's"):
+        make_tiers(_cxl_scenario(), (*KINDS, Far))

@@ -49,9 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 
 from kvsim.errors import InputError
-from kvsim.results.accesses import check
+from kvsim.results.accesses import TIER_NAME, check
 from kvsim.workload.request import Request, check_request
 
 LOOKUP, STORE, DELETE, EXPIRE = 0, 1, 2, 3
@@ -204,7 +206,6 @@ def read_accesses(source: str | Path | Any) -> Any:
     """An ``accesses.parquet`` (or a run folder holding one, or a DataFrame) as a
     DataFrame with the columns a replay reads; InputError naming what is missing, or the
     file and row of a value a replay cannot trust (:func:`kvsim.results.accesses.check`)."""
-    import pandas as pd
 
     if isinstance(source, pd.DataFrame):
         frame, where = source, "accesses"
@@ -215,7 +216,6 @@ def read_accesses(source: str | Path | Any) -> Any:
         where = str(path)
         if not path.is_file():
             raise InputError("not found (kvsim run --record-accesses writes it)", where=where)
-        import pyarrow.parquet as pq
 
         try:
             names = pq.read_schema(path).names
@@ -250,8 +250,11 @@ def accesses_streams(
     one shared store (every engine's lookups and the store's own events)."""
     frame = read_accesses(source)
     where = frame.attrs.get("where", "accesses")
-    if tier not in TIERS:
-        raise InputError(f"unknown tier {tier!r}; choose one of {list(TIERS)}", where="--tier")
+    if tier == "peer" or not (tier in TIERS or TIER_NAME.fullmatch(tier)):
+        raise InputError(
+            f"unknown tier {tier!r}; choose one of {list(TIERS)}, or a tier kind's name",
+            where="--tier",
+        )
     tiers = frame["tier"].astype(str).to_numpy()
     mine = tiers == tier
     if not mine.any():
@@ -319,7 +322,6 @@ def lookup_located(
     out = np.zeros(n, dtype=bool)
     if not n or not lookup.any():
         return out
-    import pandas as pd
 
     rank = pd.Series(tiers).map(LOOKUP_ORDER).fillna(5).to_numpy(dtype=np.int64)
     cut = np.ones(n, dtype=bool)

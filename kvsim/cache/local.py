@@ -1,4 +1,9 @@
-"""The tiers local to one engine: GPU HBM -> host DRAM -> NVMe, with demotion on eviction.
+"""The tiers local to one engine: GPU HBM -> host DRAM -> NVMe (and a user's local tier
+kinds in their places: kvsim.sim.tiers), with demotion on eviction.
+
+What this module owns: :class:`LocalCache` (an engine's local block stores in their chain,
+their write policies, the writes in flight, the counters) and the tier codes (GPU, HOST,
+NVME, REMOTE, PEER; a user's kinds take codes from TIERS on).
 
 All PCP ranks of a node hold their shards of a block in lockstep, so one index per node
 stands for all of them. The hierarchy is non-exclusive: a restore copies a block up and
@@ -51,7 +56,8 @@ BY_PROMOTION: Final = 4  # read from NVMe by a restore, kept in host (promote)
 
 
 class LocalCache:
-    """GPU, host and NVMe block stores of one engine (host/NVMe may be absent)."""
+    """The local block stores of one engine, by tier code: GPU, host and NVMe (host and
+    NVMe may be absent) and a user's local tier kinds, chained in their lookup order."""
 
     __slots__ = (
         "_low",

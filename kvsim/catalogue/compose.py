@@ -1,43 +1,49 @@
 """Compose a profile from the catalogue: a model card on a GPU card, split over GPUs.
 
 A scenario's ``profile: {model: NAME | PATH, gpu: NAME | PATH, gpus: N, tp: N, pcp: N,
-ep: N}`` becomes the same profile layer a named profile gives (``node``, ``model``,
-``timing``, ``tiers``, ``remote``), every number derived from the two cards, the
-achievable efficiency of the GPU's generation (kvsim/catalogue/efficiency.py) and the
-stack file (kvsim/catalogue/stack.yaml: host, storage and KV software), or a named
-``base`` profile's. docs/catalogue.md has the equations; in short, on ``gpus`` = tp x pcp
-GPUs::
+ep: N, assume: {...}}`` becomes the same profile layer a named profile gives (``node``,
+``model``, ``timing``, ``engine``, ``tiers``, ``remote``), every number derived from the
+two cards, the catalogue's assumptions (kvsim/catalogue/assumptions.py: the per-operation
+efficiency curves of efficiency.yaml, the engine's costs outside the kernels of
+engine.yaml; ``assume`` gives the scenario's own) and the stack file
+(kvsim/catalogue/stack.yaml: host, storage and KV software), or a named ``base``
+profile's. docs/catalogue.md has the equations; in short, on ``gpus`` = tp x pcp GPUs::
 
-    achievable FLOP/s   = gpus x dense peak[dtype] x flops_frac
-    step fixed time     = fixed_s + layers x fixed_per_layer_s
+    step                = the per-operation roofline (kvsim/physics/ops.py): dense GEMMs,
+                          expert GEMMs and attention each on its own efficiency curve, the
+                          collectives, the host's CPU work and kernel launches
     weights per GPU     = dense weights / tp + routed experts / (ep, or tp without EP)
     KV pool per GPU     = HBM x gpu_memory_utilization - weights per GPU - reserve
                           (/ r where TP ranks replicate the KV: MLA, or tp > KV heads)
     host link           = the card's link (PCIe or C2C) x host_link_frac, each way
+    frontend            = engine.yaml's API server, tokenizer, hashing and output costs
 
-and the roofline's parallel terms (kvsim/physics/step.py, :class:`Parallel`): TP
-all-reduces, the PCP KV exchange and the EP all-to-all over NVLink (over PCIe, the host
-link's achieved rate, on a GPU without NVLink). A card's mistake keeps the card's own file
-and line; :mod:`kvsim.catalogue.calibrated` says where a calibrated profile models the
-same system.
+Collectives cross NVLink within the card's NVLink domain, the network (the card's NIC per
+GPU) when tp x pcp spans domains. A card's mistake keeps the card's own file and line;
+:mod:`kvsim.catalogue.calibrated` says where a calibrated profile models the same system.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kvsim.catalogue.efficiency import Efficiency, card_efficiency
+from kvsim.catalogue.assumptions import Assumptions, assumptions
+from kvsim.catalogue.efficiency import narrow
+from kvsim.catalogue.engine import engine_facts
 from kvsim.catalogue.gpus import GpuCard, read_gpu
 from kvsim.catalogue.modelcard import ModelCard
 from kvsim.catalogue.models import read_model
+from kvsim.config.schema.hardware import Roofline
 from kvsim.errors import InputError, shown
+from kvsim.physics.frontend import frontend_seconds
 from kvsim.physics.hbm import kv_pool_per_gpu
-from kvsim.physics.step import Parallel, Roofline, lone_seconds
+from kvsim.physics.ops import PARTS, OpRoofline
+from kvsim.physics.step import lone_seconds, op_roofline
 from kvsim.units import parse_size
 
 STACK = Path(__file__).parent / "stack.yaml"
@@ -63,18 +69,24 @@ def _bps(x: float) -> str:
     return f"{float(x)!r} B/s"
 
 
+def _s(x: float) -> str:
+    return f"{float(x)!r} s"
+
+
 @dataclass(frozen=True)
 class Composition:
-    """A model card on a GPU card, with the parallel split and the numbers it implies."""
+    """A model card on a GPU card, with the parallel split, the catalogue's assumptions
+    and the numbers they imply."""
 
     model: ModelCard
     gpu: GpuCard
-    eff: Efficiency
+    assume: Assumptions
     gpus: int
     tp: int
     pcp: int
     ep: int
-    dtype: str
+    dtype: str  # the dense GEMMs' compute dtype
+    expert_kernel: str  # the routed experts' kernel: bf16, fp8, fp4, int4 (weight-only)
     utilization: float
     reserve: float
 
@@ -107,16 +119,8 @@ class Composition:
         return raw / self.kv_replication
 
     @property
-    def achievable_flops(self) -> float:
-        return self.gpus * self.gpu.flops[self.dtype] * self.eff.flops_frac
-
-    @property
-    def fixed_s(self) -> float:
-        return self.eff.fixed_s + self.model.layers * self.eff.fixed_per_layer_s
-
-    @property
     def host_link(self) -> float:
-        return self.gpu.host_link_per_direction * self.eff.host_link_frac
+        return self.gpu.host_link_per_direction * self.assume.v("host_link_frac")
 
     @property
     def gpu_link(self) -> float:
@@ -124,12 +128,92 @@ class Composition:
         (``nvlink_per_gpu: 0``, L40S) PCIe peer-to-peer at the host link's achieved rate."""
         return self.gpu.nvlink_per_gpu or self.host_link
 
+    @property
+    def spans_domains(self) -> bool:
+        """Whether the tp x pcp group spans NVLink domains (its collectives then cross the
+        network: a card's ``nvlink_domain``, 8 GPUs when it does not say)."""
+        return self.gpus > int(getattr(self.gpu, "nvlink_domain", 8) or 8)
+
+    @property
+    def comm_bandwidth(self) -> float:
+        """Per-GPU bandwidth the collectives reach: NVLink's share within a domain, the
+        network's across domains."""
+        a = self.assume
+        if self.spans_domains and self.gpu.nic_per_gpu > 0:
+            return self.gpu.nic_per_gpu * a.v("comm.network_frac")
+        return self.gpu_link * a.v("comm.nvlink_frac")
+
+    @property
+    def collectives(self) -> int:
+        """Collective calls per step: two TP all-reduces per layer, two EP all-to-alls
+        (dispatch, combine) per MoE layer, one PCP KV exchange per layer."""
+        m = self.model
+        n = 0
+        if self.tp > 1:
+            n += 2 * m.layers
+        if self.ep > 1:
+            n += 2 * m.moe_layers
+        if self.pcp > 1:
+            n += m.layers
+        return n
+
+    @property
+    def kernels(self) -> int:
+        """Kernels one step launches: per layer (more for MLA, more for an MoE layer) and
+        once per forward (engine.yaml's launch counts)."""
+        a, m = self.assume, self.model
+        per = a.v("launch.kernels_per_layer")
+        if m.attention == "mla":
+            per += a.v("launch.mla_kernels_per_layer")
+        total = m.layers * per + m.moe_layers * a.v("launch.moe_kernels_per_layer")
+        return round(total + a.v("launch.model_kernels"))
+
+    def _narrow(self, width: int) -> float:
+        """The factor on e_max of a GEMM whose N or K is ``width`` (efficiency.yaml)."""
+        _, limit = narrow()
+        return self.assume.v("narrow") if width < limit else 1.0
+
+    def curve(self, op: str, peak_dtype: str, width: int) -> dict[str, float]:
+        """An operation kind's ``ops`` entry: its peak and curve (e_max narrowed when its
+        GEMMs are)."""
+        a = self.assume
+        return {
+            "peak_flops": self.gpu.flops[peak_dtype],
+            "e_max": a.v(f"{op}.e_max") * self._narrow(width),
+            "half": a.v(f"{op}.half"),
+            "e_mem": a.v(f"{op}.e_mem"),
+        }
+
+    def ops_numbers(self) -> dict[str, Any]:
+        """The roofline's ``ops`` (the per-operation model) in base units."""
+        m, a = self.model, self.assume
+        p = m.param_breakdown()
+        routed = 2.0 * p["routed_experts"] * m.experts_per_token / m.experts if m.experts else 0.0
+        peak_expert = self.expert_kernel if self.expert_kernel in self.gpu.flops else "bf16"
+        expert_width = m.expert_intermediate // (1 if self.ep > 1 else self.tp) or 1
+        dense_width = min(m.hidden, (m.intermediate or m.expert_intermediate) // self.tp) or 1
+        facts = engine_facts()
+        across = self.spans_domains and self.gpu.nic_per_gpu > 0
+        return {
+            "expert_flops_per_token": routed,
+            "dense": self.curve("dense", self.dtype, dense_width),
+            "experts": self.curve("experts", peak_expert, expert_width),
+            "attention": self.curve("attention", "bf16", m.hidden),
+            "collectives": self.collectives,
+            "collective_latency": a.v("comm.network_latency" if across else "comm.nvlink_latency"),
+            "comm_bandwidth": self.comm_bandwidth,
+            "cpu_step": a.v("cpu.per_step"),
+            "cpu_request": a.v("cpu.per_request"),
+            "kernels": self.kernels,
+            "kernel_launch": a.v("launch.kernel"),
+            "graph_replay": m.layers * a.v("launch.graph_per_layer"),
+            "graph_max_tokens": facts["launch.graph_max_tokens"],
+        }
+
     def roofline_numbers(self) -> dict[str, Any]:
         """The scenario's ``timing.roofline`` in base units (floats, not unit strings)."""
         m = self.model
         return {
-            "fixed": self.fixed_s,
-            "achievable_flops": self.achievable_flops,
             # a prefill computes logits for each prompt's last token only: the LM head
             # leaves the per-token FLOPs (2-21% of them, the smaller the model the more)
             "linear_flops_per_token": m.linear_flops_per_token() - m.lm_head_flops_per_token(),
@@ -143,7 +227,6 @@ class Composition:
             "expert_weight_bytes": m.expert_weight_bytes(),
             "experts": max(m.experts, 1),
             "experts_per_token": max(m.experts_per_token, 1),
-            "hbm_efficiency": self.eff.hbm_frac,
             "dense_weight_shards": self.tp,
             "expert_weight_shards": self.expert_shards,
             "tp": self.tp,
@@ -151,48 +234,77 @@ class Composition:
             "allreduce_bytes_per_token": m.allreduce_bytes_per_token() if self.tp > 1 else 0.0,
             "alltoall_bytes_per_token": m.alltoall_bytes_per_token() if self.ep > 1 else 0.0,
             "pcp_exchange_bytes_per_token": m.kv_bytes_per_token(self.tp) if self.pcp > 1 else 0.0,
+            "ops": self.ops_numbers(),
         }
 
     def roofline(self) -> dict[str, Any]:
         """The scenario's ``timing.roofline`` (unit strings where the schema wants them)."""
         r = self.roofline_numbers()
-        r["fixed"] = f"{r['fixed']!r} s"
         r["dense_weight_bytes"] = _b(r["dense_weight_bytes"])
         r["expert_weight_bytes"] = _b(r["expert_weight_bytes"])
+        o = dict(r["ops"])
+        for k in ("collective_latency", "cpu_step", "cpu_request", "kernel_launch", "graph_replay"):
+            o[k] = _s(o[k])
+        o["comm_bandwidth"] = _bps(o["comm_bandwidth"])
+        r["ops"] = o
         return r
 
-    def step_model(self) -> Roofline:
-        """The step model a scenario with this profile runs (kvsim/physics/step.py)."""
-        r, g = self.roofline_numbers(), self.gpu
-        return Roofline(
-            fixed=r["fixed"],
-            achievable_flops=r["achievable_flops"],
-            hbm_bandwidth=g.hbm_bandwidth * self.gpus,
-            linear_flops_per_token=r["linear_flops_per_token"],
-            pair_flops=r["pair_flops"],
+    def frontend(self) -> dict[str, Any]:
+        """The scenario's ``engine.frontend`` (engine.yaml's API server and output costs)."""
+        a, f = self.assume, engine_facts()
+        out: dict[str, Any] = {
+            "servers": f["frontend.servers"],
+            "block_tokens": f["frontend.block_tokens"],
+        }
+        for k in ("per_request", "per_token", "tokenize_per_request", "tokenize_per_token"):
+            out[k] = _s(a.v(f"frontend.{k}"))
+        out["hash_per_block"] = _s(a.v("frontend.hash_per_block"))
+        out["output"] = _s(a.v("frontend.output"))
+        return out
+
+    def transfer(self) -> dict[str, Any]:
+        """A transfer engine's ``transfer`` section (engine.yaml: vLLM's NIXL connector)."""
+        a, f = self.assume, engine_facts()
+        return {
+            "setup": _s(a.v("transfer.setup")),
+            "per_batch": _s(a.v("transfer.per_batch")),
+            "per_op": _s(a.v("transfer.per_op")),
+            "threads": f["transfer.threads"],
+            "op_tokens": f["transfer.op_tokens"],
+        }
+
+    def step_model(self, cuda_graphs: bool = True) -> OpRoofline:
+        """The step model a scenario with this profile runs (kvsim/physics/ops.py)."""
+        return op_roofline(
+            Roofline.model_validate(self.roofline()),
+            gpus=self.gpus,
+            pcp=self.pcp,
+            hbm_per_gpu=self.gpu.hbm_bandwidth,
+            nvlink_per_gpu=self.gpu_link,
             kv_bytes_per_token=self.model.kv_bytes_per_token(1),
-            dense_weight_bytes=r["dense_weight_bytes"],
-            expert_weight_bytes=r["expert_weight_bytes"],
-            experts=r["experts"],
-            experts_per_token=r["experts_per_token"],
-            sparse_top_k=r["sparse_top_k"] if r["attention"] == "sparse" else None,
-            indexer_pair_flops=r["indexer_pair_flops"],
-            window=r["window"],
-            window_pair_flops=r["window_pair_flops"],
-            parallel=Parallel(
-                gpus=self.gpus,
-                tp=self.tp,
-                pcp=self.pcp,
-                ep=self.ep,
-                dense_shards=self.tp,
-                expert_shards=self.expert_shards,
-                hbm_per_gpu=g.hbm_bandwidth * self.eff.hbm_frac,
-                nvlink_per_gpu=self.gpu_link,
-                allreduce_bytes_per_token=r["allreduce_bytes_per_token"],
-                alltoall_bytes_per_token=r["alltoall_bytes_per_token"],
-                exchange_bytes_per_token=r["pcp_exchange_bytes_per_token"],
-            ),
+            cuda_graphs=cuda_graphs,
         )
+
+    def frontend_seconds(self, prompt_tokens: int) -> float:
+        """A lone request's frontend time: in before the engine, and its first token out."""
+        fe = _Frontend(self.assume, engine_facts()["frontend.block_tokens"])
+        return frontend_seconds(fe, prompt_tokens) + self.assume.v("frontend.output")
+
+    def with_assumptions(self, assume: Assumptions) -> Composition:
+        """The same composition on other assumptions (a range's end)."""
+        return replace(self, assume=assume)
+
+
+class _Frontend:
+    """engine.frontend's numbers from the assumptions (for frontend_seconds)."""
+
+    def __init__(self, a: Assumptions, block_tokens: int) -> None:
+        self.per_request = a.v("frontend.per_request")
+        self.per_token = a.v("frontend.per_token")
+        self.tokenize_per_request = a.v("frontend.tokenize_per_request")
+        self.tokenize_per_token = a.v("frontend.tokenize_per_token")
+        self.hash_per_block = a.v("frontend.hash_per_block")
+        self.block_tokens = block_tokens
 
 
 def _card_error(e: InputError, key: str) -> InputError:
@@ -204,12 +316,19 @@ def _card_error(e: InputError, key: str) -> InputError:
     return InputError(f"profile.{key}: {text}", where=e.where)
 
 
-def _efficiency(gpu: GpuCard, dtype: str) -> Efficiency:
-    """The generation's efficiency with the card's own values (an error names the card)."""
-    try:
-        return card_efficiency(gpu.generation, dtype, gpu.efficiency)
-    except InputError as e:
-        raise InputError(f"profile.gpu: {e.reason}", where=gpu.at("generation")) from None
+def expert_kernel(model: ModelCard, gpu: GpuCard, dtype: str) -> str:
+    """The routed experts' kernel class (efficiency.yaml's experts entries): FP4 or FP8
+    weights on a GPU with those units compute in them; 4-bit weights on one without
+    (mxfp4 experts on Hopper, int4 AWQ/GPTQ) run a weight-only kernel (Marlin-class,
+    ``int4``, timed against the BF16 peak); else the dense dtype."""
+    w = (model.expert_dtype if model.experts else model.weight_dtype).lower()
+    if "fp4" in w:
+        return "fp4" if "fp4" in gpu.flops else "int4"
+    if "int4" in w or w in ("awq", "gptq"):
+        return "int4"
+    if "fp8" in w:
+        return "fp8" if "fp8" in gpu.flops else "bf16"
+    return dtype if dtype != "fp4" else "fp8"
 
 
 def _int(spec: Mapping[str, Any], key: str, default: int) -> int:
@@ -292,15 +411,26 @@ def compose(
         utilization if utilization is not None else float(stack["node"]["gpu_memory_utilization"])
     )
     res = reserve if reserve is not None else parse_size(stack["node"]["activation_reserve"])
+    kernel = expert_kernel(model, gpu, dtype)
+    assume = assumptions(gpu, dtype, kernel)
+    given = spec.get("assume")
+    if given is not None:
+        if not isinstance(given, Mapping):
+            raise InputError(
+                f"profile.assume: expected a mapping of assumption names to values, got "
+                f"{shown(given)}"
+            )
+        assume = assume.given(given)
     comp = Composition(
         model=model,
         gpu=gpu,
-        eff=_efficiency(gpu, dtype),
+        assume=assume,
         gpus=gpus,
         tp=tp,
         pcp=pcp,
         ep=ep,
         dtype=dtype,
+        expert_kernel=kernel,
         utilization=util,
         reserve=res,
     )
@@ -373,12 +503,32 @@ def profile_layer(
         if drives == 0:
             tiers["nvme"]["enabled"] = False
     tiers.setdefault("gpu", {})["capacity"] = _b(pool)
+    # the peer tier's transfer engine (used only where a scenario enables the tier)
+    peer = tiers.setdefault("peer", {})
+    if "transfer" not in peer:
+        peer["transfer"] = comp.transfer()
     layer["tiers"] = tiers
     layer["remote"] = remote
+    layer["engine"] = {"frontend": comp.frontend()}
     return layer
 
 
-def numbers(comp: Composition, per_step: int = 8192) -> dict[str, float]:
+def lone_parts(comp: Composition, tokens: int = 16384, per_step: int = 8192) -> dict[str, float]:
+    """A lone cold prompt's prefill by part (kvsim.physics.ops.PARTS), summed over its
+    steps, and its frontend (in and out)."""
+    steps = comp.step_model()
+    parts = dict.fromkeys(PARTS, 0.0)
+    done = 0
+    while done < tokens:
+        n = min(per_step, tokens - done)
+        for k, v in steps.parts(((n, done),)).items():
+            parts[k] += v
+        done += n
+    parts["frontend"] = comp.frontend_seconds(tokens)
+    return parts
+
+
+def numbers(comp: Composition, per_step: int = 8192) -> dict[str, Any]:
     """What :func:`describe` prints, as numbers in base units (``profiles show --json``)."""
     m = comp.model
     total, active = m.params()
@@ -394,17 +544,21 @@ def numbers(comp: Composition, per_step: int = 8192) -> dict[str, float]:
         "weights_per_gpu_bytes": comp.weights_per_gpu,
         "kv_pool_per_gpu_bytes": comp.kv_pool_per_gpu * comp.kv_replication,
         "kv_pool_node_distinct_bytes": comp.kv_pool_per_gpu * comp.gpus,
-        "achievable_flops": comp.achievable_flops,
-        "fixed_s": comp.fixed_s,
         "host_link_bytes_per_s": comp.host_link,
         "lone_16k_s": t16,
+        "lone_16k_parts_s": lone_parts(comp, 16384, per_step),
         "b_star_bytes_per_s": kv1 * 16384 / t16,
+        "assumptions": {
+            k: {"value": a.value, "lo": a.lo, "hi": a.hi, "mark": a.mark}
+            for k, a in comp.assume.items()
+        },
     }
 
 
 def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, str]]:
     """The derived constants ``kvsim profiles show`` prints: (quantity, value, how)."""
     m, g, r = comp.model, comp.gpu, comp.roofline_numbers()
+    o, a = r["ops"], comp.assume
     total, active = m.params()
     kv1 = m.kv_bytes_per_token(1)
     roof = comp.step_model()
@@ -412,14 +566,29 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
     rate = 16384 / t16
     b_star = kv1 * rate
     par = f"tp {comp.tp} x pcp {comp.pcp}, ep {comp.ep}"
-    return [
+
+    def op_row(op: str, label: str, size: str, dtype: str) -> tuple[str, str, str]:
+        c = o[op]
+        marks = "/".join(dict.fromkeys(a[f"{op}.{p}"].mark for p in ("e_max", "half", "e_mem")))
+        return (
+            label,
+            f"e_max {c['e_max']:.3g}, half {c['half']:g} {size}",
+            f"of {c['peak_flops'] / 1e12:,.0f} TFLOP/s {dtype}; HBM x {c['e_mem']:g} when "
+            f"bound by bytes ({marks})",
+        )
+
+    parts = lone_parts(comp, 16384, per_step)
+    part_text = ", ".join(f"{k} {v * 1e3:,.1f} ms" for k, v in parts.items() if v > 0)
+    link = "network" if comp.spans_domains else "NVLink"
+    rows = [
         ("model", m.name, m.source),
         ("gpu", f"{comp.gpus} x {g.name}", f"{g.generation}; {par}"),
         ("parameters", f"{total / 1e9:,.1f} B total, {active / 1e9:,.1f} B active", "card"),
         (
             "linear FLOPs per token",
             f"{r['linear_flops_per_token'] / 1e9:,.2f} GFLOP",
-            "2 x the matmul parameters a token passes, LM head out (prefill)",
+            "2 x the matmul parameters a token passes, LM head out (prefill); of them "
+            f"routed experts {o['expert_flops_per_token'] / 1e9:,.2f} GFLOP",
         ),
         ("attention FLOPs per pair", f"{r['pair_flops'] / 1e6:,.3f} MFLOP", r["attention"]),
         (
@@ -453,33 +622,40 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
             _gb(comp.kv_pool_per_gpu * comp.gpus),
             f"{comp.kv_pool_per_gpu * comp.gpus / kv1:,.0f} tokens",
         ),
+        op_row("dense", "dense GEMMs", "tokens", comp.dtype),
+        op_row("experts", "expert GEMMs", "tokens/expert", comp.expert_kernel)
+        if comp.moe
+        else ("expert GEMMs", "none", "a dense model"),
+        op_row("attention", "attention", "keys", "bf16"),
         (
-            "achievable FLOP/s",
-            f"{comp.achievable_flops / 1e15:,.3f} PFLOP/s",
-            f"{comp.gpus} x {g.flops[comp.dtype] / 1e12:,.0f} TFLOP/s {comp.dtype} "
-            f"x {comp.eff.flops_frac:g} ({comp.eff.mark})",
+            "collectives per step",
+            f"{o['collectives']} x {o['collective_latency'] * 1e6:g} us",
+            f"over {link} at {o['comm_bandwidth'] / 1e9:,.0f} GB/s per GPU",
         ),
         (
-            "HBM bandwidth reached",
-            f"{g.hbm_bandwidth * comp.eff.hbm_frac / 1e12:,.2f} TB/s per GPU",
-            f"x {comp.eff.hbm_frac:g} ({comp.eff.marks.get('hbm_frac', comp.eff.mark)})",
+            "host per step",
+            f"{o['cpu_step'] * 1e3:g} ms + {o['cpu_request'] * 1e6:g} us a request",
+            f"launches: {o['kernels']} kernels x {o['kernel_launch'] * 1e6:g} us eager, "
+            f"{o['graph_replay'] * 1e3:.2f} ms graphs (steps <= {o['graph_max_tokens']} tokens)",
         ),
         (
-            "fixed per step",
-            f"{comp.fixed_s * 1e3:,.2f} ms",
-            f"{comp.eff.fixed_s * 1e3:g} ms + {m.layers} layers "
-            f"x {comp.eff.fixed_per_layer_s * 1e6:g} us",
+            "frontend",
+            f"{comp.frontend_seconds(1024) * 1e3:.2f} ms at 1k, "
+            f"{comp.frontend_seconds(65536) * 1e3:.1f} ms at 64k",
+            "API server, tokenizer, prefix hashing, first token out (engine.frontend)",
         ),
         (
             "host link",
             f"{comp.host_link / 1e9:,.1f} GB/s each way",
-            f"{g.host_link} {g.host_link_per_direction / 1e9:g} GB/s x {comp.eff.host_link_frac:g}"
-            f" ({comp.eff.marks.get('host_link_frac', comp.eff.mark)})",
+            f"{g.host_link} {g.host_link_per_direction / 1e9:g} GB/s x {a.v('host_link_frac'):g}"
+            f" ({a['host_link_frac'].mark})",
         ),
         ("lone 16k prefill", f"{t16:.3f} s", f"{per_step:,}-token steps ({rate:,.0f} tokens/s)"),
+        ("lone 16k by part", part_text, "summed over its steps; frontend in and out"),
         (
             "B* (break-even tier bandwidth)",
             f"{b_star / 1e9:,.2f} GB/s",
             "KV bytes per token x 16k prefill rate",
         ),
     ]
+    return rows

@@ -50,7 +50,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kvsim.catalogue.efficiency import generations
+from kvsim.catalogue.efficiency import OPS, PARAMS, Value, generations
 from kvsim.errors import UNSAFE_CATEGORIES, InputError, shown
 from kvsim.units import parse_bandwidth, parse_size
 from kvsim.yamlfile import load_yaml
@@ -105,9 +105,10 @@ _UNITS = {
     "nic_per_gpu": (1e9 / 8, "Gb/s"),
     "flops": (1e12, "TFLOP/s"),
 }
-#: what a card's own ``efficiency:`` may set (each a fraction in (0, 1]); flops_frac per
-#: dtype (kvsim/catalogue/efficiency.py has the generation's values these replace)
-CARD_EFFICIENCY = ("flops_frac", "hbm_frac", "host_link_frac")
+#: what a card's own ``efficiency:`` may set: the host link's fraction, and per operation
+#: kind a curve per dtype (kvsim/catalogue/efficiency.py has the generation's values these
+#: replace)
+CARD_EFFICIENCY = ("host_link_frac", *OPS)
 
 
 def _range_text(key: str) -> str:
@@ -149,8 +150,8 @@ class GpuCard:
     sources: dict[str, str] = field(default_factory=dict)  # field -> "H: source"
     aliases: tuple[str, ...] = ()
     path: str = ""  # the file the card was read from
-    # the card's own efficiency values, replacing its generation's: field -> (value, lo,
-    # hi, source); flops_frac: dtype -> (value, lo, hi, source)
+    # the card's own efficiency values, replacing its generation's: host_link_frac ->
+    # Value; op -> dtype -> param -> Value (kvsim/catalogue/efficiency.py)
     efficiency: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)  # field -> "FILE:LINE"
 
@@ -275,9 +276,12 @@ class _Card:
         return out
 
     def efficiency(self) -> dict[str, Any]:
-        """The card's own ``efficiency:`` (replacing its generation's values): each field a
-        fraction in (0, 1], or ``{value, lo, hi, source}`` with lo <= value <= hi in
-        (0, 1]; ``flops_frac`` a mapping of dtype to such a value."""
+        """The card's own ``efficiency:`` (replacing its generation's values, marked
+        ``card``): ``host_link_frac`` a fraction, and per operation kind and dtype a curve's
+        parameters (``dense: {bf16: {e_max: 0.85, half: 6, e_mem: 0.8, source: ...}}``;
+        kvsim/catalogue/efficiency.yaml has the generation's). Each number alone, or
+        ``{value, lo, hi}`` with lo <= value <= hi; e_max, e_mem and host_link_frac in
+        (0, 1], half >= 0. Returns host_link_frac -> Value, op -> dtype -> param -> Value."""
         raw = self.data.get("efficiency")
         if raw is None:
             return {}
@@ -290,47 +294,65 @@ class _Card:
                     ("efficiency", key),
                     f"unknown field; a card's efficiency has {', '.join(CARD_EFFICIENCY)}",
                 )
-            if key == "flops_frac":
-                if not isinstance(node, dict) or not node:
+            if key == "host_link_frac":
+                out[key] = self.number(("efficiency", key), node, "", fraction=True)
+                continue
+            if not isinstance(node, dict) or not node:
+                raise self.fail(("efficiency", key), "expected a mapping of dtype to a curve")
+            per: dict[str, dict[str, Value]] = {}
+            for dtype, entry in node.items():
+                at = ("efficiency", key, dtype)
+                if dtype not in (*DTYPES, "int4"):
                     raise self.fail(
-                        ("efficiency", key), "expected a mapping of dtype to a fraction"
+                        at,
+                        f"unknown dtype {shown(dtype)}; expected one of {', '.join(DTYPES)}, int4",
                     )
-                per = {}
-                for dtype, v in node.items():
-                    if dtype not in DTYPES:
-                        raise self.fail(
-                            ("efficiency", key, dtype),
-                            f"unknown dtype {shown(dtype)}; expected one of {', '.join(DTYPES)}",
-                        )
-                    per[dtype] = self.fraction(("efficiency", key, dtype), v)
-                out[key] = per
-            else:
-                out[key] = self.fraction(("efficiency", key), node)
+                if not isinstance(entry, dict):
+                    raise self.fail(at, "expected a mapping of e_max, half, e_mem, source")
+                src = entry.get("source", "")
+                if not isinstance(src, str):
+                    raise self.fail((*at, "source"), f"expected text, got {shown(src)}")
+                extra = set(entry) - {*PARAMS, "source"}
+                if extra:
+                    raise self.fail(
+                        (*at, sorted(extra)[0]),
+                        f"unknown field; a curve has {', '.join(PARAMS)}, source",
+                    )
+                per[dtype] = {
+                    p: self.number((*at, p), entry[p], src, fraction=p != "half")
+                    for p in PARAMS
+                    if p in entry
+                }
+            out[key] = per
         return out
 
-    def fraction(self, path: tuple[Any, ...], node: Any) -> tuple[float, float, float, str]:
-        """(value, lo, hi, source) of one card efficiency value."""
+    def number(self, path: tuple[Any, ...], node: Any, source: str, *, fraction: bool) -> Value:
+        """One card efficiency number: alone, or ``{value, lo, hi, source}``."""
         if isinstance(node, dict):
             extra = set(node) - {"value", "lo", "hi", "source"}
             if extra or "value" not in node:
-                raise self.fail(path, "expected a fraction or {value, lo, hi, source}")
+                raise self.fail(path, "expected a number or {value, lo, hi, source}")
             v, lo, hi = node["value"], node.get("lo", node["value"]), node.get("hi", node["value"])
-            src = node.get("source", "")
+            src = node.get("source", source)
             if not isinstance(src, str):
                 raise self.fail(path, f"source: expected text, got {shown(src)}")
         else:
             v = lo = hi = node
-            src = ""
+            src = source
         nums = []
         for x in (v, lo, hi):
-            if isinstance(x, bool) or not isinstance(x, int | float) or not 0 < x <= 1:
-                raise self.fail(path, f"expected a fraction in (0, 1], got {shown(x)}")
+            bad = isinstance(x, bool) or not isinstance(x, int | float)
+            if bad or not (0 < x <= 1 if fraction else 0 <= x < 1e9):
+                want = "a fraction in (0, 1]" if fraction else "a number >= 0"
+                raise self.fail(path, f"expected {want}, got {shown(x)}")
             nums.append(float(x))
         if not nums[1] <= nums[0] <= nums[2]:
             raise self.fail(
                 path, f"value {nums[0]:g} outside [lo, hi] = [{nums[1]:g}, {nums[2]:g}]"
             )
-        return nums[0], nums[1], nums[2], src or f"the card's own value ({self.where})"
+        return Value(
+            nums[0], nums[1], nums[2], "card", src or f"the card's own value ({self.where})"
+        )
 
 
 def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:

@@ -11,6 +11,8 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 
+import pandas as pd
+
 from kvsim.api import load
 from kvsim.cli.common import _json_number
 from kvsim.config.loader import load_record
@@ -228,7 +230,6 @@ def _write_cheapest(out: str, rows: list[dict], found: list, slo: object) -> Non
     """``--cheapest --out DIR``: the layouts' rows as ``cheapest.csv`` (the explanation,
     nested, only in ``cheapest.json``), ``cheapest.json`` (what ``--json`` prints) and
     ``cheapest.png`` (the metric with its interval against the SLO, and the price)."""
-    import pandas as pd
 
     flat = [{k: v for k, v in r.items() if k != "explanation"} for r in rows]
     files = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -19,7 +20,6 @@ from kvsim.units import fmt_duration, parse_bandwidth, parse_duration, parse_rat
 
 
 def _cmd_costmodel(args: argparse.Namespace) -> int:
-    import math
 
     def parsed(flag: str, parse, value, zero: bool = False):
         """A --flag's quantity: finite and > 0 (>= 0 with ``zero``). A zero or negative

@@ -471,6 +471,12 @@ def _parser() -> argparse.ArgumentParser:
         ("--ep", "expert-parallel degree (default 1)"),
     ):
         pr.add_argument(flag, type=_positive_int, help=f"show: {what}")
+    pr.add_argument(
+        "--eager",
+        action="store_true",
+        help="show: eager mode (no CUDA graphs: every kernel launched from Python; "
+        "engine.cuda_graphs: false)",
+    )
     pr.add_argument("--json", action="store_true", help="print JSON")
     for parser in (p, *sub.choices.values(), *tsub.choices.values()):
         parser.add_argument(
@@ -512,9 +518,10 @@ def _add_access_selection(p: argparse.ArgumentParser) -> None:
     """--tier and --engine: which stream of a recorded accesses.parquet."""
     p.add_argument(
         "--tier",
-        choices=("gpu", "host", "nvme", "remote"),
         default=None,
-        help="the tier whose stream an accesses.parquet replays (default gpu)",
+        metavar="TIER",
+        help="the tier whose stream an accesses.parquet replays: gpu (default), host, nvme, "
+        "remote, or a tier kind's name (docs/extending.md)",
     )
     p.add_argument(
         "--engine",

@@ -12,6 +12,7 @@ from kvsim.catalogue.calibrated import calibrated_notes
 from kvsim.catalogue.compose import compose, describe, numbers
 from kvsim.catalogue.gpus import list_gpus
 from kvsim.catalogue.models import list_models
+from kvsim.catalogue.ranges import lone_ranges, range_text
 from kvsim.errors import InputError
 from kvsim.profiles import DEFAULT_PROFILE, list_profiles
 
@@ -65,10 +66,27 @@ def _show_composition(args: argparse.Namespace) -> int:
         where = {"model": args.model, "gpu": args.gpu, "profile": "profiles show"}
         raise InputError(why, where=where.get(key, f"--{key}")) from None
     rows = describe(comp)
+    graphs = not args.eager
+    ranges = lone_ranges(comp, cuda_graphs=graphs)  # over the assumptions' ranges
+    for name, label, how in (
+        (
+            "lone_16k_ttft_s",
+            "lone 16k TTFT",
+            "a cold 16,384-token prompt alone, frontend in" + ("" if graphs else "; eager mode"),
+        ),
+        ("gpu_hit_1k_ttft_s", "GPU-hit 1k TTFT", "a 1,024-token prompt all in HBM"),
+        ("gpu_hit_64k_ttft_s", "GPU-hit 64k TTFT", "a 65,536-token prompt all in HBM"),
+    ):
+        rows.append((label, range_text(ranges[name]), how))
     notes = calibrated_notes(comp)  # a calibrated profile of the same system: say so
     if args.json:
         shown = [{"quantity": q, "value": v, "how": h} for q, v, h in rows]
-        print(json.dumps({"numbers": numbers(comp), "rows": shown, "notes": notes}, indent=2))
+        ranged = {
+            k: {"value": r.shipped, "lo": r.lo, "hi": r.hi, "sensitive_to": list(r.sensitive_to)}
+            for k, r in ranges.items()
+        }
+        out = {"numbers": numbers(comp), "ranges": ranged, "rows": shown, "notes": notes}
+        print(json.dumps(out, indent=2))
         return 0
     width = max(len(q) for q, _, _ in rows)
     vwidth = max(len(v) for _, v, _ in rows)

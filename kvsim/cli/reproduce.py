@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from kvsim.errors import InputError
 from kvsim.reproduce import validation
@@ -41,7 +42,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 def _reproduce_all(args: argparse.Namespace) -> int:
     """Every study (the paper's without ranges), then the validation summary."""
-    import time
 
     if args.scenarios is not None:
         raise InputError(

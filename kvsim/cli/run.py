@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from tqdm import tqdm
+
 from kvsim.api import expected_requests, load
 from kvsim.errors import InputError
 from kvsim.report import summary_table
@@ -28,8 +30,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         check_out_folder(args.out, flag="--out", owned=RUN_FILES)
     bar = None
     if not args.quiet:
-        from tqdm import tqdm
-
         bar = tqdm(
             total=expected_requests(sc),
             unit="req",

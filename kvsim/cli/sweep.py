@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import pandas as pd
+from tqdm import tqdm
 
 from kvsim.api import load
 from kvsim.config.schema import policy_text
@@ -41,8 +42,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"warning: {fixed}", file=sys.stderr)
     bar = None
     if not args.quiet:
-        from tqdm import tqdm
-
         bar = tqdm(
             total=len(sweep.runs), unit="run", desc=sweep.name, disable=None, file=sys.stderr
         )

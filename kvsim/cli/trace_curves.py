@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import yaml
+
 from kvsim.analysis.mrc import MAX_POINTS, miss_ratio_curve
 from kvsim.analysis.replay import PolicySpec, check_policy, replay, replay_streams
 from kvsim.analysis.reuse import reuse_histogram
@@ -286,8 +289,6 @@ def _mrc_accesses(args: argparse.Namespace, policies: list | None) -> int:
     streams = accesses_streams(args.trace, tier, args.engine)
     caps = _capacities(args.capacities, in_bytes=True)
     if caps is None:
-        import numpy as np
-
         low = max(max((s.largest_block() for s in streams), default=1.0), 1.0)
         top = max(max((s.working_set() for s in streams), default=low), low)
         caps = [float(c) for c in np.unique(np.geomspace(low, top, args.points).round())]
@@ -472,7 +473,6 @@ def _split_top(text: str) -> list[str]:
 
 def _policy_params(item: str) -> tuple[str, dict[str, Any]]:
     """``NAME`` or ``NAME(k=v, ...)`` (values read as YAML: 0.2, true, [1, 2], text)."""
-    import yaml
 
     if "(" not in item:
         return item, {}

@@ -255,6 +255,22 @@ def _timing_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             return [(("timing", "roofline"), "give a roofline or a table, not both")]
         if sc.node.hbm_bandwidth_per_gpu is None:
             return [(("node", "hbm_bandwidth_per_gpu"), "the roofline step model needs it")]
+        r = t.roofline
+        if r.ops is None and r.achievable_flops is None:
+            return [
+                (
+                    ("timing", "roofline", "achievable_flops"),
+                    "missing: the roofline needs it (or `ops`, the per-operation model)",
+                )
+            ]
+        if r.ops is not None and r.ops.expert_flops_per_token > r.linear_flops_per_token:
+            return [
+                (
+                    ("timing", "roofline", "ops", "expert_flops_per_token"),
+                    f"exceeds linear_flops_per_token ({r.linear_flops_per_token:g}): the "
+                    "experts' FLOPs are part of the linear FLOPs",
+                )
+            ]
         return []
     if not all(given):
         names = ("new_tokens", "cached_tokens", "seconds")

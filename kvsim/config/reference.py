@@ -63,7 +63,8 @@ def _type_name(ann: Any, metadata: list[Any] | None = None) -> str:
         return f"mapping of {_type_name(args[0])} to {_type_name(args[1])}"
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return f"mapping ({ann.__name__})"
-    base = {int: "integer", float: "number", str: "text", bool: "true/false"}.get(ann, str(ann))
+    names = {int: "integer", float: "number", str: "text", bool: "true/false", Any: "value"}
+    base = names.get(ann, str(ann))
     return _describe_metadata(base, metadata or [])
 
 

@@ -26,10 +26,15 @@ token - first arrival). Without sessions there is no ``sessions_per_gpu``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from kvsim import api
 from kvsim.config.loader import with_sets
@@ -85,7 +90,6 @@ def offered_rate(sc: Scenario) -> float:
 def mean_turns(sc: Scenario) -> float | None:
     """E[turns per session] of a synthetic workload with ``sessions:`` (each draw clipped
     at ``requests``, as the generator clips it); None without sessions."""
-    import numpy as np
 
     w = sc.workload
     if not isinstance(w, SyntheticWorkload) or w.sessions is None:
@@ -126,7 +130,6 @@ def gpus(sc: Scenario) -> int:
 def session_lifetime(sc: Scenario, requests: Any) -> SessionStats | None:
     """:class:`SessionStats` of a run of ``sc`` (its requests table), or None when its
     workload has no sessions (see the module docstring for the two estimates)."""
-    import numpy as np
 
     df = requests
     turns = mean_turns(sc)
@@ -318,7 +321,6 @@ SPAN_LIFETIMES = 3  # a run should cover this many session lifetimes (else: a wa
 
 def _has_sessions(sc: Scenario) -> bool:
     """Whether a trace's requests carry session ids (its first 10,000 looked at)."""
-    import itertools
 
     if isinstance(sc.workload, SyntheticWorkload):
         return False
@@ -358,7 +360,6 @@ def capacity_table(caps: list[Capacity]) -> Any:
     seeds ``delta_capacity_rps_lo``, ``delta_capacity_rps_hi`` (empty for the reference
     and with one replication), and the same for ``sessions_per_gpu`` where the table has
     it."""
-    import pandas as pd
 
     ref = next((c for c in caps if c.reference), caps[0]) if len(caps) > 1 else None
     rows = []
@@ -476,7 +477,6 @@ def sweep_capacity(
     replications each; ``sets``: --set overrides on top), searched in parallel on local
     processes."""
     sets = list(sets or [])
-    from concurrent.futures.process import BrokenProcessPool
 
     parse_slo(slo_text)  # refuse a bad SLO before starting anything
     if workers < 1:

@@ -7,11 +7,13 @@ it explains the run that came closest with three facts:
 - **the value reached**: the SLO's metric there (mean over the replications);
 - **the tail's parts**: the requests at or above the metric's percentile (the slowest 1%
   for a p99; for a mean or max, the slowest 1%) and the mean seconds of each part of their
-  TTFT. A request's TTFT is exactly ``queue_wait_s + load_s + compute_s + store_s +
-  lost_s`` (the engine records it so), so the parts' means sum to the tail's mean TTFT:
-  queue (waiting in the engine queue), restore (``load_s``: the prefetch wait and the
-  restore of its cached KV), compute (its prefill steps, batch-mates included), store
-  (GPU-to-host staging of its blocks before puts) and lost (time on engines that failed);
+  TTFT. A request's TTFT is exactly ``frontend_s + queue_wait_s + load_s + compute_s +
+  store_s + lost_s`` (the engine records it so), so the parts' means sum to the tail's mean
+  TTFT: frontend (the API server, tokenizer and hashing before the engine's queue, and the
+  first token's way out: engine.frontend), queue (waiting in the engine queue), restore
+  (``load_s``: the prefetch wait and the restore of its cached KV), compute (its prefill
+  steps, batch-mates included), store (GPU-to-host staging of its blocks before puts) and
+  lost (time on engines that failed);
 - **the compute floor**: the metric with every request alone on an idle engine. Per
   request, the time the engine's step model (:func:`kvsim.physics.step.scenario_lone_seconds`,
   the pure timing model the engine steps with) takes to compute its computed tokens
@@ -44,6 +46,7 @@ from kvsim.results.records import in_prompt_range
 
 # the parts of a TTFT, in the order printed: name -> per-request column
 PARTS: dict[str, str] = {
+    "frontend": "frontend_s",
     "queue": "queue_wait_s",
     "restore": "load_s",
     "compute": "compute_s",
@@ -53,6 +56,8 @@ PARTS: dict[str, str] = {
 TAIL_Q = 99.0  # the tail explained for a metric that is not a percentile
 # what the slowest requests' dominant part says, when the floor alone meets the SLO
 HINTS: dict[str, str] = {
+    "frontend": "the frontend dominates the slowest requests (tokenizing long prompts in one "
+    "API-server process: engine.frontend.servers, or send token ids)",
     "queue": "queueing dominates the slowest requests: more engines or less load would help",
     "restore": "restores dominate the slowest requests: faster tiers or links would help",
     "compute": "compute dominates the slowest requests, beyond their floor: batch-mates and "
@@ -137,7 +142,7 @@ def tail_parts(df: pd.DataFrame, q: float = TAIL_Q) -> Tail:
         cut=cut,
         requests=len(t),
         ttft_mean=float(t["ttft_s"].mean()),
-        parts={p: float(t[c].mean()) for p, c in PARTS.items()},
+        parts={p: float(t[c].mean()) if c in t else 0.0 for p, c in PARTS.items()},
         prompts=t["input_tokens"].to_numpy(dtype=np.int64),
         computed_mean=float(t["tokens_compute"].mean()),
     )

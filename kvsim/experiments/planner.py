@@ -20,10 +20,13 @@ those by ``usd_per_hour`` wins.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import pandas as pd
 
 from kvsim import api
 from kvsim.config.schema import REMOVED_FIELDS, Scenario, field_unit
@@ -188,9 +191,6 @@ def fingerprint(results: Any) -> tuple[Any, ...]:
     """What a run computed, to tell whether moving a field changed anything: a hash of
     every request's record and the summary's outcome metrics (prices included). Two runs
     with the same fingerprint simulated the same thing."""
-    import hashlib
-
-    import pandas as pd
 
     rows = pd.util.hash_pandas_object(results.requests, index=False).to_numpy()
     digest = hashlib.sha256(rows.tobytes()).hexdigest()

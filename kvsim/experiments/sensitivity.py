@@ -44,6 +44,10 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+
 from kvsim import api
 from kvsim.catalogue.compose import STACK
 from kvsim.config.schema import Scenario
@@ -470,7 +474,6 @@ def table(result: Sensitivity) -> Any:
     difference, ``swing_lo`` and ``swing_hi`` its 95% interval (numbers; empty with one
     seed), ``noise`` the noise row's half-width (empty with one seed) and
     ``within_noise`` whether the swing cannot be told from it."""
-    import pandas as pd
 
     noise = result.noise if math.isfinite(result.noise) else None
     return pd.DataFrame(
@@ -503,10 +506,8 @@ def tornado_figure(result: Sensitivity) -> Any:
     95% intervals as error bars; the noise row as a shaded band around 0; the metric's
     unit on the axis, symmetric-log where the bars span more than 10x (a linear axis
     would squash every row beside one large swing); the largest swing on top."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     drawn = [s for s in result.swings if s.swing != 0]
     zero = len(result.swings) - len(drawn)
@@ -614,7 +615,6 @@ def _show(metric: str, value: float) -> str:
 
 def tornado_plot(result: Sensitivity, path: Path) -> None:
     """Write :func:`tornado_figure` to ``path`` (its format by the extension)."""
-    import matplotlib.pyplot as plt
 
     fig = tornado_figure(result)
     try:

@@ -26,14 +26,18 @@ the engine would (the number the cost model and the ``auto`` policy compare).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from kvsim.physics.ops import Curve, Launches, OpRoofline
+from kvsim.physics.shapes import Chunk as Chunk  # re-exported: the step models' vocabulary
+from kvsim.physics.shapes import dense_pairs as dense_pairs
+from kvsim.physics.shapes import expert_coverage as expert_coverage
+from kvsim.physics.shapes import sparse_pairs as sparse_pairs
+from kvsim.physics.shapes import step_tokens as step_tokens
 from kvsim.physics.timing import TimingTable
 
 if TYPE_CHECKING:
     from kvsim.config.schema import Scenario
-
-Chunk = tuple[int, int]  # (new tokens, context tokens before them)
 
 
 class StepModel(Protocol):
@@ -48,7 +52,7 @@ class StepModel(Protocol):
         ...
 
     def step(self, chunks: Sequence[Chunk]) -> float:
-        """Seconds of one step computing ``chunks`` together: ``fixed_s`` +
+        """Seconds of one step computing ``chunks`` together: :meth:`overhead` +
         :meth:`compute_share`."""
         ...
 
@@ -56,42 +60,11 @@ class StepModel(Protocol):
         """Of :meth:`step`, the seconds the GPUs' SMs work (not the fixed part)."""
         ...
 
-
-def dense_pairs(new: float, context: float) -> float:
-    """Causal query-key pairs of ``new`` queries after ``context`` keys (continuous form:
-    the integral of (context + x) over x in [0, new])."""
-    return new * context + new * new / 2.0
-
-
-def sparse_pairs(new: float, context: float, top_k: float) -> float:
-    """Pairs when each query sees at most ``top_k`` keys: the integral of
-    min(context + x, top_k) over x in [0, new]."""
-    if context >= top_k:
-        return new * top_k
-    if context + new <= top_k:
-        return dense_pairs(new, context)
-    m = top_k - context  # queries before the cap binds
-    return dense_pairs(m, context) + (new - m) * top_k
-
-
-def expert_coverage(tokens: float, experts: int, per_token: int) -> float:
-    """Expected share of ``experts`` touched when ``tokens`` tokens each pick ``per_token``
-    of them (uniform routing): 1 - (1 - k/E)^T."""
-    if tokens <= 0:
-        return 0.0
-    if per_token >= experts:
-        return 1.0
-    return 1.0 - (1.0 - per_token / experts) ** tokens
-
-
-def step_tokens(chunks: Sequence[Chunk]) -> tuple[int, int]:
-    """A step's new tokens and the tokens its attention reads (new + context, summed)."""
-    tokens = 0
-    context = 0
-    for new, ctx in chunks:
-        tokens += new
-        context += new + ctx
-    return tokens, context
+    def overhead(self, chunks: Sequence[Chunk], compute: float) -> float:
+        """Of :meth:`step`, the seconds that are not GPU work, given the step's
+        ``compute`` (its compute_share): ``fixed_s`` for a roofline or a table; the CPU
+        work and any launch wait for the per-operation model."""
+        ...
 
 
 class Parallel:
@@ -252,6 +225,9 @@ class Roofline:
         nbytes = self.dense_w + self.expert_w * cover + kv
         return self.scale * max(flops / self.flops, nbytes / self.hbm)
 
+    def overhead(self, chunks: Sequence[Chunk], compute: float) -> float:
+        return self.fixed_s
+
     def step(self, chunks: Sequence[Chunk]) -> float:
         return self.fixed_s + self.compute_share(chunks)
 
@@ -274,6 +250,9 @@ class TableSteps:
         for new, ctx in chunks:
             total += table(new, ctx) - fixed
         return total
+
+    def overhead(self, chunks: Sequence[Chunk], compute: float) -> float:
+        return self.fixed_s
 
     def step(self, chunks: Sequence[Chunk]) -> float:
         return self.fixed_s + self.compute_share(chunks)
@@ -321,6 +300,9 @@ def make_step_model(sc: Scenario) -> StepModel:
         return TableSteps(TimingTable(t.new_tokens, t.cached_tokens, t.seconds, t.scale))
     hbm = sc.node.hbm_bandwidth_per_gpu
     assert hbm is not None  # cross_checks require it with a roofline
+    if r.ops is not None:
+        return make_op_roofline(sc)
+    assert r.achievable_flops is not None  # cross_checks require it without ops
     return Roofline(
         fixed=r.fixed,
         achievable_flops=r.achievable_flops,
@@ -338,6 +320,89 @@ def make_step_model(sc: Scenario) -> StepModel:
         window=r.window,
         window_pair_flops=r.window_pair_flops,
         parallel=make_parallel(sc),
+    )
+
+
+def make_op_roofline(sc: Scenario) -> OpRoofline:
+    """The scenario's per-operation step model (``timing.roofline.ops``)."""
+    r = sc.timing.roofline
+    n = sc.node
+    assert r is not None and n.hbm_bandwidth_per_gpu is not None
+    return op_roofline(
+        r,
+        gpus=n.gpus,
+        pcp=n.pcp,
+        hbm_per_gpu=n.hbm_bandwidth_per_gpu,
+        nvlink_per_gpu=n.nvlink_per_gpu,
+        kv_bytes_per_token=sc.model.kv_bytes,
+        cuda_graphs=sc.engine.cuda_graphs,
+        scale=sc.timing.scale,
+    )
+
+
+def op_roofline(
+    r: Any,
+    *,
+    gpus: int,
+    pcp: int,
+    hbm_per_gpu: float,
+    nvlink_per_gpu: float,
+    kv_bytes_per_token: float,
+    cuda_graphs: bool,
+    scale: float = 1.0,
+) -> OpRoofline:
+    """A per-operation step model from a ``timing.roofline`` with ``ops`` (kvsim/physics/
+    ops.py): the roofline's work per GPU, each operation kind on its own curve. The
+    catalogue's composition (kvsim/catalogue/compose.py) builds its model the same way."""
+    o = r.ops
+    assert o is not None
+    tp, ep = r.tp, r.ep
+    # bytes each GPU moves per new token (TP all-reduces over its tokens, EP's all-to-all
+    # of the routed activations) and per token of context (the PCP KV exchange), as
+    # Parallel.comm_seconds counts them
+    per_token = 0.0
+    if tp > 1:
+        per_token += 2.0 * (tp - 1) / tp / pcp * r.allreduce_bytes_per_token
+    if ep > 1:
+        per_token += (ep - 1) / ep / gpus * r.alltoall_bytes_per_token
+    per_context = (pcp - 1) / pcp * r.pcp_exchange_bytes_per_token if pcp > 1 else 0.0
+
+    def curve(c: Any) -> Curve:
+        return Curve(c.peak_flops, c.e_max, c.half, c.e_mem)
+
+    return OpRoofline(
+        hbm=hbm_per_gpu,
+        gpus=gpus,
+        pcp=pcp,
+        dense_flops_per_token=r.linear_flops_per_token - o.expert_flops_per_token,
+        dense_weight_bytes=r.dense_weight_bytes / (r.dense_weight_shards or gpus),
+        dense=curve(o.dense),
+        expert_flops_per_token=o.expert_flops_per_token,
+        expert_weight_bytes=r.expert_weight_bytes / (r.expert_weight_shards or gpus),
+        experts=r.experts,
+        experts_per_token=r.experts_per_token,
+        expert=curve(o.experts),
+        pair_flops=r.pair_flops,
+        kv_bytes_per_token=kv_bytes_per_token,
+        attention=curve(o.attention),
+        sparse_top_k=r.sparse_top_k if r.attention == "sparse" else None,
+        indexer_pair_flops=r.indexer_pair_flops,
+        window=r.window,
+        window_pair_flops=r.window_pair_flops,
+        comm_bytes_per_token=per_token,
+        comm_context_bytes_per_token=per_context,
+        comm_bandwidth=o.comm_bandwidth or nvlink_per_gpu,
+        collectives=o.collectives,
+        collective_latency=o.collective_latency,
+        launches=Launches(
+            cpu_step=o.cpu_step,
+            cpu_request=o.cpu_request,
+            kernel_s=o.kernels * o.kernel_launch,
+            graphs=cuda_graphs,
+            graph_s=o.graph_replay,
+            graph_max_tokens=o.graph_max_tokens,
+        ),
+        scale=scale,
     )
 
 

@@ -54,8 +54,9 @@ def ttft_cdf_plot(
     return style.save(fig, path, in_folder)
 
 
-PARTS = (  # TTFT's parts (lost_s, on failed engines, only where some request lost time)
+PARTS = (  # TTFT's parts (lost_s and frontend_s only where some request has any)
     ("lost_s", "lost (failed engine)"),
+    ("frontend_s", "frontend (API server, tokenizer, output)"),
     ("queue_wait_s", "queue"),
     ("load_s", "load (prefetch wait, restore)"),
     ("compute_s", "compute"),
@@ -67,10 +68,13 @@ BANDS = ((0, 50), (50, 90), (90, 99), (99, 100))
 def ttft_breakdown_plot(
     df: Any, path: str | os.PathLike[str], title: str, in_folder: bool = False
 ) -> Path:
-    """Mean lost / queue / load / compute / store time of the requests in each TTFT
+    """Mean lost / frontend / queue / load / compute / store time of the requests in each TTFT
     percentile band, stacked (they sum to its mean TTFT): where the tail's time goes."""
+    optional = ("lost_s", "frontend_s")
     parts = [
-        (c, name) for c, name in PARTS if c in df and (c != "lost_s" or (df[c].fillna(0) > 0).any())
+        (c, name)
+        for c, name in PARTS
+        if c in df and (c not in optional or (df[c].fillna(0) > 0).any())
     ]
     ttft = df["ttft_s"].to_numpy()
     edges = np.percentile(ttft, [b[0] for b in BANDS] + [100])

@@ -31,9 +31,13 @@ def token_sources_plot(
     always = ("gpu", "compute")
     names = [n for n in fractions if enabled is None or n in always or n in enabled]
     values = [100 * fractions[n] for n in names]
-    palette = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#937860"]  # 6 sources
-    order = list(fractions)  # a source keeps its colour whichever are left out
-    colours = [palette[order.index(n) % len(palette)] for n in names]
+    # a source keeps its colour whichever are left out; compute is always the last colour
+    # (a tier kind of the user's takes a colour after the built-in sources')
+    palette = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#da8bc3", "#8c8c8c"]
+    order = [n for n in fractions if n != "compute"]
+    colours = [
+        "#937860" if n == "compute" else palette[order.index(n) % len(palette)] for n in names
+    ]
     bars = ax.bar(names, values, color=colours)
     for bar, v in zip(bars, values, strict=True):
         ax.annotate(

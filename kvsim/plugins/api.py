@@ -136,10 +136,10 @@ class EngineView:
 
     def __init__(self, engine: Any) -> None:
         self._engine = engine
-        names = ("gpu", "host", "nvme")
+        names = engine.ctx.run.names  # the run's tier names by code (kvsim.sim.tiers)
         self._tiers = {
-            n: TierView(s, n)
-            for n, s in zip(names, engine.local.tiers, strict=True)
+            names[t]: TierView(s, names[t])
+            for t, s in enumerate(engine.local.tiers)
             if s is not None  # (an empty store is falsy)
         }
 

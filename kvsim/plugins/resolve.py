@@ -15,6 +15,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
+
 from kvsim.interrupts import interrupted, signals
 from kvsim.plugins import registry
 from kvsim.plugins.failures import PluginError, at, describe, place_of, show
@@ -153,8 +156,6 @@ def make(
 
 def _coerce(kind: str, name: str, param: Param, value: Any) -> Any:
     """One parameter's value, validated and coerced to its annotation by pydantic."""
-    from pydantic import ConfigDict, TypeAdapter, ValidationError
-    from pydantic.errors import PydanticUserError
 
     if param.annotation is Any:
         return value

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from kvsim import api
 from kvsim.errors import InputError
 from kvsim.experiments.capacity import Capacity, search
@@ -503,7 +505,6 @@ def markdown(study: Study) -> str:
 def write(study: Study, out: str | Path) -> list[Path]:
     """reproduction.csv and reproduction.md, written as the folder ``out`` all or
     nothing."""
-    import pandas as pd
 
     table = pd.DataFrame(study.records(), columns=COLUMNS)
     return write_reproduction(table, markdown(study), out)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from kvsim import api
 from kvsim.errors import InputError
@@ -729,7 +730,6 @@ def _evaluator(
 def write(rep: Reproduction, out: str | Path) -> list[Path]:
     """reproduction.csv, reproduction.md and a TTFT CDF plot per configuration, written
     as the folder ``out`` all or nothing."""
-    import pandas as pd
 
     def pooled(name: str) -> pd.Series:
         """The measured TTFTs of every seed's run of a configuration."""

@@ -28,9 +28,12 @@ import math
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from kvsim.errors import InputError
 from kvsim.report import columns
@@ -172,7 +175,6 @@ def run_all(
     paper_seeds: int | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run every study; return the validation rows and each study's reproduction."""
-    import time
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
@@ -304,7 +306,6 @@ def markdown(rows: list[dict[str, Any]], seconds: float | None = None) -> str:
 
 def write(rows: list[dict[str, Any]], out: str | Path, seconds: float | None = None) -> list[Path]:
     """validation.csv and validation.md, written as the folder ``out`` all or nothing."""
-    import pandas as pd
 
     table = pd.DataFrame(rows, columns=COLUMNS)
     files: dict[str, Writer] = {

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from kvsim import api
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
@@ -370,7 +372,6 @@ def markdown(rep: Validation) -> str:
 def write(rep: Validation, out: str | Path) -> list[Path]:
     """reproduction.csv and reproduction.md, written as the folder ``out`` all or
     nothing."""
-    import pandas as pd
 
     table = pd.DataFrame(rep.records(), columns=COLUMNS)
     return write_reproduction(table, markdown(rep), out)

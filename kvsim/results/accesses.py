@@ -67,6 +67,7 @@ turned into a DataFrame once, at the end.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +77,9 @@ import pandas as pd
 from kvsim.errors import InputError
 from kvsim.sim.recorder import COLUMNS as COLUMNS  # re-exported: the file's columns
 from kvsim.sim.recorder import TIERS
+
+#: a user's tier kind's name (kvsim.sim.tiers): a lower-case identifier
+TIER_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 FILE = "accesses.parquet"
 
@@ -90,8 +94,8 @@ def check(frame: pd.DataFrame, where: str) -> None:
     """A recorded accesses table as a replay may trust it, or InputError naming ``where``
     (the file) and the first bad row (counted from 0, as ``frame.iloc`` counts): the
     integer columns (``engine``, ``key``, ``request``) integers, ``tier`` one of
-    :data:`TIERS`, ``bytes`` finite and >= 0, ``time`` finite, >= 0 and never before the
-    row above it (the row order is the event order)."""
+    :data:`TIERS` or a tier kind's name, ``bytes`` finite and >= 0, ``time`` finite, >= 0
+    and never before the row above it (the row order is the event order)."""
     for name in ("engine", "key", "request"):
         if not pd.api.types.is_integer_dtype(frame[name].dtype):
             raise InputError(
@@ -110,8 +114,11 @@ def check(frame: pd.DataFrame, where: str) -> None:
                 f"column {name} holds {frame[name].dtype}, expected numbers", where=where
             )
     tiers = frame["tier"].astype(str).to_numpy()
+    named = np.array([bool(TIER_NAME.fullmatch(t)) for t in tiers.tolist()], dtype=bool)
     _refuse_first(
-        ~np.isin(tiers, TIERS), lambda i: f"tier {tiers[i]!r} is not one of {list(TIERS)}", where
+        ~(np.isin(tiers, TIERS) | named),
+        lambda i: f"tier {tiers[i]!r} is not one of {list(TIERS)} nor a tier kind's name",
+        where,
     )
     size = frame["bytes"].to_numpy(dtype=np.float64, na_value=np.nan)
     _refuse_first(

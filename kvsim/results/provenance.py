@@ -24,6 +24,7 @@ import platform
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,6 @@ def core() -> str:
 
 def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str | None]:
     """Installed version of each distribution (null: not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {}
     for name in names:

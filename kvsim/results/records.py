@@ -149,6 +149,7 @@ def summarize(
         "load_mean_s": float(m["load_s"].mean()) if len(m) else float("nan"),
         "compute_mean_s": float(m["compute_s"].mean()) if len(m) else float("nan"),
         "store_mean_s": float(m["store_s"].mean()) if len(m) else float("nan"),
+        "frontend_mean_s": float(m["frontend_s"].mean()) if len(m) else float("nan"),
         **restore_parts(m),
         "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
         "engine_busy_frac": ratio(stepping, engines * span),
@@ -195,6 +196,8 @@ def summarize(
     summary["steady_state"] = steady_state(m, act, sc.run.timeseries_window, engines, hi)
     # last: what produced the run (code, core, packages, input files' SHA-256)
     summary["provenance"] = provenance(sc)
+    if out.tier_kinds:  # a tier kind given in Python (docs/extending.md): not in the files
+        summary["provenance"]["tier_kinds"] = dict(out.tier_kinds)
     return summary
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.errors import InputError
-from kvsim.results.metrics import SOURCES
+from kvsim.results.metrics import SOURCES, sources
 from kvsim.units import fmt_duration
 
 RESTORE_PARTS = ("lookup", "queue", "read", "h2d")
@@ -201,7 +201,16 @@ def timeseries(
     for t in BYTE_TIERS:
         col = f"bytes_{t}"
         out[col] = _sums(m[col].to_numpy(), idx, n) if col in m else np.full(n, np.nan)
-    return pd.DataFrame({c: out[c] for c in COLUMN_NAMES})
+    # a tier kind of the user's (docs/extending.md): its tokens and bytes, after the rest
+    extra: list[str] = []
+    for t in sources(m.columns):
+        if t not in SOURCES:
+            for col in (f"tokens_{t}", f"bytes_{t}"):
+                if col in m:
+                    total = _sums(m[col].to_numpy(), idx, n)
+                    out[col] = total.astype(np.int64) if col.startswith("tokens_") else total
+                    extra.append(col)
+    return pd.DataFrame({c: out[c] for c in (*COLUMN_NAMES, *extra)})
 
 
 def _restored(m: pd.DataFrame) -> np.ndarray:

@@ -11,6 +11,7 @@ depends on the simulation's state: the clock, the engines and the stores live in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvsim.cache.local import WRITE_POLICIES
 from kvsim.config.pools import pools
@@ -33,6 +34,19 @@ def head_share(sc: Scenario) -> float:
     tp = r.tp if r is not None else max(sc.node.gpus // sc.node.pcp, 1)
     heads = int(getattr(layout, "kv_heads", 1))
     return max(heads // tp, 1) / heads
+
+
+def ops_per_block(sc: Scenario, te: Any) -> int:
+    """A transfer engine's operations per block: its own, else one per layer and per K
+    and V (one per layer for an MLA latent), a per-layer paged layout's descriptors."""
+    if te is None:
+        return 0
+    if te.ops_per_block is not None:
+        return int(te.ops_per_block)
+    layout = sc.model.kv_layout
+    if layout is None:
+        return 1
+    return layout.layers * (1 if layout.kind == "mla" else 2)
 
 
 class Constants:
@@ -77,6 +91,10 @@ class Constants:
             e.batching, e.max_batched_tokens, e.long_prefill_token_threshold
         )
         self.scheduler: str = e.scheduler.name
+        # engine.frontend: per-request work outside the kernels (None: none), and the first
+        # token's way out, added when a request finishes
+        self.frontend = e.frontend
+        self.output_s: float = e.frontend.output if e.frontend is not None else 0.0
         self.aging: float = e.sjf_aging
         self.layerwise: bool = e.layerwise
         layout = sc.model.kv_layout
@@ -91,6 +109,13 @@ class Constants:
         self.timeout: float | None = rc.timeout if rc.enabled else None
         # tiers.peer: a lookup also finds blocks in other engines' host tiers (kvsim.sim.lookup)
         self.peer: bool = sc.tiers.peer.enabled
+        # transfer engines' own costs on the peer reads and the remote GETs (None: the
+        # links' bytes only; kvsim.physics.transfer), and their operations per block
+        self.peer_transfer = sc.tiers.peer.transfer
+        self.remote_transfer = rc.transfer if rc.enabled else None
+        self.pcp: int = sc.node.pcp
+        self.peer_ops: int = ops_per_block(sc, self.peer_transfer)
+        self.remote_ops: int = ops_per_block(sc, self.remote_transfer)
         # remote.path: a GET lands in HBM by GPUDirect RDMA (NIC only: no host-to-GPU link,
         # no client copy) or through host memory (NIC, then the host-to-GPU link)
         self.remote_gpudirect: bool = rc.enabled and rc.gpudirect
@@ -119,7 +144,6 @@ class Constants:
         # a block can be cached at all (a cluster with no cache evicts nothing)
         self.track_seen: bool = (
             sc.tiers.gpu.capacity > 0
-            or sc.tiers.host.enabled
-            or sc.tiers.nvme.enabled
             or sc.remote.enabled
+            or any(getattr(t, "enabled", False) for t in tiers[1:] if t.local)
         )

@@ -53,6 +53,7 @@ import simpy
 from kvsim.cache.local import BACK, GPU, PEER, REMOTE, LocalCache
 from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import FlowAborted
+from kvsim.physics.frontend import frontend_seconds
 from kvsim.physics.step import kernel_copy_seconds
 from kvsim.sim.job import LOADING, NEW, READY, Job
 from kvsim.sim.lookup import Lookup
@@ -118,6 +119,9 @@ class Engine(Node):
         self._wake: simpy.Event | None = None
         # the simulation's memory check, made every 1,024 steps (None: none)
         self.guard: Callable[[], None] | None = None
+        # engine.frontend: when each API-server process is free next (None: no frontend)
+        fe = run.frontend
+        self._front: list[float] | None = [0.0] * fe.servers if fe is not None else None
         if run.put_policy == BACK:
             local.leave = self.puts.put_back
         self.process = self.env.process(self._loop())
@@ -131,8 +135,39 @@ class Engine(Node):
         return self.local.prefix_blocks(job.keys)
 
     def submit(self, job: Job) -> None:
-        """A request routed here (new, or re-routed from a failed engine)."""
+        """A request routed here (new, or re-routed from a failed engine): through the
+        frontend first, when the engine has one (engine.frontend)."""
         self.outstanding += 1
+        now = self.env._now
+        job.submitted = now
+        if self._front is not None:
+            wait = self._frontend(job, now)
+            if wait > 0.0:
+                self.env.timeout(wait).callbacks.append(lambda _e: self._admit(job))
+                return
+        self._admit(job)
+
+    def _frontend(self, job: Job, now: float) -> float:
+        """The request's time in the frontend (engine.frontend; docs/engine-model.md): the
+        first API-server process free serves it (first come, first served), for a time
+        by its prompt; returns the seconds until it reaches the engine's queue."""
+        fe = self.ctx.run.frontend
+        assert fe is not None
+        free = self._front
+        assert free is not None
+        n = job.req.input_tokens
+        work = frontend_seconds(fe, n)
+        best = 0
+        for i in range(1, len(free)):  # the process free first (the lowest index on a tie)
+            if free[i] < free[best]:
+                best = i
+        start = free[best] if free[best] > now else now
+        free[best] = start + work
+        job.frontend_s = start + work - now
+        return job.frontend_s
+
+    def _admit(self, job: Job) -> None:
+        """The request reaches the engine: its prefetch (if any), then the queue."""
         job.submitted = self.env._now
         ctx = self.ctx
         if ctx.run.prefetching and self.up:
@@ -441,13 +476,14 @@ class Engine(Node):
             step_tokens += n
         # each request's share of the step's SM time, by its chunk's tokens (_complete)
         self._sm_per_token = sm / step_tokens if step_tokens > 0 else 0.0
-        c = steps.fixed_s + sm
+        fixed = steps.overhead(chunks, sm)  # CPU work (and a launch wait): not SM work
+        c = fixed + sm
         share = ctx.run.copy_sm_share
         if share > 0.0:
             # stores out of HBM (demotions and write-through into host, copies for
             # write-back puts) run as copy kernels too: while those queued before the step
             # run (r seconds of them past its fixed part), its SM work moves at 1 - share
-            r = self.d2h.backlog(now) - steps.fixed_s
+            r = self.d2h.backlog(now) - fixed
             if r > 0.0 and sm > 0.0:
                 slow = (1.0 - share) * r  # SM work done while the stores run
                 c += (sm / (1.0 - share) if sm <= slow else r + sm - slow) - sm

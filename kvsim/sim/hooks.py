@@ -44,7 +44,6 @@ from kvsim.sim.router import Delegated as DelegatedRouter
 if TYPE_CHECKING:
     from kvsim.config.schema import PolicyRef
 
-TIER_NAMES = ("gpu", "host", "nvme", "remote", "peer")  # by tier code (kvsim.cache.local)
 MAX_DEPTH = 1 << 24  # the deepest block SimView.recompute_s answers for
 
 
@@ -385,8 +384,9 @@ class RouterHook(Hook):
 class LoadHook(CoreLoadPolicy):
     """A plugin load policy as the core's :class:`~kvsim.sim.policy.LoadPolicy`."""
 
-    def __init__(self, policy: Any, plugin: str, name: str) -> None:
+    def __init__(self, policy: Any, plugin: str, name: str, tiers: Sequence[str]) -> None:
         self.hook = Hook(policy, plugin, "load_policy", name)
+        self.tiers = tuple(tiers)  # the run's tier names by code (kvsim.sim.tiers)
         self.name = name
         self.blocking = _flag(self.hook, "blocking", True)
         self.lower_tiers = _flag(self.hook, "lower_tiers", True)
@@ -395,7 +395,7 @@ class LoadHook(CoreLoadPolicy):
         self, src: Sequence[int], estimate: Callable[[int], float], job: object = None
     ) -> int:
         n = len(src)
-        sources = [TIER_NAMES[t] for t in src]
+        sources = [self.tiers[t] for t in src]
         hook = self.hook
         misuse: list[PluginError] = []  # kept even if the plugin catches what it is given
 
@@ -430,12 +430,13 @@ class LoadHook(CoreLoadPolicy):
 class PrefetchHook(Hook):
     """A plugin prefetch policy: how much of a request's prefix to fetch into host."""
 
-    def __init__(self, policy: Any, plugin: str, name: str) -> None:
+    def __init__(self, policy: Any, plugin: str, name: str, tiers: Sequence[str]) -> None:
         super().__init__(policy, plugin, "prefetch", name)
+        self.tiers = tuple(tiers)  # the run's tier names by code (kvsim.sim.tiers)
         self.wait = _flag(self, "wait", False)
 
     def fetch_blocks(self, job: Any, src: Sequence[int]) -> int:
-        sources = [TIER_NAMES[t] for t in src]
+        sources = [self.tiers[t] for t in src]
         got = self.call("fetch_blocks", RequestView(job), sources)
         return int(self.answer("fetch_blocks", got, _counter(len(src), "in the usable prefix")))
 
@@ -529,14 +530,14 @@ class Hooks:
         if builtin is not None:
             return builtin
         policy, plugin = self._make("load_policy", ref)
-        return LoadHook(policy, plugin, ref.name)
+        return LoadHook(policy, plugin, ref.name, self.run.names)
 
     def prefetch(self, ref: PolicyRef) -> PrefetchHook | None:
         """None for the built-in prefetch policies."""
         if ref.name in BUILTIN["prefetch"]:
             return None
         policy, plugin = self._make("prefetch", ref)
-        return PrefetchHook(policy, plugin, ref.name)
+        return PrefetchHook(policy, plugin, ref.name, self.run.names)
 
     def scheduler(self, ref: PolicyRef) -> SchedulerHook | None:
         """None for the built-in schedulers."""

@@ -53,6 +53,7 @@ class Job:
         "enqueued",
         "fetch",
         "finish",
+        "frontend_s",
         "gpu_s",
         "holders",
         "keys",
@@ -123,6 +124,9 @@ class Job:
         self.prefetch_s = 0.0  # waited for its prefetch into host, out of the queue
         self.compute_s = 0.0
         self.store_s = 0.0  # GPU-to-host staging of blocks to put (the engine waits)
+        # engine.frontend: time in the frontend before the engine's queue (its queue
+        # included), plus the first token's way out once finished
+        self.frontend_s = 0.0
         self.remote_get_s = 0.0
         n = len(self.bytes)
         self.tier_s = [0.0] * n  # restore wall time per tier (T0 included)
@@ -159,7 +163,7 @@ class Job:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""
         nan = _NAN
         self.start = self.queue_wait = self.load_s = self.compute_s = nan
-        self.store_s = self.remote_get_s = self.prefetch_s = nan
+        self.store_s = self.remote_get_s = self.prefetch_s = self.frontend_s = nan
         self.restore_lookup = self.restore_queue = self.restore_read = self.restore_h2d = nan
         self.gpu_s = nan
         self.recomputed = 0

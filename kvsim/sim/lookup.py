@@ -17,9 +17,10 @@ from kvsim.cache.eviction import Entry, Key
 from kvsim.cache.local import GPU, HOST, PEER, REMOTE
 from kvsim.kernel.fabric import Flow
 from kvsim.physics.step import lone_seconds
+from kvsim.physics.transfer import transfer_terms
 from kvsim.sim.job import NEW, Job
 from kvsim.sim.node import Node
-from kvsim.sim.restore import remote_get
+from kvsim.sim.restore import engine_terms, remote_get
 from kvsim.sim.shared import Shared
 
 
@@ -365,7 +366,8 @@ class Lookup:
                 rate = ctx.fabric.estimate_rate(routes[t])
                 worst = max(worst, ctx.run.t0[t] + tok[t] * s * (ratio[t] / rate + decode[t]))
         if tok[REMOTE]:
-            links, size, costs, _, cap = remote_get(self.ctx, self.node, probe)
+            links, size, costs, shares, cap = remote_get(self.ctx, self.node, probe)
+            delay, cap = engine_terms(ctx.run, tok[REMOTE], shares, cap)
             rate = ctx.fabric.estimate_rate(links, costs)
             if cap is not None and cap < rate:
                 rate = cap
@@ -379,12 +381,20 @@ class Lookup:
                     * ctx.run.handoff_share
                     / self.node.nvlink.bandwidth
                 )
-            worst = max(worst, ctx.run.t0[REMOTE] + size / rate + after)
+            worst = max(worst, ctx.run.t0[REMOTE] + delay + size / rate + after)
         if tok[PEER]:  # one read per holder, out of its NIC and into this engine's
             engines = ctx.engines
+            run = ctx.run
+            te = run.peer_transfer
             for h, n in self.peer_tokens(probe, probe.src, self.holders).items():
                 rate = ctx.fabric.estimate_rate((engines[h].nic_out, *routes[PEER]))
-                worst = max(worst, ctx.run.t0[PEER] + n * s * (ratio[PEER] / rate + decode[PEER]))
+                delay = 0.0
+                if te is not None:  # the transfer engine's setup, batches and operations
+                    delay, cap = transfer_terms(te, n, n * s * ratio[PEER], run.pcp, run.peer_ops)
+                    rate = cap if cap < rate else rate
+                worst = max(
+                    worst, run.t0[PEER] + delay + n * s * (ratio[PEER] / rate + decode[PEER])
+                )
         new = job.req.input_tokens - probe.cached
         return worst + lone_seconds(ctx.run.steps, new, probe.cached, ctx.run.per_step)
 

@@ -20,7 +20,7 @@ from kvsim.cache.local import REMOTE
 from kvsim.kernel.fabric import Flow
 from kvsim.sim.job import Job
 from kvsim.sim.node import Node
-from kvsim.sim.restore import get_flow
+from kvsim.sim.restore import engine_terms, get_flow
 from kvsim.sim.shared import Shared
 
 
@@ -80,12 +80,13 @@ class Fetch:
             links, size, costs, shares, cap = get_flow(
                 ctx, engine, rk, tokens, (engine.nic_in,), count=True
             )
+            delay, cap = engine_terms(run, sum(tokens), shares, cap)
             flow = fabric.transfer(
                 links,
                 size,
                 costs=costs,
                 shares=shares,
-                delay=run.t0[REMOTE],
+                delay=run.t0[REMOTE] + delay,
                 on_done=self._in,
                 cap=cap,
             )

@@ -30,6 +30,8 @@ from kvsim.cache.eviction import Key
 from kvsim.cache.local import NVME, PEER, REMOTE
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.physics.step import kernel_copy_seconds
+from kvsim.physics.transfer import transfer_terms
+from kvsim.sim.constants import Constants
 from kvsim.sim.job import Job
 from kvsim.sim.node import Node
 from kvsim.sim.shared import Shared
@@ -118,25 +120,32 @@ class Restore:
         down = False  # a holder went down since the lookup
         if tokens[PEER]:
             engines = ctx.engines
+            te = run.peer_transfer
             for h, n in job.peers.items():
                 holder = engines[h]
                 down = down or not holder.up
                 self.holders.append(h)
+                nbytes = n * s * ratio[PEER]
+                wait, most = 0.0, math.inf
+                if te is not None:  # the transfer engine's setup, batches and operations
+                    wait, most = transfer_terms(te, n, nbytes, run.pcp, run.peer_ops)
                 self.local.append(
                     (
                         PEER,
                         fabric.transfer(
                             (holder.nic_out, *routes[PEER]),
-                            n * s * ratio[PEER],
-                            delay=t0[PEER],
+                            nbytes,
+                            delay=t0[PEER] + wait,
                             on_done=self.settled,
                             tag=PEER,
+                            cap=most if most < math.inf else None,
                         ),
                     )
                 )
         self.remote: list[Flow] = []
         if tokens[REMOTE]:
             links, size, costs, shares, cap = remote_get(ctx, engine, job, count=True)
+            delay, cap = engine_terms(run, tokens[REMOTE], shares, cap)
             stall = ctx.draw_stall()
             job.stalled = stall > 0
             self.remote.append(
@@ -145,7 +154,7 @@ class Restore:
                     size,
                     costs=costs,
                     shares=shares,
-                    delay=t0[REMOTE] + stall,
+                    delay=t0[REMOTE] + delay + stall,
                     on_done=self.settled,
                     cap=cap,
                     tag=REMOTE,
@@ -475,6 +484,24 @@ def get_flow(
     links, size, costs, shares = ctx.lockstep(remote.parts(per_server), path)
     # the shared links carry the whole GET per unit of progress: bytes/s -> progress/s
     return links, size, costs, shares, ctx.client_cap / shares[-1]
+
+
+def engine_terms(
+    run: Constants, tokens: int, shares: tuple, cap: float | None
+) -> tuple[float, float | None]:
+    """A remote GET of ``tokens`` tokens through the store's transfer engine
+    (``remote.transfer``; kvsim.physics.transfer): (its delay before the first byte, its
+    cap in progress units: the client's and the operations', the lower). Without a
+    transfer engine: (0, the client's cap)."""
+    te = run.remote_transfer
+    if te is None:
+        return 0.0, cap
+    per_unit = shares[-1]  # bytes of the whole GET per unit of progress (get_flow)
+    nbytes = tokens * run.kv_bytes * run.ratio[REMOTE]
+    delay, rate = transfer_terms(te, tokens, nbytes, run.pcp, run.remote_ops)
+    if rate < math.inf and (cap is None or rate / per_unit < cap):
+        cap = rate / per_unit
+    return delay, cap
 
 
 def count_reads(ctx: Shared, engine: Node, got: list[float], job: Job) -> None:

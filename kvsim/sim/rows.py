@@ -92,6 +92,14 @@ _HEAD: tuple[Column, ...] = (
         "store_s",
     ),
     Column("lost_s", "d", "time spent on engines that failed under the request", "lost_s"),
+    Column(
+        "frontend_s",
+        "d",
+        "time outside the engine (engine.frontend): in the API server (its queue included), "
+        "tokenizer and prefix hashing before the engine's queue, and the first token's way "
+        "out after the prefill; 0 without a frontend",
+        "frontend_s",
+    ),
 )
 _AFTER_LOADS: tuple[Column, ...] = (
     Column(

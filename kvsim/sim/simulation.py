@@ -1,13 +1,17 @@
 """Build a simulation from a Scenario, run it, and hand back plain records.
 
-Construction wires the physical pieces: per engine a GPU->host->NVMe cache and its links
-(host-to-GPU over PCIe, NVMe reads, NIC in and out, each the node's aggregate over its
-GPUs/drives), the remote servers (one link each, shared by GETs and PUTs of all engines),
-the router, the load policy, the tenants' rules and the scheduled faults. ``run`` feeds
-arrivals from the workload iterator and returns :class:`SimOutput`: one tuple per request
-(finished, or dropped with a reason) plus counters. Nothing here reads files (the workload
-iterator does) or writes any; a :class:`MemoryGuard` reads the process's own size from
-``/proc`` to stop a run cleanly before it runs out of memory.
+What this module owns: :class:`Simulation` (it builds the run, is the engines' listener and
+runs the arrivals), :class:`SimOutput` (what a run produced) and :class:`MemoryGuard`.
+Construction wires the physical pieces: per engine its local tiers (each local tier kind
+builds its own store, admission filter and links: kvsim.sim.tiers) and its links
+(host-to-GPU over PCIe, NIC in and out, each the node's aggregate over its GPUs), the
+remote servers (one link each, shared by GETs and PUTs of all engines), the router, the
+load policy, the tenants' rules, the scheduled faults and the metrics collector
+(kvsim.sim.metrics: every request's record, and its listeners such as the access log).
+``run`` feeds arrivals from the workload iterator and returns :class:`SimOutput`: the
+requests' records (finished, or dropped with a reason) plus counters. Nothing here reads
+files (the workload iterator does) or writes any; a :class:`MemoryGuard` reads the
+process's own size from ``/proc`` to stop a run cleanly before it runs out of memory.
 """
 
 from __future__ import annotations
@@ -143,6 +147,8 @@ class SimOutput:
     faults: list[dict[str, Any]] = field(default_factory=list)
     # per engine: flat [start, end, ...] spans of GPU work, blocked steps and copies
     activity: list[dict[str, list[float]]] = field(default_factory=list)
+    # tier kinds other than the built-in ones (module.Class, by tier name; kvsim.sim.tiers)
+    tier_kinds: dict[str, str] = field(default_factory=dict)
 
 
 class Simulation(Listener):
@@ -377,7 +383,9 @@ class Simulation(Listener):
     def finished(self, engine: Node, job: Job) -> None:
         """A request's first token is out: record it; a session may end here."""
         job.served_by = engine.index
-        job.finish = self.env._now
+        out = self.shared.run.output_s  # the first token's way out (engine.frontend)
+        job.finish = self.env._now + out
+        job.frontend_s += out
         self.metrics.request(job)
         self.tenancy.session_ended(job)
 
@@ -583,4 +591,9 @@ class Simulation(Listener):
             tenancy,
             self.shared.fault_log,
             activity,
+            {
+                t.name: f"{type(t).__module__}.{type(t).__qualname__}"
+                for t in self.shared.run.tiers
+                if type(t) not in KINDS
+            },
         )

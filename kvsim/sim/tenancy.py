@@ -100,10 +100,11 @@ class Tenancy:
     def stores(self) -> Iterator[tuple[str, BlockStore, int]]:
         """(tier, store, shards per block key) of every store in the simulation."""
         sim = self.sim
+        names = sim.run.names  # the run's tier names by code (kvsim.sim.tiers)
         for engine in sim.engines:
-            for name, store in zip(("gpu", "host", "nvme"), engine.local.tiers, strict=True):
+            for t, store in enumerate(engine.local.tiers):
                 if store is not None:
-                    yield name, store, 1
+                    yield names[t], store, 1
         if sim.remote is not None:
             for _, store in sim.remote.all_stores():
                 yield "remote", store, sim.remote.shards

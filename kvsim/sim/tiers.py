@@ -400,6 +400,17 @@ def make_tiers(sc: Scenario, kinds: Sequence[type[Tier] | Tier] = KINDS) -> tupl
                 f"tier kind {type(tier).__name__}: a new kind must be a LocalTier (a store on "
                 "each engine); the remote store and the peers are mechanisms of their own"
             )
+        elif not GpuTier.order < tier.order < PeerTier.order:
+            raise ValueError(
+                f"tier kind {type(tier).__name__}: order {tier.order:g} is not between GPU "
+                f"HBM's ({GpuTier.order:g}) and the peers' ({PeerTier.order:g}): a local tier "
+                "is looked up after HBM and before the other engines and the remote store"
+            )
+        if tier.local and tier.t0_engine > tier.t0:
+            raise ValueError(
+                f"tier {tier.name!r}: t0_engine ({tier.t0_engine:g} s) is larger than its t0 "
+                f"({tier.t0:g} s)"
+            )
         if tier.name in {t.name for t in tiers}:
             raise ValueError(f"two tiers are named {tier.name!r}")
         tier.code = i

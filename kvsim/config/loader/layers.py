@@ -23,7 +23,17 @@ from kvsim.profiles import profile_path, remote_kind_path
 from kvsim.yamlfile import Budget, Origins, load_yaml
 
 MAX_EXTENDS = 32  # files in one extends chain
-_PROFILE_KEYS = {"name", "description", "sources", "node", "model", "timing", "tiers", "remote"}
+_PROFILE_KEYS = {
+    "name",
+    "description",
+    "sources",
+    "node",
+    "model",
+    "timing",
+    "engine",
+    "tiers",
+    "remote",
+}
 
 
 def require_mapping(data: Any, where: str) -> dict[str, Any]:
@@ -164,7 +174,7 @@ def remote_kind_layer(
     return layer, kept
 
 
-_COMPOSE_KEYS = {"model", "gpu", "gpus", "tp", "pcp", "ep", "dtype", "base"}
+_COMPOSE_KEYS = {"model", "gpu", "gpus", "tp", "pcp", "ep", "dtype", "base", "assume"}
 
 
 def _compose_profile(

@@ -1,5 +1,6 @@
 """How engines are laid out and run: :class:`Cluster` (engines, routing, load policy),
-:class:`Prefetch` and :class:`Engine` (batching and scheduling)."""
+:class:`Prefetch` and :class:`Engine` (batching and scheduling, and the work a request
+pays outside the GPU kernels: :class:`Frontend`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from kvsim.config.schema.fields import Bounded, NonNegInt, PosInt, PositiveDuration, Record, Tokens
+from kvsim.config.schema.fields import (
+    Bounded,
+    Duration,
+    NonNegInt,
+    PosInt,
+    PositiveDuration,
+    Record,
+    Tokens,
+)
 from kvsim.config.schema.policies import (
     LoadPolicyName,
     PrefetchName,
@@ -55,6 +64,34 @@ class Prefetch(Record):
     )
 
 
+class Frontend(Record):
+    """What a request pays outside the GPU kernels (docs/engine-model.md, "The frontend"):
+    before the scheduler sees it, in one of the engine's ``servers`` (API-server
+    processes, each serving one request at a time, first come first served: vLLM's
+    asyncio loop with its one-thread tokenizer), then prefix hashing in the engine's input
+    thread; and after its last prefill step, its first token's way out."""
+
+    servers: Bounded(4096) = Field(1, description="API-server processes per engine")
+    per_request: Duration = Field(
+        "0 s", description="HTTP, request objects and validation, per request"
+    )
+    per_token: Duration = Field(
+        "0 s",
+        description="per prompt token: JSON parsing, validation, the message to the engine",
+    )
+    tokenize_per_request: Duration = Field("0 s", description="tokenizer call, per request")
+    tokenize_per_token: Duration = Field(
+        "0 s", description="tokenizing, per prompt token (0: the client sends token ids)"
+    )
+    hash_per_block: Duration = Field(
+        "0 s", description="prefix hashing and the block-table lookup, per engine block"
+    )
+    block_tokens: Tokens = Field(16, description="the engine's KV block (vLLM: 16 tokens)")
+    output: Duration = Field(
+        "0 s", description="the first token's way out: sampling, detokenizing, streaming"
+    )
+
+
 class Engine(Record):
     """How one prefill engine forms its steps (see docs/engine-model.md)."""
 
@@ -85,4 +122,12 @@ class Engine(Record):
     )
     max_inflight_restores: PosInt | None = Field(
         None, description="restores in flight per engine (null: bounded by GPU HBM only)"
+    )
+    cuda_graphs: bool = Field(
+        True,
+        description="small steps replay CUDA graphs (false: eager mode, vLLM's "
+        "--enforce-eager: every kernel launched from Python; timing.roofline.ops)",
+    )
+    frontend: Frontend | None = Field(
+        None, description="per-request work outside the kernels (null: none, as calibrated)"
     )

@@ -1,5 +1,6 @@
 """The engine's hardware, the served model and the prefill step-time model (normally from a
-profile): :class:`Node`, :class:`Model` with its KV layout, :class:`Roofline`, :class:`Timing`."""
+profile): :class:`Node`, :class:`Model` with its KV layout, :class:`Roofline` (with its
+per-operation form, :class:`Ops`), :class:`Timing`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kvsim.config.schema.fields import (
     PositiveSize,
     Record,
     Size,
+    Tokens,
 )
 
 
@@ -157,13 +159,72 @@ class Model(Record):
         return self.kv_layout.bytes_per_token()
 
 
+class OpCurve(Record):
+    """One operation kind's roofline (kvsim/physics/ops.py): it reaches ``e_max x /
+    (x + half)`` of ``peak_flops`` at size x, and ``e_mem`` of HBM bandwidth when bound by
+    its bytes."""
+
+    peak_flops: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="dense peak FLOP/s of one GPU in the dtype its kernels compute in"
+    )
+    e_max: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+        description="the best fraction of the dense FLOP peak it reaches"
+    )
+    half: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="the size at which it reaches half of e_max (dense GEMMs: tokens per "
+        "GPU; expert GEMMs: tokens per expert; attention: keys per query)"
+    )
+    e_mem: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+        description="the fraction of HBM bandwidth it reaches when bound by its bytes"
+    )
+
+
+class Ops(Record):
+    """The per-operation roofline (docs/engine-model.md, "The per-operation roofline"): a
+    step is the sum of its dense GEMMs, expert GEMMs, attention and communication, each on
+    its own roofline with its own efficiency curve, plus the host's CPU work and any wait
+    for kernel launches. It replaces ``fixed + max(FLOPs / achievable_flops, bytes / HBM)``
+    (``fixed``, ``achievable_flops`` and ``hbm_efficiency`` are then unused)."""
+
+    expert_flops_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0, description="of linear_flops_per_token, the routed experts' (the rest is dense)"
+    )
+    dense: OpCurve = Field(description="dense GEMMs (projections, dense and shared MLPs)")
+    experts: OpCurve = Field(description="the routed experts' grouped GEMMs")
+    attention: OpCurve = Field(description="attention prefill (FlashAttention-class kernels)")
+    collectives: NonNegInt = Field(
+        0, description="collective calls per step (TP all-reduces, EP all-to-alls, PCP)"
+    )
+    collective_latency: Duration = Field("0 s", description="fixed time of one collective call")
+    comm_bandwidth: Bandwidth | None = Field(
+        None,
+        description="per-GPU bandwidth the collectives reach (null: node.nvlink_per_gpu)",
+    )
+    cpu_step: Duration = Field(
+        "0 s", description="host CPU per step: scheduling, input preparation, sampling"
+    )
+    cpu_request: Duration = Field("0 s", description="host CPU per request in a step")
+    kernels: NonNegInt = Field(0, description="kernels one step launches (all layers)")
+    kernel_launch: Duration = Field(
+        "0 s", description="host time to launch one kernel in eager mode (Python included)"
+    )
+    graph_replay: Duration = Field(
+        "0 s", description="host time to replay a step's CUDA graphs (engine.cuda_graphs)"
+    )
+    graph_max_tokens: Tokens = Field(
+        512, description="the largest step captured in CUDA graphs (vLLM: 512)"
+    )
+
+
 class Roofline(Record):
     """Step time of the node from its architecture and hardware (see docs/engine-model.md):
     ``fixed + max(FLOPs / achievable_flops, bytes / HBM bandwidth)`` per step."""
 
     fixed: Duration = Field("20 ms", description="fixed time per step (scheduling, launches)")
-    achievable_flops: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
-        description="FLOP/s the node sustains in prefill (calibrated; the compute roof)"
+    achievable_flops: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description="FLOP/s the node sustains in prefill (calibrated; the compute roof); "
+        "needed unless `ops` gives the per-operation model",
     )
     linear_flops_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
         description="FLOPs per token in linear and MoE layers (2 x active parameters)"
@@ -212,6 +273,9 @@ class Roofline(Record):
         0.0,
         description="KV bytes per token (per GPU) that PCP ranks exchange so each sees the "
         "whole context (0: the exchange is in `fixed`)",
+    )
+    ops: Ops | None = Field(
+        None, description="the per-operation roofline (null: the one roofline above)"
     )
 
 

@@ -5,7 +5,7 @@ syntax of per-length metrics), prices (:class:`Cost`) and a composed profile's s
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
@@ -184,6 +184,11 @@ class ProfileSpec(Record):
         None,
         description="named profile or profile YAML whose other sections (tiers, remote, "
         "host and storage) the composition keeps (null: kvsim/catalogue/stack.yaml)",
+    )
+    assume: dict[str, Any] | None = Field(
+        None,
+        description="the scenario's own values of catalogue assumptions, by name "
+        "(`kvsim profiles show MODEL GPU --json` lists them: dense.e_max, cpu.per_step, ...)",
     )
 
     def __str__(self) -> str:

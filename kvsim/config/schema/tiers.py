@@ -1,5 +1,6 @@
 """The cache tiers a scenario configures: GPU, host, NVMe, peer (:class:`Tiers`), the
-remote store with its client (:class:`Remote`), codecs, and removed fields' replacements."""
+remote store with its client (:class:`Remote`), codecs, transfer engines
+(:class:`TransferEngine`), and removed fields' replacements."""
 
 from __future__ import annotations
 
@@ -124,6 +125,39 @@ class NvmeTier(LocalTier):
     )
 
 
+class TransferEngine(Record):
+    """What a transfer engine costs beyond the link's bytes (Mooncake's transfer engine,
+    NIXL; docs/data-path.md, "Transfer engines"): per read a setup (the control message,
+    the metadata lookup), per batch of operations a submit-and-wait round, and per
+    operation (one per block and layer, and per K and V, in vLLM's NIXL connector) the
+    software that posts it and reaps its completion, on ``threads`` threads per rank. A
+    read of n tokens on each of the ranks that move their parts at once makes ``ops =
+    ceil(n / op_tokens / pcp) x ops_per_block`` operations each and takes at least::
+
+        setup + ceil(ops / batch) x per_batch + max(ops x per_op / threads, bytes / link)
+
+    (the operations' cost is a cap on the read's rate; the link's share is the fabric's).
+    Memory registration is done once at start-up and is not a per-read cost."""
+
+    setup: Duration = Field("1 ms", description="per read: control message, metadata lookup")
+    per_batch: Duration = Field(
+        "40 us", description="one submit-and-wait round of a batch of operations"
+    )
+    batch: NonNegInt = Field(
+        0, description="operations per submitted batch (0: a read's operations in one)"
+    )
+    per_op: Duration = Field(
+        "1 us", description="software per operation (post and completion), per thread"
+    )
+    threads: Bounded(4096) = Field(4, description="threads posting operations, per rank")
+    op_tokens: Tokens = Field(16, description="tokens of one block the engine moves (vLLM: 16)")
+    ops_per_block: Bounded(1_000_000) | None = Field(
+        None,
+        description="operations per block (null: one per layer and per K and V, one per "
+        "layer for MLA: a per-layer paged layout, vLLM's NIXL connector)",
+    )
+
+
 class PeerTier(Record):
     """KV held in other engines' host DRAM, fetched over the holder's and the reader's NICs
     (LMCache P2P, Mooncake's transfer engine, vLLM's remote peer). Its capacity is the
@@ -148,6 +182,9 @@ class PeerTier(Record):
         False,
         description="restores can be read layer by layer (layerwise); false: LMCache's P2P "
         "backend retrieves whole chunks",
+    )
+    transfer: TransferEngine | None = Field(
+        None, description="the transfer engine's own costs (null: the link's bytes only)"
     )
 
 
@@ -262,6 +299,11 @@ class Remote(Record):
         description="puts queued or in flight per engine; further puts are dropped (0 = no puts)",
     )
     stall: StallModel = Field(StallModel(), description="GETs that hang (client bugs)")
+    transfer: TransferEngine | None = Field(
+        None,
+        description="an RDMA transfer engine's own costs (Mooncake store: null for a "
+        "kv_server's client, which remote.client models)",
+    )
 
     @property
     def gpudirect(self) -> bool:

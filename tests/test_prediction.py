@@ -1,0 +1,114 @@
+"""Predictions from the cards alone (kvsim/catalogue/compose.py, ranges.py): a request all in
+HBM pays the frontend and a recomputed block, more in eager mode; `kvsim profiles show`
+prints the per-operation breakdown and each prediction's range; a scenario gives its own
+assumptions (`profile.assume`), refused by name when unknown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvsim.catalogue.compose import compose, lone_parts
+from kvsim.catalogue.ranges import lone_figures, lone_ranges
+from kvsim.cli import main
+from kvsim.config.loader import scenario_from_dict
+from kvsim.physics.step import make_step_model
+
+WORKLOAD = {"kind": "synthetic", "requests": 1, "arrivals": {"process": "poisson", "rate": "1/s"},
+            "prompt_tokens": {"dist": "fixed", "value": 10}}  # fmt: skip
+
+
+def test_a_gpu_hit_pays_the_frontend_and_more_in_eager_mode():
+    """Qwen3-4B on one H100 (launch-bound when eager: 36 layers x 11 + 30 = 426 kernels at
+    8 us, 3.4 ms, over its 16-token step's 2.8 ms of weight reads). A prompt all in HBM:
+    its last block recomputed, the frontend (API server, tokenizer, hashing, output) around
+    it. 64k tokens cost more than 1k (the tokenizer, ~1 us a token); eager more than graphs.
+    """
+    comp = compose({"model": "qwen3-4b", "gpu": "H100", "gpus": 1})
+    graphs, eager = lone_figures(comp), lone_figures(comp, cuda_graphs=False)
+    for figs in (graphs, eager):
+        assert figs["gpu_hit_64k_ttft_s"] > 5 * figs["gpu_hit_1k_ttft_s"]
+        assert 0.05 < figs["gpu_hit_64k_ttft_s"] < 0.2
+    assert eager["gpu_hit_1k_ttft_s"] > graphs["gpu_hit_1k_ttft_s"]
+    assert eager["gpu_hit_1k_ttft_s"] - graphs["gpu_hit_1k_ttft_s"] == pytest.approx(
+        426 * 8e-6 - comp.step_model().compute_share(((16, 1008),)), rel=1e-6
+    )
+    # at the launch cost's documented top (30 us a kernel) eager reaches tens of ms
+    top = comp.with_assumptions(comp.assume.at("launch.kernel", "hi"))
+    assert lone_figures(top, cuda_graphs=False)["gpu_hit_1k_ttft_s"] > 0.014
+
+
+def test_the_frontend_grows_with_the_prompt_by_hand():
+    """engine.yaml: 0.5 ms + 0.1 ms a request, (25 ns + 1 us) a token, 1.8 us a 16-token
+    block, 0.3 ms out."""
+    comp = compose({"model": "llama-3.1-8b", "gpu": "H100"})
+    for n in (1024, 65536):
+        want = 0.5e-3 + 0.1e-3 + n * (25e-9 + 1e-6) + n // 16 * 1.8e-6 + 0.3e-3
+        assert comp.frontend_seconds(n) == pytest.approx(want)
+
+
+def test_lone_16k_parts_add_up_to_its_ttft():
+    comp = compose({"model": "llama-3.1-70b", "gpu": "H100", "tp": 4})
+    parts = lone_parts(comp)
+    figs = lone_figures(comp)
+    assert sum(parts.values()) == pytest.approx(figs["lone_16k_ttft_s"])
+    assert parts["comm"] > 0 and parts["dense"] > parts["attention"] > 0
+
+
+def test_ranges_move_with_the_assumptions():
+    comp = compose({"model": "llama-3.1-70b", "gpu": "H100", "tp": 8})
+    r = lone_ranges(comp)["lone_16k_s"]
+    assert r.lo < r.shipped < r.hi
+    assert "dense.e_max" in r.sensitive_to  # the dense GEMMs' best fraction moves it most
+    # every end of a sensitive input lies inside the range
+    for lo, hi in r.moves.values():
+        assert r.lo <= r.shipped * (1 + lo) + 1e-12 and r.shipped * (1 + hi) <= r.hi + 1e-12
+
+
+def test_profiles_show_prints_the_breakdown_and_the_range(capsys):
+    assert main(["profiles", "show", "llama-3.1-70b", "H100", "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    rows = {line[:32].strip(): line for line in out.splitlines()}
+    for row in ("dense GEMMs", "attention", "collectives per step", "host per step", "frontend"):
+        assert row in rows
+    assert "dense " in rows["lone 16k by part"] and "comm " in rows["lone 16k by part"]
+    assert "(range " in rows["lone 16k TTFT"] and "sensitive to" in rows["lone 16k TTFT"]
+    assert main(["profiles", "show", "llama-3.1-70b", "H100", "--tp", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    r = data["ranges"]["lone_16k_ttft_s"]
+    assert r["lo"] <= r["value"] <= r["hi"] and r["sensitive_to"]
+    assert data["numbers"]["assumptions"]["dense.e_max"]["mark"] == "H"
+
+
+def test_a_scenario_gives_its_own_assumptions():
+    base = {"model": "llama-3.1-8b", "gpu": "H100"}
+    plain = scenario_from_dict({"name": "a", "profile": base, "workload": WORKLOAD})
+    given = scenario_from_dict(
+        {
+            "name": "a",
+            "profile": {**base, "assume": {"dense": {"e_max": 0.355}}},
+            "workload": WORKLOAD,
+        }
+    )
+    assert given.timing.roofline.ops.dense.e_max == pytest.approx(0.355)
+    slow = make_step_model(given).step([(8192, 0)])
+    fast = make_step_model(plain).step([(8192, 0)])
+    assert slow > 1.5 * fast  # half the best fraction: the compute-bound GEMMs take twice
+
+
+@pytest.mark.parametrize(
+    ("assume", "fragment"),
+    [
+        ({"dense": {"speed": 1}}, "profile.assume.dense.speed: unknown assumption"),
+        ({"dense": {"e_max": 1.5}}, "profile.assume.dense.e_max: a fraction in (0, 1]"),
+        ({"cpu": {"per_step": "fast"}}, "profile.assume.cpu.per_step"),
+    ],
+)
+def test_a_bad_assumption_is_refused_by_name(tmp_path, capsys, assume, fragment):
+    sc = tmp_path / "s.yaml"
+    profile = {"model": "llama-3.1-8b", "gpu": "H100", "assume": assume}
+    sc.write_text(json.dumps({"name": "s", "profile": profile, "workload": WORKLOAD}))
+    assert main(["validate", str(sc)]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
