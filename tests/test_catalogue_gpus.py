@@ -331,7 +331,7 @@ def test_efficiency_values_in_range_with_sources() -> None:
                     assert v.lo <= v.value <= v.hi, (gen, op, dtype, p)
                     assert v.mark in ("H", "M", "L") and v.source, (gen, op, dtype, p)
                     if p != "half":
-                        assert 0 < v.lo and v.hi <= 1, (gen, op, dtype, p)
+                        assert v.lo > 0 and v.hi <= 1, (gen, op, dtype, p)
     factor, width = narrow()
     assert 0 < factor.lo <= factor.value <= factor.hi <= 1 and width == 2112
 
