@@ -44,6 +44,8 @@ GiB = 2**30  # HBM capacity: the datasheets' "GB" of HBM is binary (issue 39)
 
 # name -> (generation, dense FLOP/s per dtype, HBM bytes, HBM B/s, host link B/s one way,
 #          NVLink B/s one way, NIC B/s), each from the datasheet as the comment says
+# (H20, H800 and L20 have no public NVIDIA datasheet: from the secondary sources their
+# cards cite, marked M)
 DATASHEET = {
     # A100 datasheet: BF16 312 | 624* TFLOPS; 80 GB HBM2e at 2,039 GB/s; PCIe Gen4 64 GB/s
     # (both ways); NVLink 600 GB/s (both ways); DGX A100: ConnectX-6 200 Gb/s per GPU
@@ -52,6 +54,17 @@ DATASHEET = {
         {"bf16": 312 * T},
         80 * GiB,
         2039 * GBs,
+        32 * GBs,
+        300 * GBs,
+        200 * Gbs,
+    ),
+    # A100 datasheet, 40GB SXM: the 80GB part's rates; 40 GB HBM2 at 1,555 GB/s; DGX A100
+    # (40GB): ConnectX-6 200 Gb/s per GPU
+    "A100-40GB": (
+        "ampere",
+        {"bf16": 312 * T},
+        40 * GiB,
+        1555 * GBs,
         32 * GBs,
         300 * GBs,
         200 * Gbs,
@@ -76,6 +89,39 @@ DATASHEET = {
         64 * GBs,
         450 * GBs,
         400 * Gbs,
+    ),
+    # H20 (LMSYS/Ant Group table, aiconfigurator h20_sxm.yaml): BF16 148 / FP8 296 TFLOPS
+    # dense; 96 GB HBM3 at 4.0 TB/s; PCIe Gen5 (64 GB/s one way); NVLink 900 GB/s both ways
+    "H20": (
+        "hopper",
+        {"bf16": 148 * T, "fp8": 296 * T},
+        96 * GiB,
+        4.0 * TBs,
+        64 * GBs,
+        450 * GBs,
+        400 * Gbs,
+    ),
+    # H800 (aiconfigurator h800_sxm.yaml): H100 SXM's rates and HBM; NVLink 400 GB/s both
+    # ways (200 one way); one 400 Gb/s InfiniBand NIC per GPU (DeepSeek-V3: 50 GB/s)
+    "H800": (
+        "hopper",
+        {"bf16": 989.5 * T, "fp8": 1979 * T},
+        80 * GiB,
+        3.35 * TBs,
+        64 * GBs,
+        200 * GBs,
+        400 * Gbs,
+    ),
+    # L20 (secondary sources): FP16/BF16 119.5 TFLOPS dense, no FP8 figure; 48 GB GDDR6 at
+    # 864 GB/s; PCIe Gen4 x16 (32 GB/s one way); no NVLink; 200 Gb/s network
+    "L20": (
+        "ada",
+        {"bf16": 119.5 * T},
+        48 * GiB,
+        864 * GBs,
+        32 * GBs,
+        0.0,
+        200 * Gbs,
     ),
     # HGX B200 per GPU: FP4 18 / FP8 9 / BF16 4.5 PFLOPS (sparse); 180 GB at 7.7 TB/s;
     # PCIe Gen5 128 GB/s, NVLink 1.8 TB/s (both ways); DGX B200: ConnectX-7 400 Gb/s
@@ -135,6 +181,12 @@ DATASHEET = {
 }
 
 
+# GPUs per NVLink domain: 8 on every HGX/DGX board and AMD 8-OAM platform (DGX A100/H100/
+# H200/B200/B300 datasheets, MI300X/MI355X platforms; HGX H20/H800: 8-way servers), 72 in
+# GB200 NVL72, 1 for the L20 (a PCIe card without NVLink)
+NVLINK_DOMAIN = {name: 8 for name in DATASHEET} | {"GB200": 72, "L20": 1}
+
+
 def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9)
 
@@ -160,6 +212,7 @@ def test_card_matches_datasheet(name: str) -> None:
     assert close(c.host_link_per_direction, host)
     assert close(c.nvlink_per_gpu, nvlink)
     assert close(c.nic_per_gpu, nic)
+    assert c.nvlink_domain == NVLINK_DOMAIN[name] and c.defaulted == ()
 
 
 @pytest.mark.parametrize("name", sorted(DATASHEET))
@@ -219,9 +272,9 @@ def test_lookup_by_name_and_alias(given: str, name: str) -> None:
 
 def test_unknown_name_lists_the_shipped_cards() -> None:
     with pytest.raises(InputError) as e:
-        read_gpu("H800")
+        read_gpu("H900")
     msg = str(e.value)
-    assert "unknown GPU 'H800'" in msg
+    assert "unknown GPU 'H900'" in msg
     for name in DATASHEET:
         assert name in msg
 

@@ -290,7 +290,7 @@ def _llama() -> dict:
         ({"tie_word_embeddings": "no"}, "tie_word_embeddings", "expected true or false"),
         ({"torch_dtype": "int3"}, "torch_dtype", "unknown dtype"),
         ({"num_key_value_heads": 7}, "num_key_value_heads", "does not divide"),
-        ({"quantization_config": {"quant_method": "awq"}}, "quant_method", "not supported"),
+        ({"quantization_config": {"quant_method": "hqq"}}, "quant_method", "not supported"),
         ({"num_local_experts": 8}, "num_experts_per_tok", "missing"),
         ({"kvsim": {"kv_cache_dtype": "fp4"}}, "kvsim.kv_cache_dtype", "unknown"),
         ({"kvsim": {"kv_cache_dtype": "fp8_ds_mla"}}, "kvsim.kv_cache_dtype", "needs MLA"),

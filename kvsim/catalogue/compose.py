@@ -131,8 +131,10 @@ class Composition:
     @property
     def spans_domains(self) -> bool:
         """Whether the tp x pcp group spans NVLink domains (its collectives then cross the
-        network: a card's ``nvlink_domain``, 8 GPUs when it does not say)."""
-        return self.gpus > int(getattr(self.gpu, "nvlink_domain", 8) or 8)
+        network): more GPUs than the card's ``nvlink_domain``; for a card without NVLink
+        (PCIe peers in one server), more than the 8 of a server."""
+        domain = self.gpu.nvlink_domain if self.gpu.nvlink_per_gpu > 0 else 8
+        return self.gpus > domain
 
     @property
     def comm_bandwidth(self) -> float:

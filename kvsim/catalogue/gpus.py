@@ -2,7 +2,11 @@
 
 A card holds what the roofline step model and the data path take from a GPU's datasheet:
 dense peak FLOP/s per dtype, HBM capacity and bandwidth, the host link (PCIe or
-NVLink-C2C) per direction, NVLink per GPU per direction and the NIC per GPU. Its schema::
+NVLink-C2C) per direction, NVLink per GPU per direction, the GPUs one NVLink domain joins
+(``nvlink_domain``: 8 on an HGX/DGX board, 72 in a GB200/GB300 NVL72 rack, 1 for a PCIe
+card without NVLink) and the NIC per GPU: the scale-out link (InfiniBand or RoCE) that a
+tensor-, context- or pipeline-parallel group's collectives cross when the group spans
+NVLink domains, and that remote KV stores are reached over. Its schema::
 
     name: H100-SXM                    # the card's name (lookup is case-insensitive)
     description: one line
@@ -19,16 +23,23 @@ NVLink-C2C) per direction, NVLink per GPU per direction and the NIC per GPU. Its
     host_link: PCIe Gen5 x16
     host_link_per_direction: 64 GB/s  # one direction
     nvlink_per_gpu: 450 GB/s          # one direction: half the bidirectional figure
-    nic_per_gpu: 400 Gb/s
+    nvlink_domain: 8                  # optional: GPUs one NVLink (or Infinity Fabric)
+                                      # domain joins; default 8 (1 without NVLink)
+    nic_per_gpu: 400 Gb/s             # the scale-out network per GPU (bits/s)
     efficiency:                       # optional: the card's own, replacing its generation's
       flops_frac: {bf16: 0.5}         # a fraction in (0, 1], or {value, lo, hi, source}
       hbm_frac: 0.8
     sources: {field: "H: where it comes from", ...}
 
 Every value must lie in its physical range (:data:`RANGES`; ``nvlink_per_gpu`` may be 0:
-no NVLink, then GPUs exchange over the host link). HBM capacity is in GiB as datasheets
-mean it (``80 GiB``); rates are decimal (``3.35 TB/s``, ``400 Gb/s``). Text fields refuse
-control, format and separator characters (:data:`kvsim.errors.UNSAFE_CATEGORIES`).
+no NVLink, then GPUs exchange over the host link, and ``nvlink_domain`` must be 1; a
+domain of 1 with NVLink is refused too). A card without ``nvlink_domain`` gets
+:data:`DEFAULT_NVLINK_DOMAIN` (8, L: the HGX/DGX 8-GPU board every SXM/OAM system shipped
+since 2020 is built from), or 1 when ``nvlink_per_gpu`` is 0; :attr:`GpuCard.defaulted`
+names it and :meth:`GpuCard.source_of` gives the default's source. HBM capacity is in
+GiB as datasheets mean it (``80 GiB``); rates are decimal (``3.35 TB/s``, ``400 Gb/s``).
+Text fields refuse control, format and separator characters
+(:data:`kvsim.errors.UNSAFE_CATEGORIES`).
 
 NVIDIA's datasheets quote Tensor Core FLOP/s "with sparsity"; a dense prefill does half of
 that, so ``flops_sparse`` figures are halved (:data:`SPARSITY_FACTOR`). FLOP/s are written
@@ -73,7 +84,15 @@ _REQUIRED = (
     "nvlink_per_gpu",
     "nic_per_gpu",
 )
-_OPTIONAL = ("description", "aliases", "flops", "flops_sparse", "efficiency", "sources")
+_OPTIONAL = (
+    "description",
+    "aliases",
+    "flops",
+    "flops_sparse",
+    "nvlink_domain",
+    "efficiency",
+    "sources",
+)
 _FIELDS = _REQUIRED + _OPTIONAL
 # the fields a shipped card must source (tests/test_catalogue_gpus.py checks every card)
 SOURCED = (
@@ -82,6 +101,7 @@ SOURCED = (
     "hbm_bandwidth",
     "host_link_per_direction",
     "nvlink_per_gpu",
+    "nvlink_domain",
     "nic_per_gpu",
 )
 
@@ -105,6 +125,15 @@ _UNITS = {
     "nic_per_gpu": (1e9 / 8, "Gb/s"),
     "flops": (1e12, "TFLOP/s"),
 }
+#: GPUs one NVLink domain joins on a card that does not say (L: the 8-GPU HGX/DGX board of
+#: A100, H100, H200, B200 and B300 and AMD's 8-OAM MI300X/MI355X platforms)
+DEFAULT_NVLINK_DOMAIN = 8
+DEFAULT_NVLINK_DOMAIN_SOURCE = (
+    "L: kvsim's default: the 8-GPU HGX/DGX board (A100, H100, H200, B200, B300; AMD's "
+    "8-OAM platforms); 1 for a card without NVLink"
+)
+#: the largest NVLink domain a card may give (NVIDIA's NVL576 is the largest announced)
+MAX_NVLINK_DOMAIN = 4096
 #: what a card's own ``efficiency:`` may set: the host link's fraction, and per operation
 #: kind a curve per dtype (kvsim/catalogue/efficiency.py has the generation's values these
 #: replace)
@@ -146,7 +175,7 @@ class GpuCard:
     host_link: str  # "PCIe Gen5 x16", "NVLink-C2C"
     host_link_per_direction: float  # bytes/s, one direction
     nvlink_per_gpu: float  # bytes/s, one direction
-    nic_per_gpu: float  # bytes/s
+    nic_per_gpu: float  # bytes/s: the scale-out network (InfiniBand/RoCE) per GPU
     sources: dict[str, str] = field(default_factory=dict)  # field -> "H: source"
     aliases: tuple[str, ...] = ()
     path: str = ""  # the file the card was read from
@@ -154,6 +183,17 @@ class GpuCard:
     # Value; op -> dtype -> param -> Value (kvsim/catalogue/efficiency.py)
     efficiency: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)  # field -> "FILE:LINE"
+    # GPUs one NVLink domain joins (1: no NVLink); collectives of a parallel group larger
+    # than this cross the NIC (nic_per_gpu)
+    nvlink_domain: int = DEFAULT_NVLINK_DOMAIN
+    defaulted: tuple[str, ...] = ()  # optional fields the card left out (kvsim's default)
+
+    def source_of(self, key: str) -> str:
+        """The source of ``key``'s value: the card's ``sources`` entry, or the default's
+        source (mark L) for a field the card left out; "" when neither."""
+        if key == "nvlink_domain" and key in self.defaulted:
+            return DEFAULT_NVLINK_DOMAIN_SOURCE
+        return self.sources.get(key, "")
 
     def at(self, key: str) -> str:
         """Where the card gives ``key`` ("FILE:LINE"; the file when unknown)."""
@@ -170,13 +210,20 @@ class GpuCard:
     def compute_dtype(self, weight_dtype: str) -> str:
         """The dtype a model's matmuls run in on this GPU: FP4 weights ("fp4", "mxfp4",
         "nvfp4") in fp4 where the GPU has FP4 tensor cores, FP8 weights in fp8 where it has
-        FP8; anything else, or a dtype the GPU lacks, in bf16 (weight-only kernels such as
-        Marlin dequantize to bf16 on Ampere/Hopper). (M: vLLM's kernel choice per GPU.)"""
+        FP8; integer weights ("int4", "int8": AWQ, GPTQ, compressed-tensors W4A16/W8A16) in
+        bf16: weight-only kernels (Marlin, Machete, AWQ/GPTQ GEMM) unpack each tile to
+        BF16/FP16 in registers and run BF16/FP16 tensor-core MMAs on Ampere and Hopper
+        (M: the Marlin and Machete kernel descriptions; vLLM's kernel choice per GPU); a
+        W8A8-int8 checkpoint's INT8 tensor cores have no peak on a card, so it is counted
+        in bf16 too (slow by up to 2x: INT8 runs at the FP8 rate on Hopper, twice BF16 on
+        Ampere). Anything else, or a dtype the GPU lacks, in bf16."""
         w = weight_dtype.lower()
         if "fp4" in w:
             return "fp4" if "fp4" in self.flops else "bf16"
         if "fp8" in w:
             return "fp8" if "fp8" in self.flops else "bf16"
+        if w in ("int4", "int8"):
+            return "bf16"
         return "bf16"
 
 
@@ -248,6 +295,35 @@ class _Card:
         if why is not None:
             raise self.fail((key,), why)
         return v
+
+    def domain(self, nvlink: float) -> tuple[int, tuple[str, ...]]:
+        """(nvlink_domain, the fields defaulted): a whole number of GPUs in 1 ..
+        :data:`MAX_NVLINK_DOMAIN`, 1 exactly when the card has no NVLink."""
+        raw = self.data.get("nvlink_domain")
+        if raw is None:
+            return (DEFAULT_NVLINK_DOMAIN if nvlink else 1), ("nvlink_domain",)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise self.fail(
+                ("nvlink_domain",), f"expected a whole number of GPUs, got {shown(raw)}"
+            )
+        if not 1 <= raw <= MAX_NVLINK_DOMAIN:
+            raise self.fail(
+                ("nvlink_domain",),
+                f"{raw} GPUs is outside the physical range 1 .. {MAX_NVLINK_DOMAIN}",
+            )
+        if nvlink == 0 and raw > 1:
+            raise self.fail(
+                ("nvlink_domain",),
+                f"{raw} GPUs with nvlink_per_gpu 0 (no NVLink): a GPU without NVLink is a "
+                "domain of 1",
+            )
+        if nvlink > 0 and raw == 1:
+            raise self.fail(
+                ("nvlink_domain",),
+                f"1 GPU with nvlink_per_gpu {nvlink / 1e9:g} GB/s: a GPU alone in its domain "
+                "has no NVLink peers (give nvlink_per_gpu: 0 GB/s, or 2 or more GPUs)",
+            )
+        return raw, ()
 
     def rates(self, key: str) -> dict[str, float]:
         raw = self.data.get(key)
@@ -389,6 +465,8 @@ def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:
         raise c.fail(("aliases",), f"expected a list of names, got {shown(aliases)}")
     for i, a in enumerate(aliases):
         c.safe(("aliases", i), a)
+    nvlink = c.quantity("nvlink_per_gpu", parse_bandwidth, positive=False)
+    domain, defaulted = c.domain(nvlink)
     sources = data.get("sources") or {}
     if not isinstance(sources, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in sources.items()
@@ -403,13 +481,15 @@ def _card_from(data: Any, origins: dict[Any, str], where: str) -> GpuCard:
         hbm_bandwidth=c.quantity("hbm_bandwidth", parse_bandwidth),
         host_link=c.text("host_link"),
         host_link_per_direction=c.quantity("host_link_per_direction", parse_bandwidth),
-        nvlink_per_gpu=c.quantity("nvlink_per_gpu", parse_bandwidth, positive=False),
+        nvlink_per_gpu=nvlink,
         nic_per_gpu=c.quantity("nic_per_gpu", parse_bandwidth, positive=False),
         sources=dict(sources),
         aliases=tuple(aliases),
         path=where,
         efficiency=c.efficiency(),
         lines={k: c.origins[(k,)] for k in data if (k,) in c.origins},
+        nvlink_domain=domain,
+        defaulted=defaulted,
     )
 
 
@@ -465,6 +545,7 @@ def read_gpu(name_or_path: str | os.PathLike[str], base_dir: Path | None = None)
 
 
 __all__ = [
+    "DEFAULT_NVLINK_DOMAIN",
     "DTYPES",
     "GENERATIONS",
     "GPU_DIR",

@@ -34,14 +34,18 @@ Keys read (the first present of each group):
   unless ``use_sliding_window`` is false (Qwen: then layers from ``max_window_layers`` on);
   a model with every layer sliding keeps every layer's KV per token (:attr:`ModelCard.kv_layers`);
 - sparse attention (DSA indexer): ``index_topk``, ``index_n_heads``, ``index_head_dim``;
-- dtypes: the activation dtype from ``torch_dtype`` | ``dtype`` (absent: bf16, L);
-  ``quantization_config.quant_method`` ``"fp8"``: every linear layer in FP8 (1 B), the
-  embeddings, LM head and routers at the activation dtype (DeepSeek-V3, Kimi-K2 and
-  MiniMax-M2 keep those unquantised); ``"mxfp4"``: routed experts in MXFP4, 4.25 bits a
-  weight (4-bit E2M1 + one 8-bit E8M0 scale per 32 weights, OCP MX spec), the rest at the
-  activation dtype (gpt-oss's ``modules_to_not_convert``). The KV cache is at the
-  activation dtype unless ``kvsim.kv_cache_dtype`` names vLLM's ``--kv-cache-dtype``
-  (``fp8``, ``fp8_e4m3``, ``fp8_e5m2``, ``fp8_ds_mla``, ``bfloat16``, ``auto``).
+- dtypes: the activation dtype from ``torch_dtype`` | ``dtype`` (absent: bf16, L); the
+  weights' from ``quantization_config`` (or the older ``compression_config``):
+  :mod:`kvsim.catalogue.quantconfig` reads ``quant_method`` ``"fp8"`` (every linear layer
+  in FP8, 1 B; the embeddings, LM head and routers at the activation dtype, as DeepSeek-V3,
+  Kimi-K2 and MiniMax-M2 keep them), ``"mxfp4"`` (routed experts in MXFP4, 4.25 bits a
+  weight: 4-bit E2M1 + one 8-bit E8M0 scale per 32 weights, OCP MX spec; the rest at the
+  activation dtype, gpt-oss's ``modules_to_not_convert``), ``"awq"``, ``"gptq"`` and
+  ``"compressed-tensors"`` (``int4``/``int8`` weights with group scales, ``fp8``,
+  ``nvfp4``, ``mxfp4``; the layers their ignore lists keep unquantised) and refuses the
+  rest (``bitsandbytes`` included), naming the key. The KV cache is at the activation
+  dtype unless ``kvsim.kv_cache_dtype`` names vLLM's ``--kv-cache-dtype`` (``fp8``,
+  ``fp8_e4m3``, ``fp8_e5m2``, ``fp8_ds_mla``, ``bfloat16``, ``auto``).
 
 Multi-token-prediction layers (``num_nextn_predict_layers``) are not counted: they serve
 speculative decoding, not prefill. Norm weights, biases and attention sinks (< 0.1% of any
@@ -55,6 +59,7 @@ from typing import Any
 
 from kvsim.catalogue.configjson import ConfigReader
 from kvsim.catalogue.modelcard import DS_MLA_TILE, ModelCard
+from kvsim.catalogue.quantconfig import Shape, read_quantization
 from kvsim.errors import shown
 
 _TORCH_DTYPES = {
@@ -89,26 +94,6 @@ def _dtype(r: ConfigReader) -> str:
     if dt is None:
         raise r.fail(key, f"unknown dtype {shown(name)} (known: {', '.join(_TORCH_DTYPES)})")
     return dt
-
-
-def _quantization(r: ConfigReader, act: str) -> tuple[str, str]:
-    """(weight_dtype, expert_dtype) from quantization_config."""
-    if not r.has("quantization_config"):
-        return act, act
-    q = r.doc["quantization_config"]
-    if not isinstance(q, dict):
-        raise r.fail("quantization_config", f"expected an object, got {shown(q)}")
-    method = q.get("quant_method")
-    if method == "fp8":
-        return "fp8", "fp8"
-    if method == "mxfp4":
-        return act, "mxfp4"
-    raise r.fail(
-        "quantization_config.quant_method",
-        f"{shown(method)} is not supported (kvsim reads 'fp8' and 'mxfp4'; for another "
-        "format give a copy with the quantization_config removed and the weights' bytes "
-        "set in the scenario)",
-    )
 
 
 def _sliding(r: ConfigReader, layers: int) -> tuple[int, int]:
@@ -365,7 +350,30 @@ def card_from_config(
         idx_dim = r.num("index_head_dim", "the sparse-attention indexer")
 
     act = _dtype(r)
-    weight_dtype, expert_dtype = _quantization(r, act)
+    model_type = str(doc.get("model_type") or "")
+    quant = read_quantization(
+        r,
+        act,
+        Shape(
+            layers=layers,
+            dense_layers=dense_layers if experts else layers,
+            moe_layers=layers - dense_layers if experts else 0,
+            shared=bool(shared),
+            mla=attention == "mla",
+            q_lora=bool(q_lora),
+            indexer=bool(idx_heads),
+            experts_naming=(
+                "gpt_oss"
+                if model_type == "gpt_oss"
+                else "block_sparse_moe"
+                if r.has("num_local_experts")
+                else "mlp"
+            ),
+            shared_naming=(
+                "shared_expert" if r.has("shared_expert_intermediate_size") else "shared_experts"
+            ),
+        ),
+    )
     kv_dtype = act
     kv_choice = meta.get("kv_cache_dtype")
     if kv_choice is not None:
@@ -435,12 +443,17 @@ def card_from_config(
         sparse_top_k=top_k,
         indexer_heads=idx_heads,
         indexer_head_dim=idx_dim,
-        weight_dtype=weight_dtype,
-        expert_dtype=expert_dtype,
+        weight_dtype=quant.weight_dtype,
+        expert_dtype=quant.expert_dtype,
         kv_dtype=kv_dtype,
         activation_dtype=act,
         published_total=published[0],
         published_active=published[1],
         params_source=text("params_source", str(params.get("source") or "")),
         notes=text("notes", ""),
+        quant_method=quant.method,
+        part_bytes=quant.part_bytes,
+        quant_exempt=quant.exempt,
+        quant_activations=quant.activations,
+        quant_detail=quant.detail,
     )

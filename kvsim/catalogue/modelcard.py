@@ -12,14 +12,39 @@ from typing import Any
 from kvsim.errors import InputError, shown
 
 #: bytes per value of each dtype kvsim knows (H: IEEE/OCP formats; mxfp4: OCP MX v1.0,
-#: 32 E2M1 values share one E8M0 scale -> 4 + 8/32 = 4.25 bits)
+#: 32 E2M1 values share one E8M0 scale -> 4 + 8/32 = 4.25 bits; nvfp4: 16 E2M1 values
+#: share one E4M3 scale -> 4 + 8/16 = 4.5 bits, NVIDIA's per-tensor FP32 scale left out).
+#: ``int4``/``int8`` are the packed integer values alone: their group scales and zero
+#: points depend on the checkpoint (:func:`int_weight_bytes`; a card's ``part_bytes``)
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0,
+    "int8": 1.0,
     "mxfp4": 4.25 / 8,
+    "nvfp4": 4.5 / 8,
+    "int4": 0.5,
 }
+#: bits of the integer weight dtypes (AWQ, GPTQ, compressed-tensors int)
+INT_BITS: dict[str, int] = {"int4": 4, "int8": 8}
+#: bytes of one group scale of integer weights: FP16 in AWQ and GPTQ, the model's dtype
+#: (BF16/FP16) in compressed-tensors (H: the formats' scale tensors)
+SCALE_BYTES = 2.0
+
+
+def int_weight_bytes(bits: int, group_size: int, zero_point: bool) -> float:
+    """Bytes per weight of ``bits``-bit integer weights with one 2-byte scale per
+    ``group_size`` weights (0: one per output channel, left out: < 0.1% of a row of 2,048
+    or more) and, with ``zero_point``, a ``bits``-bit zero point per group (packed, as AWQ's
+    ``qzeros``): bits / 8 + (2 + bits / 8) / group_size. 4-bit, groups of 128 with zero
+    points: 0.5 + 2.5 / 128 = 0.51953125 B."""
+    value = bits / 8
+    if group_size <= 0:
+        return value
+    return value + (SCALE_BYTES + (value if zero_point else 0.0)) / group_size
+
+
 #: vLLM's FP8 MLA cache format (fp8_ds_mla, used with its FlashMLA sparse kernels): per
 #: token and layer the FP8 latent (kv_lora_rank B), one FP32 scale per 128 latent values
 #: (16 B for 512) and the rope key kept in BF16 (qk_rope_head_dim x 2 B) -> 656 B for
@@ -75,6 +100,15 @@ class ModelCard:
     published_active: float = 0.0
     params_source: str = ""
     notes: str = ""
+    # weight quantisation (kvsim/catalogue/quantconfig.py): the config's quant_method ("":
+    # none); bytes per weight of each part whose bytes are not its dtype's DTYPE_BYTES
+    # (group scales, zero points and unquantised layers folded in); the fraction of each
+    # part kept at the activation dtype; "int8"/"fp8" where activations are quantised too
+    quant_method: str = ""
+    part_bytes: tuple[tuple[str, float], ...] = ()
+    quant_exempt: tuple[tuple[str, float], ...] = ()
+    quant_activations: str = ""
+    quant_detail: str = ""
 
     # ---- structure --------------------------------------------------------------------
 
@@ -231,17 +265,43 @@ class ModelCard:
             return 0.0
         return self.layers * 2.0 * self.indexer_heads * self.indexer_head_dim
 
+    def bytes_per_weight(self) -> dict[str, float]:
+        """Bytes per weight of each part of :meth:`param_breakdown`: embedding, LM head and
+        router at the activation dtype; attention (+ indexer), dense MLP and shared experts
+        at ``weight_dtype``; routed experts at ``expert_dtype``; a quantised checkpoint's
+        ``part_bytes`` (group scales, zero points, layers kept unquantised) replace these."""
+        act = DTYPE_BYTES[self.activation_dtype]
+        w = DTYPE_BYTES[self.weight_dtype]
+        out = {
+            "embedding": act,
+            "lm_head": act,
+            "router": act,
+            "attention": w,
+            "indexer": w,
+            "dense_mlp": w,
+            "shared_experts": w,
+            "routed_experts": DTYPE_BYTES[self.expert_dtype],
+        }
+        out.update(self.part_bytes)
+        return out
+
+    def weight_bytes_by_part(self) -> dict[str, float]:
+        """Bytes of each part, all layers: parameters x :meth:`bytes_per_weight`."""
+        b = self.bytes_per_weight()
+        return {part: n * b[part] for part, n in self.param_breakdown().items()}
+
     def dense_weight_bytes(self) -> float:
-        """Weights but the routed experts: embedding, LM head and router at the activation
-        dtype; attention (+ indexer), dense MLP and shared experts at ``weight_dtype``."""
-        p = self.param_breakdown()
-        hi = (p["embedding"] + p["lm_head"] + p["router"]) * DTYPE_BYTES[self.activation_dtype]
-        rest = p["attention"] + p["indexer"] + p["dense_mlp"] + p["shared_experts"]
-        return hi + rest * DTYPE_BYTES[self.weight_dtype]
+        """Weights but the routed experts (:meth:`weight_bytes_by_part`): embedding, LM head
+        and router at the activation dtype; attention (+ indexer), dense MLP and shared
+        experts at ``weight_dtype`` (int4: with its group scales)."""
+        b = self.weight_bytes_by_part()
+        hi = b["embedding"] + b["lm_head"] + b["router"]
+        return hi + b["attention"] + b["indexer"] + b["dense_mlp"] + b["shared_experts"]
 
     def expert_weight_bytes(self) -> float:
-        """Routed experts, all layers, at ``expert_dtype`` (MXFP4: 4.25 bits a weight)."""
-        return self.param_breakdown()["routed_experts"] * DTYPE_BYTES[self.expert_dtype]
+        """Routed experts, all layers, at ``expert_dtype`` (MXFP4: 4.25 bits a weight; int4
+        in groups of 32 with a BF16 scale: 4.5 bits)."""
+        return self.weight_bytes_by_part()["routed_experts"]
 
     def kv_heads_per_gpu(self, tp: int = 1) -> int:
         """KV heads one GPU holds: kv_heads / tp, replicated (1) when tp > kv_heads (H:
