@@ -115,6 +115,29 @@ def _restore_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _ranges_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The prediction ranges of a run on a composed profile (kvsim/experiments/predict.py):
+    a row per figure, its range over the catalogue's assumptions and what it is sensitive
+    to; none without them."""
+    ranges = s.get("prediction_ranges")
+    if not isinstance(ranges, dict) or not ranges:
+        return []
+    rows = []
+    for name, r in ranges.items():
+        is_time = name.endswith("_s")
+        show = _t if is_time else _pct
+        sens = ", ".join(r.get("sensitive_to") or []) or "nothing by more than 10%"
+        label = name.removesuffix("_s").replace("_", " ")
+        rows.append(
+            (
+                f"range: {label}",
+                f"{show(s.get(name))} (range {show(r['lo'])} .. {show(r['hi'])}; "
+                f"sensitive to {sens})",
+            )
+        )
+    return rows
+
+
 def summary_table(s: dict[str, Any]) -> str:
     """The run summary as an aligned table."""
     src = s["token_source_frac"]
@@ -138,6 +161,7 @@ def summary_table(s: dict[str, Any]) -> str:
             f"p50 {_interval(s, 'ttft_p50_s')}   p99 {_interval(s, 'ttft_p99_s')}   "
             "(block bootstrap of this run's requests)",
         ),
+        *_ranges_rows(s),
         ("queue wait", f"mean {_t(s['queue_wait_mean_s'])}   p99 {_t(s['queue_wait_p99_s'])}"),
         (
             "GPU busy",

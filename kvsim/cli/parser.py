@@ -117,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--no-ranges",
+        action="store_true",
+        help="on a composed profile, skip the prediction ranges (the run again with each "
+        "catalogue assumption at each end of its range: docs/catalogue.md)",
+    )
 
     v = sub.add_parser(
         "validate", help="load and check a scenario (and print its GPU memory pools); run nothing"

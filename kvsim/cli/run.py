@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from kvsim.api import expected_requests, load
 from kvsim.errors import InputError
+from kvsim.experiments.predict import ranges_json, run_ranges
 from kvsim.report import summary_table
 from kvsim.results.records import collect, json_ready
 from kvsim.results.runfolder import write_results
@@ -48,6 +49,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if not getattr(args, "no_ranges", False):
+        ranges = run_ranges(
+            args.scenario,
+            args.overrides,
+            args.seed,
+            results.summary,
+            None if args.quiet else _ranges_progress,
+        )
+        if ranges:
+            results.summary["prediction_ranges"] = ranges_json(ranges)
+            if not args.quiet and sys.stderr.isatty():
+                print(file=sys.stderr)
     paths = write_results(results, args.out, args.format) if args.out is not None else []
     if args.json:
         print(json.dumps(json_ready(results.summary), indent=2))
@@ -59,6 +72,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for line in steady_warnings(results.summary):
         print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def _ranges_progress(done: int, total: int, what: str) -> None:
+    """One line, rewritten, while the prediction ranges run."""
+    print(
+        f"\rranges: run {done} of about {total} ({what[:60]})".ljust(100), end="", file=sys.stderr
+    )
 
 
 def steady_warnings(summary: dict[str, Any]) -> list[str]:
