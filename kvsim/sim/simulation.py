@@ -5,9 +5,13 @@ Construction wires the physical pieces: per engine a GPU->host->NVMe cache and i
 GPUs/drives), the remote servers (one link each, shared by GETs and PUTs of all engines),
 the router, the load policy, the tenants' rules and the scheduled faults. ``run`` feeds
 arrivals from the workload iterator and returns :class:`SimOutput`: one tuple per request
-(finished, or dropped with a reason) plus counters. Nothing here reads files (the workload
-iterator does) or writes any; a :class:`MemoryGuard` reads the process's own size from
-``/proc`` to stop a run cleanly before it runs out of memory.
+(finished, or dropped with a reason) plus counters. With ``workload.concurrency`` N the
+clients are a closed loop: at most N requests are in flight (routed, not yet finished or
+dropped); one that comes due while N are waits, the later ones in order behind it, and is
+sent when one of the N finishes or is dropped, its arrival (and so its TTFT) counted from
+that send, as bench_serving's ``--max-concurrency`` measures it. Nothing here reads
+files (the workload iterator does) or writes any; a :class:`MemoryGuard` reads the
+process's own size from ``/proc`` to stop a run cleanly before it runs out of memory.
 """
 
 from __future__ import annotations
@@ -143,6 +147,8 @@ class SimOutput:
     faults: list[dict[str, Any]] = field(default_factory=list)
     # per engine: flat [start, end, ...] spans of GPU work, blocked steps and copies
     activity: list[dict[str, list[float]]] = field(default_factory=list)
+    # workload.concurrency: requests due by the end that were never sent (no slot freed)
+    held: int = 0
 
 
 class Simulation(Listener):
@@ -176,8 +182,16 @@ class Simulation(Listener):
         prefetch = hooks.prefetch(sc.prefetch.policy)
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
         self.progress = progress
-        self.arrived = 0
+        self.arrived = 0  # requests sent (routed)
         self.dropped = 0
+        # closed-loop clients (workload.concurrency; 0: open loop): the requests in flight,
+        # the event the arrival process waits on while they are at the cap, and the request
+        # it holds meanwhile (the later ones wait in the workload iterator, in order)
+        self.cap = sc.workload.concurrency or 0
+        self.in_flight = 0
+        self._slot: simpy.Event | None = None
+        self._held: Request | None = None
+        self._pending: Iterator[Request] = iter(())
         self.guard = MemoryGuard()
         # the memory check the run makes at its progress points; tests may swap it
         self.check_memory: Callable[[], None] = self.guard.check
@@ -380,6 +394,8 @@ class Simulation(Listener):
         job.finish = self.env._now
         self.metrics.request(job)
         self.tenancy.session_ended(job)
+        if self.cap:
+            self._release()
 
     def displace(self, job: Job, engine: Node) -> None:
         """A request whose engine failed: re-route it (a fresh attempt, the time lost
@@ -410,6 +426,17 @@ class Simulation(Listener):
         self.dropped += 1
         job.drop(reason)
         self.metrics.request(job)
+        if self.cap:
+            self._release()
+
+    def _release(self) -> None:
+        """A request in flight is out (finished or dropped): a held request may go. (The
+        arrival process resumes at this time, after the events already due now.)"""
+        self.in_flight -= 1
+        slot = self._slot
+        if slot is not None:
+            self._slot = None
+            slot.succeed()
 
     def _records(self, n: int) -> None:
         """``n`` more requests were recorded: check memory, report progress."""
@@ -438,6 +465,10 @@ class Simulation(Listener):
         # (dicts of ints: the garbage collector leaves them alone, unlike sets)
         sessions: dict[int, None] = {}
         firsts: dict[Key, None] = {}
+        cap = self.cap
+        # behind its schedule: a request waited for a slot since the clock last waited
+        # for a due time, so the requests now due are sent late (their arrival: the send)
+        behind = False
         for req in requests:
             if req.arrival < last:
                 raise InputError(
@@ -464,6 +495,17 @@ class Simulation(Listener):
             dt = req.arrival - env._now
             if dt > 0:
                 yield env.timeout(dt)
+                behind = False
+            if cap:
+                if self.in_flight >= cap:
+                    self._held = req
+                    self._slot = slot = env.event()
+                    yield slot
+                    self._held = None
+                    behind = True
+                if behind:
+                    req = req._replace(arrival=env._now)
+                self.in_flight += 1
             self.arrived += 1
             ks = keys(req)
             first = ks[0] if ks else None
@@ -490,7 +532,8 @@ class Simulation(Listener):
 
     def _run(self) -> SimOutput:
         env = self.env
-        self._arrivals_proc = env.process(self._arrivals(iter(self.requests)))
+        self._pending = iter(self.requests)
+        self._arrivals_proc = env.process(self._arrivals(self._pending))
         faults.schedule(self.shared)
         if self.scenario.tenancy.ttl is not None:
             env.process(self.tenancy.sweep())
@@ -563,6 +606,13 @@ class Simulation(Listener):
             for e in self.engines
         ]
         unfinished = self.arrived - len(self.metrics.rows)
+        held = 0
+        if self._held is not None:  # the clock stopped with requests waiting for a slot
+            held = 1
+            for req in self._pending:  # (sorted by due time)
+                if req.arrival > end:
+                    break
+                held += 1
         t = self.tenancy
         tenancy = {
             "deletions": t.deletions,
@@ -583,4 +633,5 @@ class Simulation(Listener):
             tenancy,
             self.shared.fault_log,
             activity,
+            held,
         )
