@@ -146,7 +146,10 @@ def summary_table(s: dict[str, Any]) -> str:
         (
             "requests",
             f"{s['requests']}  (warm-up {s['requests_warmup']} before {_t(s['warmup_s'])}, "
-            f"unfinished {s['requests_unfinished']})",
+            f"unfinished {s['requests_unfinished']}"
+            # closed-loop clients: due by the end, never sent (workload.concurrency)
+            + (f", held {s['requests_held']}" if "requests_held" in s else "")
+            + ")",
         ),
         ("simulated time", _t(s["duration_s"])),
         (

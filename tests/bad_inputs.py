@@ -2564,6 +2564,34 @@ CASES: list[Case] = [
         gpu=GPU_CARD.replace("name: Test-GPU", 'name: "Test\\x1b[31mGPU"'),
         shown='g.yaml: name: "Test\\x1b[31mGPU"',
     ),
+    # ---- closed-loop clients (workload.concurrency) ----
+    S("concurrency 0", "workload:\n  concurrency: 0\n", "workload.concurrency"),
+    S("negative concurrency", "workload:\n  concurrency: -4\n", "workload.concurrency"),
+    S("fractional concurrency", "workload:\n  concurrency: 2.5\n", "workload.concurrency"),
+    S("NaN concurrency", "workload:\n  concurrency: .nan\n", "workload.concurrency"),
+    S(
+        "closed arrivals without a concurrency",
+        "workload:\n  sessions: null\n  arrivals: {process: closed}\n",
+        "workload.concurrency",
+        "set it",
+    ),
+    S(
+        "closed arrivals with sessions",
+        "workload:\n  concurrency: 8\n  arrivals: {process: closed}\n",
+        "workload.sessions",
+    ),
+    S(
+        "an infinite arrival rate",
+        "workload:\n  arrivals: {process: poisson, rate: inf}\n",
+        "workload.arrivals.rate",
+        "process: closed",
+    ),
+    C(
+        "capacity: closed-loop clients",
+        ["capacity", "{QS}", "--slo", "ttft_p99<=1s", "--set", "workload.concurrency=8"],
+        "workload.concurrency",
+        "sweep it",
+    ),
 ]
 
 

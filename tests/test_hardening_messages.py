@@ -217,7 +217,7 @@ def test_fuzzed_values_are_refused_in_the_users_words(resolved, path, value):
     [
         (("workload",), "kind", "'mooncake', 'azure' or 'synthetic'"),
         (("workload", "prompt_tokens"), "dist", "'fixed', 'uniform'"),
-        (("workload", "arrivals"), "process", "'poisson', 'constant' or 'bursty'"),
+        (("workload", "arrivals"), "process", "'poisson', 'constant', 'bursty' or 'closed'"),
         (("model", "kv_layout"), "kind", "'mla', 'mha' or 'gqa'"),
     ],
 )

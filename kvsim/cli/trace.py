@@ -79,6 +79,12 @@ def _cmd_trace_generate(args: argparse.Namespace) -> int:
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror or e}", where=str(out)) from None
     print(f"wrote {n} requests to {out}", file=sys.stderr)
+    if sc.workload.concurrency is not None:  # a client setting, not the requests'
+        print(
+            f"note: the trace has the requests' due times only; replay it with "
+            f"workload.concurrency: {sc.workload.concurrency} to keep the closed loop",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ from kvsim.config import pools
 from kvsim.config.schema import (
     MAX_USD_PER_HOUR,
     ChoiceDist,
+    ClosedArrivals,
     LogNormalDist,
     Scenario,
     ServerDown,
@@ -105,6 +106,25 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
         out.append((("remote", "sharding"), "per_rank needs ranks: node.pcp is 1"))
     if isinstance(w, SyntheticWorkload) and w.prestored and not sc.remote.enabled:
         out.append((("workload", "prestored"), "needs the remote tier (remote.enabled: true)"))
+    if isinstance(w, SyntheticWorkload) and isinstance(w.arrivals, ClosedArrivals):
+        if w.concurrency is None:
+            out.append(
+                (
+                    ("workload", "concurrency"),
+                    "arrivals process closed sends as fast as this many requests in flight "
+                    "allow: set it (e.g. 8)",
+                )
+            )
+        if w.sessions is not None:
+            out.append(
+                (
+                    ("workload", "sessions"),
+                    "arrivals process closed starts every session at t = 0, so every first "
+                    "turn would be sent before any second one: give the sessions an arrival "
+                    "rate (process: poisson, constant or bursty) and cap it with "
+                    "workload.concurrency",
+                )
+            )
     for i, f in enumerate(sc.faults):
         where = ("faults", i)
         if f.until is not None and f.until <= f.at:

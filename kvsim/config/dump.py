@@ -52,6 +52,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, Any]:
     else:  # .py files by absolute path: the written scenario loads from anywhere
         out["plugins"] = [canonical(p) for p in out["plugins"]]
     out["timing"]["table"] = None
+    if out["workload"]["concurrency"] is None:  # (open loop: written as before it existed)
+        del out["workload"]["concurrency"]
     path = out["workload"].get("path")
     if path is not None:
         out["workload"]["path"] = str(Path(path).resolve())

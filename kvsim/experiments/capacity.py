@@ -40,6 +40,7 @@ from kvsim import api
 from kvsim.config.loader import with_sets
 from kvsim.config.schema import (
     ChoiceDist,
+    ClosedArrivals,
     FixedDist,
     GeometricDist,
     Scenario,
@@ -141,7 +142,8 @@ def session_lifetime(sc: Scenario, requests: Any) -> SessionStats | None:
         # each session's latest measured turn (its last, unless the request count cut it)
         last = m.loc[m.groupby("session")["arrival_s"].idxmax()] if len(m) else m
         ttft = float(np.nanmean(last["ttft_s"])) if len(last) else math.nan
-        rate = w.arrivals.rate
+        # (closed-loop arrivals have no session rate: kvsim.config.checks refuses them)
+        rate = math.nan if isinstance(w.arrivals, ClosedArrivals) else w.arrivals.rate
         lifetime = (turns - 1.0) * w.sessions.think_time + ttft
     else:
         s = df[df["session"] >= 0]
@@ -207,6 +209,7 @@ def search(
     """Bracket and bisect the load factor per replication (see the module docstring)."""
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
+    closed_loop(sc)
     evaluations = 0
     slo = slo.scoped(sc)
 
@@ -314,6 +317,21 @@ def search(
     return Capacity(
         slo, rates, factors, evaluations, base_rate=base_rate, sessions=stats, summaries=summaries
     )
+
+
+def closed_loop(sc: Scenario) -> None:
+    """Refuse a capacity search of closed-loop clients (``workload.concurrency``): raising
+    the arrival rate only lengthens the clients' own queue, which TTFT (counted from the
+    send) leaves out, so no rate breaks the SLO. Their load is the concurrency, which a
+    sweep varies (the throughput at each value is its ``requests_per_s``)."""
+    if sc.workload.concurrency is not None:
+        raise InputError(
+            "a capacity search raises the arrival rate, and closed-loop clients send no "
+            "faster than their requests finish (TTFT counts from the send): no rate breaks "
+            "the SLO; set it to null for the open-loop capacity, or sweep it (kvsim sweep) "
+            "for the most requests in flight that meet the SLO",
+            where="workload.concurrency",
+        )
 
 
 SPAN_LIFETIMES = 3  # a run should cover this many session lifetimes (else: a warning)

@@ -27,7 +27,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from kvsim.config.schema import Scenario, SyntheticWorkload
+from kvsim.config.schema import (
+    BurstyArrivals,
+    ClosedArrivals,
+    ConstantArrivals,
+    PoissonArrivals,
+    Scenario,
+    SyntheticWorkload,
+)
+from kvsim.errors import InputError
 from kvsim.interrupts import held_interrupts
 from kvsim.units import parse_rate
 
@@ -47,11 +55,24 @@ def load_overrides(sc: Scenario, factor: float) -> dict[str, Any]:
     session lives as long at any load (its turns are think times apart), so the run keeps
     its time span and windows and gets ``factor`` times the requests instead (at most
     :data:`MAX_REQUESTS`). Shrinking the span would cut most sessions after their first
-    turns, and measure a lighter, colder load than the one named."""
+    turns, and measure a lighter, colder load than the one named.
+
+    Closed-loop arrivals (``process: closed``) have no rate to scale: ``factor`` 1 leaves
+    the scenario as it is, any other is an InputError (their load is
+    ``workload.concurrency``)."""
     w = sc.workload
     out: dict[str, Any]
     if isinstance(w, SyntheticWorkload):
-        out = {"workload.arrivals.rate": f"{w.arrivals.rate * factor!r}/s"}
+        arrivals = w.arrivals
+        if isinstance(arrivals, ClosedArrivals):
+            if factor == 1.0:
+                return {}
+            raise InputError(
+                "process closed has no arrival rate to scale: its load is "
+                "workload.concurrency (sweep that instead)",
+                where="workload.arrivals",
+            )
+        out = {"workload.arrivals.rate": f"{arrivals.rate * factor!r}/s"}
         if w.sessions is not None and factor > 1:
             out["workload.requests"] = min(MAX_REQUESTS, round(w.requests * factor))
             return out
@@ -82,8 +103,11 @@ def load_factor(sc: Scenario, overrides: dict[str, Any]) -> float | None:
     try:
         if "workload.time_scale" in overrides:
             return w.time_scale / float(overrides["workload.time_scale"])
-        if "workload.arrivals.rate" in overrides and isinstance(w, SyntheticWorkload):
-            return parse_rate(overrides["workload.arrivals.rate"]) / w.arrivals.rate
+        arrivals = getattr(w, "arrivals", None)
+        if "workload.arrivals.rate" in overrides and isinstance(
+            arrivals, PoissonArrivals | ConstantArrivals | BurstyArrivals
+        ):
+            return parse_rate(overrides["workload.arrivals.rate"]) / arrivals.rate
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     return None

@@ -35,6 +35,8 @@ METRICS: dict[str, str] = {
     "requests": "measured requests",
     "requests_warmup": "requests that arrived during the warm-up (simulated, not measured)",
     "requests_unfinished": "requests still in the system at run.max_time",
+    "requests_held": "with workload.concurrency only: requests due by the end of the run "
+    "(run.max_time) that were never sent, waiting for one of the requests in flight to finish",
     "duration_s": "first arrival to the last request's first token",
     "warmup_s": "seconds of warm-up left out: run.warmup, or with auto the transient "
     "MSER-5 found (on TTFT and hit fraction in arrival order)",
@@ -173,6 +175,7 @@ NUMERIC = tuple(
         "decisions",
         "tiers",
         "provenance",
+        "requests_held",  # (only in closed-loop runs: not a metric every run has)
     }
 )
 

@@ -133,6 +133,8 @@ def summarize(
         "requests": len(m),
         "requests_warmup": int(df["warmup"].sum()),
         "requests_unfinished": out.unfinished,
+        # closed-loop clients: requests whose send a full window of requests held back
+        **({"requests_held": out.held} if sc.workload.concurrency is not None else {}),
         "requests_dropped": int((measured["decision"] == "dropped").sum()),
         "requests_rerouted": int((measured["retries"] > 0).sum()),
         "prompt_range": sc.run.prompt_range,

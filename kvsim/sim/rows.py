@@ -56,7 +56,13 @@ _HEAD: tuple[Column, ...] = (
     Column("session", "q", "multi-turn session id, -1 when none", "req.session"),
     Column("tenant", "q", "tenant the request belongs to", "req.tenant"),
     Column("engine", "q", "engine (node) that served it; -1 when dropped", "served_by"),
-    Column("arrival_s", "d", "arrival time", "req.arrival"),
+    Column(
+        "arrival_s",
+        "d",
+        "arrival time (with workload.concurrency: when it was sent, after any wait for a "
+        "request in flight to finish)",
+        "req.arrival",
+    ),
     Column("start_s", "d", "first time the engine took the request from its queue", "start"),
     Column("finish_s", "d", "prefill end (first token)", "finish"),
     Column(

@@ -9,9 +9,14 @@ remote servers (one link each, shared by GETs and PUTs of all engines), the rout
 load policy, the tenants' rules, the scheduled faults and the metrics collector
 (kvsim.sim.metrics: every request's record, and its listeners such as the access log).
 ``run`` feeds arrivals from the workload iterator and returns :class:`SimOutput`: the
-requests' records (finished, or dropped with a reason) plus counters. Nothing here reads
-files (the workload iterator does) or writes any; a :class:`MemoryGuard` reads the
-process's own size from ``/proc`` to stop a run cleanly before it runs out of memory.
+requests' records (finished, or dropped with a reason) plus counters. With
+``workload.concurrency`` N the clients are a closed loop: at most N requests are in flight
+(routed, not yet finished or dropped); one that comes due while N are waits, the later ones
+in order behind it, and is sent when one of the N finishes or is dropped, its arrival (and
+so its TTFT) counted from that send, as bench_serving's ``--max-concurrency`` measures it.
+Nothing here reads files (the workload iterator does) or writes any; a
+:class:`MemoryGuard` reads the process's own size from ``/proc`` to stop a run cleanly
+before it runs out of memory.
 """
 
 from __future__ import annotations
@@ -149,6 +154,8 @@ class SimOutput:
     activity: list[dict[str, list[float]]] = field(default_factory=list)
     # tier kinds other than the built-in ones (module.Class, by tier name; kvsim.sim.tiers)
     tier_kinds: dict[str, str] = field(default_factory=dict)
+    # workload.concurrency: requests due by the end that were never sent (no slot freed)
+    held: int = 0
 
 
 class Simulation(Listener):
@@ -182,8 +189,16 @@ class Simulation(Listener):
         prefetch = hooks.prefetch(sc.prefetch.policy)
         self.requests = requests if requests is not None else open_workload(sc.workload, sc.seed)
         self.progress = progress
-        self.arrived = 0
+        self.arrived = 0  # requests sent (routed)
         self.dropped = 0
+        # closed-loop clients (workload.concurrency; 0: open loop): the requests in flight,
+        # the event the arrival process waits on while they are at the cap, and the request
+        # it holds meanwhile (the later ones wait in the workload iterator, in order)
+        self.cap = sc.workload.concurrency or 0
+        self.in_flight = 0
+        self._slot: simpy.Event | None = None
+        self._held: Request | None = None
+        self._pending: Iterator[Request] = iter(())
         self.guard = MemoryGuard()
         # the memory check the run makes at its progress points; tests may swap it
         self.check_memory: Callable[[], None] = self.guard.check
@@ -388,6 +403,14 @@ class Simulation(Listener):
         job.frontend_s += out
         self.metrics.request(job)
         self.tenancy.session_ended(job)
+        if self.cap:
+            if out > 0:  # the client has its token (and frees its slot) once it is out
+                self.env.timeout(out).callbacks.append(self._released)
+            else:
+                self._release()
+
+    def _released(self, _: Any) -> None:
+        self._release()
 
     def displace(self, job: Job, engine: Node) -> None:
         """A request whose engine failed: re-route it (a fresh attempt, the time lost
@@ -418,6 +441,17 @@ class Simulation(Listener):
         self.dropped += 1
         job.drop(reason)
         self.metrics.request(job)
+        if self.cap:
+            self._release()
+
+    def _release(self) -> None:
+        """A request in flight is out (finished or dropped): a held request may go. (The
+        arrival process resumes at this time, after the events already due now.)"""
+        self.in_flight -= 1
+        slot = self._slot
+        if slot is not None:
+            self._slot = None
+            slot.succeed()
 
     def _records(self, n: int) -> None:
         """``n`` more requests were recorded: check memory, report progress."""
@@ -446,6 +480,10 @@ class Simulation(Listener):
         # (dicts of ints: the garbage collector leaves them alone, unlike sets)
         sessions: dict[int, None] = {}
         firsts: dict[Key, None] = {}
+        cap = self.cap
+        # behind its schedule: a request waited for a slot since the clock last waited
+        # for a due time, so the requests now due are sent late (their arrival: the send)
+        behind = False
         for req in requests:
             if req.arrival < last:
                 raise InputError(
@@ -472,6 +510,17 @@ class Simulation(Listener):
             dt = req.arrival - env._now
             if dt > 0:
                 yield env.timeout(dt)
+                behind = False
+            if cap:
+                if self.in_flight >= cap:
+                    self._held = req
+                    self._slot = slot = env.event()
+                    yield slot
+                    self._held = None
+                    behind = True
+                if behind:
+                    req = req._replace(arrival=env._now)
+                self.in_flight += 1
             self.arrived += 1
             ks = keys(req)
             first = ks[0] if ks else None
@@ -498,7 +547,8 @@ class Simulation(Listener):
 
     def _run(self) -> SimOutput:
         env = self.env
-        self._arrivals_proc = env.process(self._arrivals(iter(self.requests)))
+        self._pending = iter(self.requests)
+        self._arrivals_proc = env.process(self._arrivals(self._pending))
         faults.schedule(self.shared)
         if self.scenario.tenancy.ttl is not None:
             env.process(self.tenancy.sweep())
@@ -571,6 +621,13 @@ class Simulation(Listener):
             for e in self.engines
         ]
         unfinished = self.arrived - len(self.metrics.rows)
+        held = 0
+        if self._held is not None:  # the clock stopped with requests waiting for a slot
+            held = 1
+            for req in self._pending:  # (sorted by due time)
+                if req.arrival > end:
+                    break
+                held += 1
         t = self.tenancy
         tenancy = {
             "deletions": t.deletions,
@@ -596,4 +653,5 @@ class Simulation(Listener):
                 for t in self.shared.run.tiers
                 if type(t) not in KINDS
             },
+            held,
         )

@@ -1,7 +1,9 @@
 """Seeded synthetic workloads, emitted as the same Request records the trace readers give.
 
-The model: sessions arrive by a Poisson, constant-rate or bursty (gamma) process; a
-session has one turn, or a drawn number of turns separated by exponential think times.
+The model: sessions arrive by a Poisson, constant-rate or bursty (gamma) process, or are
+all due at t = 0 (``closed``: the simulation sends them as ``workload.concurrency``
+allows, kvsim.sim.simulation); a session has one turn, or a drawn number of turns
+separated by exponential think times.
 A first turn's prompt is [system prompt] + [document prefix] + fresh text; a later turn's
 prompt is the previous prompt + the previous answer + fresh text, so its prefix grows turn
 by turn. Block ids follow the prefix rule: a block gets a shared id only when all tokens
@@ -25,6 +27,7 @@ import numpy as np
 from kvsim.config.schema import (
     BurstyArrivals,
     ChoiceDist,
+    ClosedArrivals,
     ConstantArrivals,
     FixedDist,
     GeometricDist,
@@ -61,9 +64,14 @@ def sample(dist: IntDist, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def interarrivals(
-    arrivals: PoissonArrivals | ConstantArrivals | BurstyArrivals, rng: np.random.Generator, n: int
+    arrivals: PoissonArrivals | ConstantArrivals | BurstyArrivals | ClosedArrivals,
+    rng: np.random.Generator,
+    n: int,
 ) -> np.ndarray:
-    """``n`` gaps (s) between successive arrivals of the process."""
+    """``n`` gaps (s) between successive arrivals of the process (``closed``: none, every
+    request is due at once; ``workload.concurrency`` paces them in the simulation)."""
+    if isinstance(arrivals, ClosedArrivals):
+        return np.zeros(n)
     mean = 1.0 / arrivals.rate
     if isinstance(arrivals, PoissonArrivals):
         return rng.exponential(mean, size=n)
@@ -147,6 +155,8 @@ def _schedule(cfg: SyntheticWorkload, seed: int) -> tuple[np.ndarray, np.ndarray
     r_arrivals = stream(seed, "arrivals")
     if cfg.sessions is None:
         return np.ones(n, dtype=np.int64), np.cumsum(interarrivals(cfg.arrivals, r_arrivals, n))
+    if isinstance(cfg.arrivals, ClosedArrivals):  # (kvsim.config.checks refuses it first)
+        raise InputError("arrivals process closed has no session arrivals", where="workload")
     chunk = max(1024, n // 4)
     room = 4 * n + 1_000_000  # turns drawn per chunk at most (long sessions: fewer of them)
     turns_parts, time_parts = [], []

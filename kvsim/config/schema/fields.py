@@ -4,6 +4,8 @@ record (immutable, unknown keys refused, every float finite)."""
 
 from __future__ import annotations
 
+import math
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any, get_args
@@ -44,6 +46,23 @@ Bandwidth = Annotated[float, _unit(parse_bandwidth, "bandwidth"), Field(gt=0)]
 Duration = Annotated[float, _unit(parse_duration, "duration"), Field(ge=0)]
 PositiveDuration = Annotated[float, _unit(parse_duration, "duration"), Field(gt=0)]
 Rate = Annotated[float, _unit(parse_rate, "rate"), Field(gt=0)]
+_INFINITE = re.compile(r"\s*\+?\.?inf(inity)?\b", re.IGNORECASE)
+
+
+def _arrival_rate(value: object) -> float:
+    """An arrival rate; infinity is refused with what a bench_serving user means by it."""
+    if (isinstance(value, float) and math.isinf(value)) or (
+        isinstance(value, str) and _INFINITE.match(value)
+    ):
+        raise ValueError(
+            "no infinite rate: to send every request as fast as workload.concurrency allows "
+            "(bench_serving's --request-rate inf --max-concurrency N), write arrivals: "
+            "{process: closed}"
+        )
+    return parse_rate(value)
+
+
+ArrivalRate = Annotated[float, _unit(_arrival_rate, "rate"), Field(gt=0)]
 PosInt = Annotated[int, Field(gt=0, strict=True)]
 
 

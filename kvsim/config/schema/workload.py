@@ -9,12 +9,12 @@ from pydantic import Field
 
 from kvsim.config.schema.fields import (
     MAX_TENANTS,
+    ArrivalRate,
     Bounded,
     Duration,
     Fraction,
     PosInt,
     PositiveDuration,
-    Rate,
     Record,
     Tokens,
 )
@@ -64,26 +64,35 @@ IntDist = Annotated[
 
 class PoissonArrivals(Record):
     process: Literal["poisson"]
-    rate: Rate = Field(description="mean arrivals per second")
+    rate: ArrivalRate = Field(description="mean arrivals per second")
 
 
 class ConstantArrivals(Record):
     process: Literal["constant"]
-    rate: Rate = Field(description="arrivals per second, evenly spaced")
+    rate: ArrivalRate = Field(description="arrivals per second, evenly spaced")
 
 
 class BurstyArrivals(Record):
     """Gamma renewal process: mean rate ``rate``, inter-arrival coefficient of variation ``cv``."""
 
     process: Literal["bursty"]
-    rate: Rate = Field(description="mean arrivals per second")
+    rate: ArrivalRate = Field(description="mean arrivals per second")
     cv: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         3.0, description="coefficient of variation of the gaps (1 = Poisson)"
     )
 
 
+class ClosedArrivals(Record):
+    """As fast as ``workload.concurrency`` allows (bench_serving's ``--request-rate inf
+    --max-concurrency N``): every request is due at t = 0, in order, and is sent when one
+    of the N in flight finishes."""
+
+    process: Literal["closed"]
+
+
 Arrivals = Annotated[
-    PoissonArrivals | ConstantArrivals | BurstyArrivals, Field(discriminator="process")
+    PoissonArrivals | ConstantArrivals | BurstyArrivals | ClosedArrivals,
+    Field(discriminator="process"),
 ]
 
 
@@ -128,12 +137,22 @@ class Window(Record):
     end: Duration | None = Field(None, description="source time where the replay stops")
 
 
+MAX_CONCURRENCY = 10_000_000  # as many as workload.requests may be
+
+
 class _Common(Record):
     time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1.0, description="multiply arrival times (0.5 = twice as fast)"
     )
     limit: PosInt | None = Field(None, description="keep at most this many requests")
     window: Window = Field(Window(), description="keep arrivals in [start, end) of the source")
+    concurrency: Bounded(MAX_CONCURRENCY) | None = Field(
+        None,
+        description="most requests in flight (closed-loop clients, as bench_serving's "
+        "--max-concurrency): a request due while this many are unfinished waits, in order, "
+        "until one finishes or is dropped, and is sent then (its arrival_s, and so its TTFT, "
+        "count from the send); null: open loop, every request sent when due",
+    )
 
 
 class _Trace(_Common):
@@ -170,7 +189,11 @@ class SyntheticWorkload(_Common):
     # request, ~1.1 GB at the bound); 100 million needed over 8 GB: a MemoryError
     requests: Bounded(10_000_000) = Field(description="requests to generate")
     block_tokens: Tokens = Field(512, description="tokens per hash block (cache granularity)")
-    arrivals: Arrivals = Field(description="arrival process of sessions")
+    arrivals: Arrivals = Field(
+        description="arrival process of sessions; closed: every request due at t = 0 and "
+        "sent as fast as workload.concurrency allows (bench_serving's --request-rate inf), "
+        "without sessions"
+    )
     prompt_tokens: IntDist = Field(description="new prompt tokens per turn")
     output_tokens: IntDist = Field(
         FixedDist(dist="fixed", value=256),

@@ -21,7 +21,7 @@ from pydantic import Field
 from kvsim.api import load
 from kvsim.config.dump import scenario_identity
 from kvsim.config.loader import load_record
-from kvsim.config.schema import PosInt, Record, Scenario, SyntheticWorkload
+from kvsim.config.schema import ClosedArrivals, PosInt, Record, Scenario, SyntheticWorkload
 from kvsim.errors import InputError, clean
 from kvsim.experiments.replicate import replication_overrides, scaled_windows
 from kvsim.experiments.sweep.fields import check_key, policy_and_its_parts
@@ -352,7 +352,10 @@ def _load_factor(ref: Scenario, config: Scenario | None, swept: list[str]) -> fl
         return None
     factor = a.time_scale / b.time_scale
     if isinstance(a, SyntheticWorkload) and isinstance(b, SyntheticWorkload):
-        factor *= b.arrivals.rate / a.arrivals.rate
+        ra, rb = a.arrivals, b.arrivals
+        if isinstance(ra, ClosedArrivals) or isinstance(rb, ClosedArrivals):
+            return None  # (closed-loop arrivals have no rate: their load is the concurrency)
+        factor *= rb.rate / ra.rate
     return factor if math.isfinite(factor) and factor > 0 else None
 
 
