@@ -102,6 +102,8 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             ):
                 out.append(((*where, "weights"), "need one weight per value, sum > 0"))
     out += _remote_kind_checks(sc)
+    if sc.remote.ssd.enabled and not sc.remote.enabled:
+        out.append((("remote", "ssd", "enabled"), "needs the remote tier (remote.enabled: true)"))
     if sc.remote.enabled and sc.remote.sharding == "per_rank" and n.pcp == 1:
         out.append((("remote", "sharding"), "per_rank needs ranks: node.pcp is 1"))
     if isinstance(w, SyntheticWorkload) and w.prestored and not sc.remote.enabled:
