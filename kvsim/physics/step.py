@@ -356,7 +356,10 @@ def op_roofline(
     catalogue's composition (kvsim/catalogue/compose.py) builds its model the same way."""
     o = r.ops
     assert o is not None
-    tp, ep = r.tp, r.ep
+    tp, ep, pp = r.tp, r.ep, r.pp
+    # pipeline stages run one after another: a step's work is that of one stage's GPUs
+    # over all the layers, plus pp - 1 hand-offs of its activations (each GPU its 1/tp)
+    gpus //= pp
     # bytes each GPU moves per new token (TP all-reduces over its tokens, EP's all-to-all
     # of the routed activations) and per token of context (the PCP KV exchange), as
     # Parallel.comm_seconds counts them
@@ -394,6 +397,9 @@ def op_roofline(
         comm_bandwidth=o.comm_bandwidth or nvlink_per_gpu,
         collectives=o.collectives,
         collective_latency=o.collective_latency,
+        stage_bytes_per_token=(pp - 1) * r.pp_bytes_per_token / tp / pcp,
+        stage_bandwidth=o.stage_bandwidth or o.comm_bandwidth or nvlink_per_gpu,
+        stage_latency=(pp - 1) * o.stage_latency,
         launches=Launches(
             cpu_step=o.cpu_step,
             cpu_request=o.cpu_request,
