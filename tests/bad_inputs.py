@@ -1880,8 +1880,8 @@ CASES: list[Case] = [
     ),
     S(
         "an unknown field in a composed profile",
-        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pp: 2}\n",
-        "profile.pp",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pq: 2}\n",
+        "profile.pq",
     ),
     S(
         "a compute dtype the GPU lacks",

@@ -336,7 +336,7 @@ class Composition:
             pcp=self.pcp,
             hbm_per_gpu=self.gpu.hbm_bandwidth,
             nvlink_per_gpu=self.gpu_link,
-            kv_bytes_per_token=self.model.kv_bytes_per_token(1),
+            kv_bytes_per_token=self.model.kv_bytes_per_token(1) * self.kv_replication,
             cuda_graphs=cuda_graphs,
         )
 
@@ -655,12 +655,13 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
         (
             "KV bytes per token",
             f"{kv1:,.0f} B",
-            f"per GPU at tp {comp.tp}: {m.kv_bytes_per_token(comp.tp):,.0f} B",
+            f"per GPU at tp {comp.tp}: {m.kv_bytes_per_token(comp.tp) / comp.pp:,.0f} B"
+            + (f" (1/{comp.pp} of the layers)" if comp.pp > 1 else ""),
         ),
         (
             "KV bytes per 16-token block",
             f"{kv1 * 16 / 2**20:,.3f} MiB",
-            f"per GPU: {m.kv_bytes_per_token(comp.tp) * 16 / 2**20:,.3f} MiB",
+            f"per GPU: {m.kv_bytes_per_token(comp.tp) / comp.pp * 16 / 2**20:,.3f} MiB",
         ),
         (
             "weights per GPU",

@@ -35,7 +35,7 @@ def head_share(sc: Scenario) -> float:
         return 1.0 / stages
     tp = r.tp if r is not None else max(sc.node.gpus // sc.node.pcp, 1)
     heads = int(getattr(layout, "kv_heads", 1))
-    return max(heads // tp, 1) / heads / stages
+    return max(heads // tp, 1) / heads / stages  # kv_copies(layout, tp) / tp / stages
 
 
 def ops_per_block(sc: Scenario, te: Any) -> int:
