@@ -370,6 +370,18 @@ CASES: list[Case] = [
         "missing",
     ),
     S(
+        "pipeline stages without the per-operation model",
+        "timing:\n  roofline: {pp: 2}\n",
+        "timing.roofline.pp",
+        "need `ops`",
+    ),
+    S(
+        "pipeline stages not dividing the GPUs",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, gpus: 3, pp: 2}\n",
+        "profile.gpus",
+        "tp x pcp x pp",
+    ),
+    S(
         "roofline without HBM bandwidth",
         "node:\n  hbm_bandwidth_per_gpu: null\n",
         "node.hbm_bandwidth_per_gpu",
@@ -1907,8 +1919,8 @@ CASES: list[Case] = [
     ),
     S(
         "an unknown field in a composed profile",
-        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pp: 2}\n",
-        "profile.pp",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pq: 2}\n",
+        "profile.pq",
     ),
     S(
         "a compute dtype the GPU lacks",

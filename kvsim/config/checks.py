@@ -334,6 +334,16 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                     f"tp x node.pcp ({r.tp} x {sc.node.pcp}) must divide node.gpus ({g})",
                 )
             )
+        if r.pp > 1 and r.ops is None:
+            out.append((("timing", "roofline", "pp"), "pipeline stages need `ops`"))
+        elif r.pp > 1 and g % (r.tp * sc.node.pcp * r.pp):
+            out.append(
+                (
+                    ("timing", "roofline", "pp"),
+                    f"tp x node.pcp x pp ({r.tp} x {sc.node.pcp} x {r.pp}) must divide "
+                    f"node.gpus ({g})",
+                )
+            )
         for name in ("ep", "dense_weight_shards", "expert_weight_shards"):
             v = getattr(r, name)
             if v is not None and (v > g or g % v):

@@ -68,6 +68,8 @@ METRICS: dict[str, str] = {
     "that wait) plus the restore phase (T0s and transfers)",
     "compute_mean_s": "mean prefill compute time",
     "store_mean_s": "mean GPU-to-host staging time before puts",
+    "frontend_mean_s": "mean time in the frontend (engine.frontend: API server, tokenizer, "
+    "prefix hashing before the engine, the first token's way out after it; 0 without one)",
     **{
         f"restore_{part}_{stat}_s": f"{word} of restore_{part}_s (the restore's {what}) "
         "over the measured requests that restored (decision restore or fallback)"
