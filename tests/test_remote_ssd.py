@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_remote_kinds import lone_get
 
 from kvsim import api
 from kvsim.cache.eviction import LRU
@@ -116,6 +117,17 @@ def test_two_gets_at_once_share_the_ssds_read_bandwidth():
 
     assert get_s(False) == pytest.approx([0.02 + 0.1495 + 0.000299])
     assert get_s(True) == pytest.approx([0.02 + 0.299 + 0.000598] * 2)
+
+
+def test_at_the_defaults_a_16k_get_off_the_ssd_adds_its_latency_and_read():
+    """The default profile's one Valkey-like server, a lone unsharded GET of 64 chunks
+    (16,384 tokens of GLM-5, 838,336,512 B): from DRAM it takes what it always did; with
+    the server's DRAM at 0 B and its SSD at the defaults (12 GB/s, 300 us) the SSD's part
+    comes first: 0.3 ms + 838,336,512 B / 12 GB/s = 70.16 ms more."""
+    dram, _, _ = lone_get({}, 64)
+    ssd, _, s = lone_get({"capacity": "0 B", "ssd": {"enabled": True}}, 64)
+    assert ssd - dram == pytest.approx(300e-6 + 16384 * 51168 / 12e9)
+    assert s["tiers"]["remote"]["ssd"]["read_bytes"] == pytest.approx(16384 * 51168)
 
 
 # ---- demotion -----------------------------------------------------------------------------
