@@ -92,7 +92,7 @@ def _count(x: Any) -> str:
 def _restore_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The restore time's parts (means over requests that restored; their p95 are in the
     summary) and the recomputed tokens, when the summary has them (and, for the parts,
-    some request restored)."""
+    some request restored); the preemptions, when there were any."""
     rows = []
     parts = ("lookup", "queue", "read", "h2d")
     means = [s.get(f"restore_{p}_mean_s") for p in parts]
@@ -110,6 +110,14 @@ def _restore_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                 "recomputed",
                 f"{_count(s['recomputed_tokens'])} tokens   "
                 f"{_pct(s.get('gpu_recompute_frac', float('nan')))} of GPU compute time",
+            )
+        )
+    if s.get("preemptions"):  # engine.preemption: recompute, and some request was preempted
+        rows.append(
+            (
+                "preempted",
+                f"{_count(s['preemptions'])} times   "
+                f"{_count(s.get('preempted_tokens'))} tokens computed and lost",
             )
         )
     return rows

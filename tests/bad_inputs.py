@@ -333,6 +333,13 @@ CASES: list[Case] = [
     S("unknown scheduler", "engine:\n  scheduler: edf\n", "engine.scheduler", "fcfs"),
     S("unknown batching", "engine:\n  batching: continuous\n", "engine.batching", "chunked"),
     S(
+        "unknown preemption",
+        "engine:\n  preemption: evict\n",
+        "engine.preemption",
+        "hold",
+        "recompute",
+    ),
+    S(
         "layerwise with a tier that cannot stream",
         "engine:\n  layerwise: true\n",
         "engine.layerwise",

@@ -3,8 +3,9 @@
 ``lost_s + queue_wait_s + load_s + compute_s + store_s == ttft_s`` for every request under
 every policy: each prefetch policy (none, best_effort, wait_complete, timeout, a plugin's
 that waits or not), load policy (sync, async, recompute, auto, a plugin's blocking or
-not), batching mode, layer-wise loading, scheduler, tenancy rule and fault. ``load_s``
-holds the wait for a prefetch into host (``load_prefetch_s``) as well as the restore.
+not), batching mode, layer-wise loading, scheduler, preemption, tenancy rule and fault.
+``load_s`` holds the wait for a prefetch into host (``load_prefetch_s``) as well as the
+restore.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def cases(draw):
         "scheduler": draw(st.sampled_from(["fcfs", "lpm", "sjf", "bd_newest"])),
         "layerwise": draw(st.booleans()),
         "max_inflight_restores": draw(st.sampled_from([None, 1, 2])),
+        "preemption": draw(st.sampled_from(["hold", "recompute"])),
     }
     if engine["long_prefill_token_threshold"] == 1:
         engine["max_batched_tokens"] = 100  # a few thousand steps at most
@@ -178,6 +180,8 @@ def cases(draw):
             "delete_on_session_end": draw(st.booleans()),
         },
     }
+    if draw(st.booleans()):  # a KV pool of 800 tokens (prompts: 600 at most)
+        sections["node"]["kv_per_gpu"] = "100 kB"
     if sections["node"]["pcp"] == 1:
         sections["remote"]["sharding"] = "none"
     if engine["layerwise"]:

@@ -60,8 +60,9 @@ HINTS: dict[str, str] = {
     "API-server process: engine.frontend.servers, or send token ids)",
     "queue": "queueing dominates the slowest requests: more engines or less load would help",
     "restore": "restores dominate the slowest requests: faster tiers or links would help",
-    "compute": "compute dominates the slowest requests, beyond their floor: batch-mates and "
-    "recomputed tokens slow them (more engines, a larger cache)",
+    "compute": "compute dominates the slowest requests, beyond their floor: batch-mates, "
+    "recomputed tokens and preempted attempts (engine.preemption: recompute) slow them (more "
+    "engines, a larger cache or KV pool)",
     "store": "staging before puts dominates the slowest requests (node.d2h_per_gpu, fewer puts)",
     "lost": "engine failures dominate the slowest requests",
 }

@@ -116,9 +116,14 @@ METRICS: dict[str, str] = {
     "recomputed_tokens": "measured prompt tokens computed again: in blocks computed (or "
     "prestored) before anywhere in the cluster, since evicted, out of the lookup's reach "
     "or skipped by the load policy",
+    "preemptions": "times measured requests were preempted (engine.preemption: recompute; "
+    "0 under hold): their KV freed when a running request's next chunk did not fit the KV "
+    "pool, computed again later",
+    "preempted_tokens": "prompt tokens the measured requests' preempted attempts computed: "
+    "work lost (outside token_source_frac's compute)",
     "gpu_recompute_frac": "share of the measured requests' GPU compute time (gpu_compute_s) "
     "spent on recomputed tokens: sum of gpu_compute_s x recomputed / computed tokens over "
-    "sum of gpu_compute_s",
+    "sum of gpu_compute_s (a preempted request's preempted_tokens count as both)",
     "tier_read_bytes": "bytes read per tier by the measured requests' restores (GPU hits "
     "move none; as stored, after a codec)",
     "tier_write_bytes": "bytes stored into each tier over the whole run, warm-up included "

@@ -171,6 +171,8 @@ def summarize(
             else {}
         ),
         "recomputed_tokens": int(m["recomputed_tokens"].sum()),
+        "preemptions": int(m["preemptions"].sum()),
+        "preempted_tokens": int(m["preempted_tokens"].sum()),
         "gpu_recompute_frac": gpu_recompute_frac(m),
         "tier_read_bytes": {  # per tier (its bytes_<tier> column; none read from GPU)
             "gpu": 0.0,
@@ -259,10 +261,16 @@ def restore_parts(m: pd.DataFrame) -> dict[str, float]:
 def gpu_recompute_frac(m: pd.DataFrame) -> float:
     """The share of the measured requests' GPU compute time spent on recomputed tokens:
     sum of gpu_compute_s x recomputed / computed tokens over sum of gpu_compute_s (each
-    request's time split by its tokens); 0 when there was none."""
+    request's time split by its tokens); 0 when there was none. A preempted request's time
+    covers its preempted attempts too, whose tokens (``preempted_tokens``) count on both
+    sides: as tokens computed, and as lost work."""
     gpu = m["gpu_compute_s"].to_numpy(dtype=float)
     computed = m["tokens_compute"].to_numpy(dtype=float)
     again = m["recomputed_tokens"].to_numpy(dtype=float)
+    if "preempted_tokens" in m:
+        lost = m["preempted_tokens"].to_numpy(dtype=float)
+        computed = computed + lost
+        again = again + lost
     share = np.divide(again, computed, out=np.zeros_like(again), where=computed > 0)
     return ratio(float((gpu * share).sum()), float(gpu.sum()))
 

@@ -173,8 +173,13 @@ def timeseries(
     if "recomputed_tokens" in m and "gpu_compute_s" in m and "tokens_compute" in m:
         gpu = np.nan_to_num(m["gpu_compute_s"].to_numpy(dtype=float))
         tc = m["tokens_compute"].to_numpy(dtype=float)
+        again = recomputed
+        if "preempted_tokens" in m:  # a preempted attempt's tokens: computed, and lost
+            lost = m["preempted_tokens"].to_numpy(dtype=float)
+            tc = tc + lost
+            again = recomputed + lost
         with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(tc > 0, recomputed / tc, 0.0)
+            share = np.where(tc > 0, again / tc, 0.0)
         num, den = _sums(gpu * share, idx, n), _sums(gpu, idx, n)
         with np.errstate(invalid="ignore", divide="ignore"):
             frac = np.where(den > 0, num / den, 0.0)  # no GPU compute: none recomputed

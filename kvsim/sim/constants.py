@@ -102,6 +102,9 @@ class Constants:
         layout = sc.model.kv_layout
         self.layers: int = layout.layers if layout is not None else 1
         self.max_inflight: int = e.max_inflight_restores or 2**62
+        # engine.preemption: recompute allocates working KV chunk by chunk and preempts
+        # (kvsim.sim.preempt); hold reserves a request's whole prompt when it is admitted
+        self.preempts: bool = e.preemption == "recompute"
         # HBM as pools (kvsim.config.pools): the node's KV pool bounds the working KV
         # (running requests' prompts and restores in flight); beyond ``cache_slack`` of it
         # the working KV evicts the prefix cache (tiers.gpu.capacity)

@@ -59,6 +59,7 @@ from kvsim.sim.job import LOADING, NEW, READY, Job
 from kvsim.sim.lookup import Lookup
 from kvsim.sim.node import Links, Node
 from kvsim.sim.pool import WorkingPool
+from kvsim.sim.preempt import Preemption
 from kvsim.sim.prefetch import Fetch
 from kvsim.sim.puts import Puts
 from kvsim.sim.restore import Restore
@@ -105,6 +106,10 @@ class Engine(Node):
             self.lookup.peek if custom is not None else None,
         )
         self.running: list[Job] = []  # computing: picked for a step, chunks left
+        # engine.preemption recompute: KV allocated chunk by chunk, preemptions (None: hold)
+        self.chunks: Preemption | None = (
+            Preemption(ctx, local, self.pool, self.waiting, self._tick) if run.preempts else None
+        )
         self._fetching: list[Job] = []  # waiting for their prefetch, out of the queue
         self._copy_mark = 0.0  # _copied() when the step computing began (kernel copies)
         # kernel copies may overlap the step being run: restores in flight or copies
@@ -114,6 +119,7 @@ class Engine(Node):
         self._sync_left = 0
         self._sync_done: simpy.Event | None = None
         self._spare = 0  # budget the step being formed left unused
+        self._again = False  # the step just formed preempted requests (recompute)
         self.queue_area = 0.0  # integral of queue length over time (request-seconds)
         self._queue_t = 0.0
         self._wake: simpy.Event | None = None
@@ -309,6 +315,8 @@ class Engine(Node):
                     if lookups > 0:  # only lookups for asynchronous restores this step
                         self._hold(step_start, step_start + lookups)
                         yield env.timeout(lookups)
+                    elif self._again:  # it preempted its only running request and took
+                        self._again = False  # no waiting one: its queue may hold some ready
                     elif not self._syncing:
                         self._wake = env.event()  # everything left is waiting on restores
                         yield self._wake
@@ -359,6 +367,8 @@ class Engine(Node):
         lookups = 0.0
         now = self.env._now
         policy = ctx.policy
+        chunks = self.chunks  # engine.preemption recompute (None: hold)
+        preempted = False  # a request was preempted: the step takes no waiting one (vLLM)
         ri = 0
         while slots > 0 and budget > 0:
             if ri < len(running) and not (
@@ -367,11 +377,19 @@ class Engine(Node):
                 job = running[ri]
                 ri += 1
                 n = min(min(job.req.input_tokens - job.cached - job.done, per), budget)
+                if chunks is not None:  # its chunk's blocks, preempting the last for them
+                    more = job.cached - job.tokens[GPU] + job.done + n - job.kv_tokens
+                    if more > 0:
+                        left = len(running)
+                        fits = chunks.make_room(job, more, running, now)
+                        preempted = preempted or len(running) < left
+                        if not fits:
+                            break
                 batch.append((job, n))
                 budget -= n
                 slots -= 1
                 continue
-            if not waiting:
+            if not waiting or preempted:
                 break
             self._tick(now)
             job = waiting.pop()
@@ -386,11 +404,19 @@ class Engine(Node):
                 tok = job.tokens
                 # its working KV, held from now until it finishes: the whole prompt but
                 # the blocks the prefix cache already holds (GPU hits are shared, as vLLM's)
-                need = (job.req.input_tokens - tok[GPU]) * ctx.run.kv_bytes
+                held = job.req.input_tokens - tok[GPU]
+                need = held * ctx.run.kv_bytes
                 if full or not self.pool.fits(need):
                     full = True  # the working pool is full: the queue waits (as vLLM's)
                     aside.append(job)
                     continue
+                if chunks is not None and (policy.blocking or job.cached <= tok[GPU]):
+                    # recompute: admitted as the whole fits (vLLM's full-ISL check), it
+                    # takes its restored tokens and its first chunk (an asynchronous
+                    # restore holds the whole prompt, as under hold: kvsim.sim.preempt)
+                    held = job.cached - tok[GPU]
+                    held += min(min(job.req.input_tokens - job.cached, per), budget)
+                    need = held * ctx.run.kv_bytes
                 if job.cached > tok[GPU]:  # a lower tier serves some: a restore
                     # once one restore waits for a slot, later ones wait behind it
                     if aside or not self.pool.can_restore(need):
@@ -398,6 +424,9 @@ class Engine(Node):
                         continue
                     self.pool.take_slot()
                     self.pool.take(job, need, ctx.metrics)
+                    if chunks is not None:
+                        job.kv_tokens = held
+                        job.requeued = False
                     job.state = LOADING
                     if not policy.blocking:
                         lookups = max(lookups, self.lookup.cost(job))
@@ -406,6 +435,9 @@ class Engine(Node):
                     self._syncing.append(job)
                 else:
                     self.pool.take(job, need, ctx.metrics)
+                    if chunks is not None:
+                        job.kv_tokens = held
+                        job.requeued = False
                     job.begin = now
             else:
                 job.begin = now
@@ -415,10 +447,15 @@ class Engine(Node):
             budget -= n
             slots -= 1
         running += started
-        for job in aside:  # back in line, in their order
-            job.enqueued = now
-            waiting.push(job)
+        if chunks is not None:  # (preempted ones back at the front)
+            chunks.back_in_line(aside, now)
+        else:
+            for job in aside:  # back in line, in their order
+                job.enqueued = now
+                waiting.push(job)
         self._spare = budget
+        if preempted and not batch:  # (form the next step at once: _loop)
+            self._again = True
         return batch, lookups
 
     def _restored_async(self, job: Job) -> None:
@@ -588,6 +625,8 @@ class Engine(Node):
         for i, (job, n) in enumerate(batch):
             if job.state == READY and job.done == 0 and self._spare > 0:
                 more = min(min(job.req.input_tokens - job.cached - n, per - n), self._spare)
+                if self.chunks is not None:  # recompute: within the blocks it holds
+                    more = min(more, job.kv_tokens - (job.cached - job.tokens[GPU] + n))
                 if more > 0:
                     batch[i] = (job, n + more)
                     self._spare -= more
@@ -617,7 +656,7 @@ class Engine(Node):
             self.running = [j for j in running if j.done < j.req.input_tokens - j.cached]
         for job in finished:  # the step's staging holds all of them (wait_for_save)
             job.store_s = stage_end - end
-            job.compute_s = end - job.begin
+            job.compute_s += end - job.begin  # (a preempted attempt's added before)
             self._finish(job)
 
     # ---- finish ----------------------------------------------------------------------------

@@ -57,9 +57,12 @@ class Job:
         "gpu_s",
         "holders",
         "keys",
+        "kv_tokens",
         "load_s",
         "lost_s",
         "peers",
+        "preempted_tokens",
+        "preemptions",
         "prefetch_s",
         "puts",
         "queue_wait",
@@ -68,6 +71,7 @@ class Job:
         "remote_ssd_s",
         "remote_ssd_tokens",
         "req",
+        "requeued",
         "reserved",
         "restore",
         "restore_h2d",
@@ -109,6 +113,10 @@ class Job:
         self.retries = 0  # times re-routed after an engine failure
         self.lost_s = 0.0  # time spent on engines that failed under it
         self.bytes = [0.0] * tiers  # read per tier, over all attempts
+        # engine.preemption recompute (kvsim.sim.preempt): times preempted, and the prompt
+        # tokens computed in the attempts preempted (their work lost), over all attempts
+        self.preemptions = 0
+        self.preempted_tokens = 0
         # its record's last fields: the engine that served it (-1: dropped), when its first
         # token came out (NaN: dropped), and why it was dropped
         self.served_by = -1
@@ -151,6 +159,10 @@ class Job:
         self.steps = 0  # steps it took part in
         self.begin = _NAN  # when its compute could start (first step, after its restore)
         self.reserved = 0.0  # GPU HBM held for its restore
+        # engine.preemption recompute: working KV tokens it holds (allocated chunk by
+        # chunk), and whether it waits at the front of the queue after a preemption
+        self.kv_tokens = 0
+        self.requeued = False
         self.puts: Batch | None = None  # staged for the remote store in its last step
         self.sizes: list[float] | None = None  # bytes of its blocks, once computed
         self.fetch: Fetching | None = None  # its prefetch into host, while one runs

@@ -326,7 +326,7 @@ class Restore:
         for tier, f in self.local:
             if tier == PEER:  # one read per holder: below
                 continue
-            job.tier_s[tier] = f.end + self.decoded[tier] - start
+            job.tier_s[tier] += f.end + self.decoded[tier] - start
             got[tier] = f.size
             copies.append(f.start)
             copies.append(f.end)
@@ -341,9 +341,9 @@ class Restore:
                     break
                 if f.end > end:
                     end = f.end
-            job.tier_s[REMOTE] = min(end + self.decoded[REMOTE], now) - start
+            job.tier_s[REMOTE] += min(end + self.decoded[REMOTE], now) - start
             t0 = run.t0[REMOTE]
-            job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
+            job.remote_get_s += max(end - start - t0, 0.0)  # 0: abandoned within T0
             moved = 0.0  # bytes that reached the engine: progress x this engine's shares
             for f in remote:
                 if f.tag != REMOTE:  # a read of the servers' SSDs: no bytes moved here
@@ -355,7 +355,8 @@ class Restore:
                     copies.append(f.start)
                     copies.append(f.end if f.state == "finished" else now)
             got[REMOTE] = moved
-        job.load_s = now - start
+        # (+=: a request preempted and computed again restores again: every restore counts)
+        job.load_s += now - start
         share = run.copy_sm_share
         if share > 0.0:  # copy kernels moved them into HBM: SM work (not under GDS or
             # GPUDirect RDMA, whose routes skip the host-to-GPU link)
@@ -399,7 +400,7 @@ class Restore:
             if f.start == f.start:  # it began moving (NaN: given up before)
                 copies.append(f.start)
                 copies.append(f.end if f.state == "finished" else now)
-        self.job.tier_s[PEER] = min(usable, now) - self.start
+        self.job.tier_s[PEER] += min(usable, now) - self.start
         self.decoded[PEER] = last
         return moved
 
@@ -461,12 +462,12 @@ class Restore:
         lookup = min(lookup, total)
         read = min(read, total - lookup)
         h2d = min(h2d, total - lookup - read)
-        job.restore_lookup = lookup
-        job.restore_read = read
-        job.restore_h2d = h2d
+        job.restore_lookup += lookup  # (+=: every restore of a request preempted)
+        job.restore_read += read
+        job.restore_h2d += h2d
         queue = total - lookup - read - h2d
         # float rounding of a restore that never waited: below a nanosecond is none
-        job.restore_queue = queue if queue > 1e-9 else 0.0
+        job.restore_queue += queue if queue > 1e-9 else 0.0
         reads = engine.read_bytes
         for t in range(1, len(got)):
             reads[t] += got[t]

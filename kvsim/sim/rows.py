@@ -81,14 +81,16 @@ _HEAD: tuple[Column, ...] = (
         "load_s",
         "d",
         "waiting for its KV: the wait for its prefetch into host (load_prefetch_s) plus the "
-        "wall time of the restore phase (T0s and transfers, tiers in parallel)",
+        "wall time of the restore phase (T0s and transfers, tiers in parallel; preempted: "
+        "every attempt's restore)",
         derived=_load,
     ),
     Column(
         "compute_s",
         "d",
         "from its first step (after its own restore) to the end of its last chunk's compute; "
-        "batch-mates' synchronous restores in those steps included",
+        "batch-mates' synchronous restores in those steps included (preempted: plus each "
+        "preempted attempt's, from its first step to its preemption)",
         "compute_s",
     ),
     Column(
@@ -177,6 +179,20 @@ _AFTER_TOKENS: tuple[Column, ...] = (
         "of tokens_compute, those in blocks computed (or prestored) before anywhere in the "
         "cluster: evicted since, out of the lookup's reach, or skipped by the load policy",
         "recomputed",
+    ),
+    Column(
+        "preemptions",
+        "q",
+        "times it was preempted (engine.preemption: recompute): its KV freed, it was computed "
+        "again from its lookup on; 0 under hold",
+        "preemptions",
+    ),
+    Column(
+        "preempted_tokens",
+        "q",
+        "prompt tokens its preempted attempts computed (work lost, outside tokens_compute; "
+        "what a re-run finds of them in a cache tier is a hit)",
+        "preempted_tokens",
     ),
     Column(
         "gpu_compute_s",

@@ -18,10 +18,15 @@
   tokens under every load policy. A policy with ``dynamic = True`` is asked again for
   every waiting request at each pick (with a fresh peek for those not looked up yet; a
   request back from an asynchronous restore keeps the tokens it restored).
+
+Under every order, a request preempted (``engine.preemption: recompute``) goes to the front
+of the queue (:meth:`Waiting.push_front`, vLLM's ``prepend_request``): the last one put
+there is the first out, and requests already computing still go before it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Final
@@ -30,6 +35,8 @@ if TYPE_CHECKING:
     from kvsim.sim.job import Job
 
 LPM_MAX_QUEUE: Final = 128  # SGLang: above this, lpm falls back to fcfs
+# the key (and arrival) of an entry at the front of the queue: before every other
+FRONT: Final = -math.inf
 
 
 class Waiting:
@@ -73,8 +80,11 @@ class Waiting:
         return req.arrival, req.arrival
 
     def first(self) -> tuple[float, float]:
-        """The place in line of the request :meth:`pop` gives next (fcfs, sjf)."""
+        """The place in line of the request :meth:`pop` gives next (fcfs, sjf); a request
+        at the front waits for those already computing (as in vLLM): the last place."""
         entry = self._heap[0]
+        if entry[0] == FRONT:
+            return math.inf, math.inf
         return entry[0], entry[1]
 
     def push(self, job: Job) -> None:
@@ -82,11 +92,19 @@ class Waiting:
         self._seq += 1
         heappush(self._heap, (key, arrival, self._seq, job))
 
+    def push_front(self, job: Job) -> None:
+        """Put a preempted request at the front, before every other (the last one put there
+        comes out first)."""
+        self._seq += 1
+        heappush(self._heap, (FRONT, FRONT, -self._seq, job))
+
     def pop(self) -> Job:
         heap = self._heap
         if self.dynamic and len(heap) > 1:
             self._rekey()
         if self.kind != "lpm" or len(heap) == 1 or len(heap) > LPM_MAX_QUEUE:
+            return heappop(heap)[3]
+        if heap[0][0] == FRONT:
             return heappop(heap)[3]
         prefix = self.prefix
         best = 0
@@ -108,7 +126,9 @@ class Waiting:
         custom, peek = self.custom, self.peek
         assert custom is not None
         heap = self._heap
-        for i, (_, arrival, seq, job) in enumerate(heap):
+        for i, (key, arrival, seq, job) in enumerate(heap):
+            if key == FRONT:  # at the front: stays there
+                continue
             if peek is not None:
                 peek(job)
             heap[i] = (custom(job), arrival, seq, job)

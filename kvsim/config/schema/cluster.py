@@ -123,6 +123,15 @@ class Engine(Record):
     max_inflight_restores: PosInt | None = Field(
         None, description="restores in flight per engine (null: bounded by GPU HBM only)"
     )
+    preemption: Literal["hold", "recompute"] = Field(
+        "hold",
+        description="when prompts in flight outgrow the KV pool. hold: a request reserves "
+        "its whole prompt's KV when admitted, and one that does not fit waits (SGLang); "
+        "recompute: admitted as its whole prompt fits the free pool, a request allocates "
+        "KV chunk by chunk, and when a running request's next chunk does not fit the last "
+        "running request is preempted (its blocks freed into the prefix cache, recomputed "
+        "later; vLLM V1)",
+    )
     cuda_graphs: bool = Field(
         True,
         description="small steps replay CUDA graphs (false: eager mode, vLLM's "
