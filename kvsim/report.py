@@ -123,6 +123,21 @@ def _restore_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _handoff_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The P/D hand-offs to the decode pool (cluster.handoff); none without them."""
+    if "handoff_mean_s" not in s:
+        return []
+    decode = (s.get("link_utilisation") or {}).get("decode", {})
+    text = (
+        f"mean {_t(s['handoff_mean_s'])}   p99 {_t(s['handoff_p99_s'])}   "
+        f"{fmt_bytes(s['handoff_bytes'])} to the decode pool   "
+        f"its link busy {_pct(decode.get('busy_frac', 0.0))}"
+    )
+    if s.get("handoff_incomplete"):
+        text += f"   incomplete {s['handoff_incomplete']}"
+    return [("P/D hand-off", text)]
+
+
 def _ranges_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The prediction ranges of a run on a composed profile (kvsim/experiments/predict.py):
     a row per figure, its range over the catalogue's assumptions and what it is sensitive
@@ -187,6 +202,7 @@ def summary_table(s: dict[str, Any]) -> str:
         ),
         ("hit ratio", _pct(s["hit_ratio"]) + _pct_interval(s, "hit_ratio")),
         *_restore_rows(s),
+        *_handoff_rows(s),
         *_cost_row(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),
         ("bytes read", "   ".join(f"{k} {fmt_bytes(v)}" for k, v in rb.items() if k != "gpu")),

@@ -2650,6 +2650,30 @@ CASES: list[Case] = [
         "workload.concurrency",
         "sweep it",
     ),
+    # ---- issue 42: the P/D hand-off (cluster.handoff) ----
+    S(
+        "P/D hand-off without a bandwidth",
+        "cluster:\n  handoff: {enabled: true}\n",
+        "cluster.handoff.bandwidth",
+        "decode pool",
+    ),
+    S(
+        "negative hand-off bandwidth",
+        "cluster:\n  handoff: {enabled: true, bandwidth: -50 GB/s}\n",
+        "cluster.handoff.bandwidth",
+        "greater than 0",
+    ),
+    S(
+        "negative hand-off latency",
+        "cluster:\n  handoff: {enabled: true, bandwidth: 50 GB/s, latency: -1 ms}\n",
+        "cluster.handoff.latency",
+    ),
+    S(
+        "unknown hand-off key",
+        "cluster:\n  handoff: {enabled: true, bandwith: 50 GB/s}\n",
+        "cluster.handoff.bandwith",
+        "bandwidth",
+    ),
 ]
 
 

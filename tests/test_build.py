@@ -23,11 +23,15 @@ from conftest import ROOT
 
 # Scenarios that reach the paths where compiled code could diverge: lockstep remote GETs,
 # per-rank shards, stalls and client timeouts, tenant namespacing with quotas, TTL and
-# deletions, and the multi-turn generator.
+# deletions, the multi-turn generator, and P/D hand-offs queueing on the decode link.
 CASES = [
     ("scenarios/paper/sharded-async.yaml", {"workload.requests": 600}),
     ("scenarios/paper/client-bugs.yaml", {"workload.requests": 600}),
     ("scenarios/tenant-isolation.yaml", {"workload.requests": 600}),
+    (
+        "scenarios/pd-handoff.yaml",
+        {"workload.requests": 600, "cluster.handoff.bandwidth": "5 GB/s"},
+    ),
     ("benchmarks/scale.yaml", {"workload.requests": 3000}),
 ]
 

@@ -36,6 +36,15 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     out += _timing_checks(sc)
     out += _engine_checks(sc)
     out += _peer_checks(sc)
+    h = sc.cluster.handoff
+    if h.enabled and h.bandwidth is None:
+        out.append(
+            (
+                ("cluster", "handoff", "bandwidth"),
+                "the hand-off needs the decode pool's receive bandwidth (e.g. 400 GB/s: one "
+                "8-GPU decode node with a 400 Gb/s NIC per GPU)",
+            )
+        )
     out += _cost_checks(sc)
     ten = sc.tenancy
     if ten.quota:  # kept by the built-in stores' bookkeeping (a ttl: by plugins' too)

@@ -81,6 +81,15 @@ METRICS: dict[str, str] = {
         )
         for stat, word in (("mean", "mean"), ("p95", "95th percentile"))
     },
+    "handoff_mean_s": "cluster.handoff only: mean time of the measured requests' completed "
+    "hand-offs of their KV to the decode pool (handoff_s: from the prefill's end to the last "
+    "byte received, its latency included; not part of TTFT)",
+    "handoff_p99_s": "cluster.handoff only: 99th percentile of handoff_s over the completed "
+    "hand-offs",
+    "handoff_bytes": "cluster.handoff only: bytes the measured requests' hand-offs moved to "
+    "the decode pool (each the prompt's whole KV)",
+    "handoff_incomplete": "cluster.handoff only: measured requests whose hand-off did not "
+    "complete (lost with a failed engine, or in flight when run.max_time stopped the run)",
     "mean_queue_length": "time-average requests waiting in engine queues (summed over engines, "
     "from time 0, warm-up included), integrated by the engines",
     "engine_busy_frac": "time engines spend in steps (waits for synchronous restores, "
@@ -132,9 +141,10 @@ METRICS: dict[str, str] = {
     "tier_dropped_on_backlog": "per host/NVMe tier: blocks not written because the write "
     "queue into it was full (on_backlog: drop)",
     "link_utilisation": "per kind of link (h2d, d2h, nvme, nvme_write, nic_in, nic_out, "
-    "client, remote, remote_group): busy_frac (mean over the links of that kind of busy "
-    "time / simulated time, warm-up included), busy_frac_max (the busiest one) and bytes "
-    "given to them; d2h is rank 0's GPU-to-host link, standing for every rank's",
+    "client, remote, remote_group; decode: the decode pool's receive link, cluster.handoff): "
+    "busy_frac (mean over the links of that kind of busy time / simulated time, warm-up "
+    "included), busy_frac_max (the busiest one) and bytes given to them; d2h is rank 0's "
+    "GPU-to-host link, standing for every rank's",
     "remote_get_bw": "remote bytes read / time in remote GETs after T0, over the requests "
     "that read any: the GET bandwidth achieved under the run's load",
     "remote_stalled_requests": "measured requests with a stalled remote GET",
@@ -188,6 +198,11 @@ NUMERIC = tuple(
         "tiers",
         "provenance",
         "requests_held",  # (only in closed-loop runs: not a metric every run has)
+        # (only with cluster.handoff)
+        "handoff_mean_s",
+        "handoff_p99_s",
+        "handoff_bytes",
+        "handoff_incomplete",
     }
 )
 

@@ -153,6 +153,7 @@ def summarize(
         "store_mean_s": float(m["store_s"].mean()) if len(m) else float("nan"),
         "frontend_mean_s": float(m["frontend_s"].mean()) if len(m) else float("nan"),
         **restore_parts(m),
+        **handoff_summary(m),
         "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
         "engine_busy_frac": ratio(stepping, engines * span),
         "gpu_busy_frac": ratio(busy, engines * span),
@@ -256,6 +257,22 @@ def restore_parts(m: pd.DataFrame) -> dict[str, float]:
         out[f"restore_{part}_mean_s"] = float(values.mean()) if values.size else float("nan")
         out[f"restore_{part}_p95_s"] = percentile(values, 95)
     return out
+
+
+def handoff_summary(m: pd.DataFrame) -> dict[str, Any]:
+    """cluster.handoff only (its columns are there): the measured requests' hand-offs to the
+    decode pool, mean and p99 of ``handoff_s`` over those completed, the bytes moved, and
+    how many were not completed (lost with their engine, or in flight at run.max_time)."""
+    if "handoff_s" not in m.columns:
+        return {}
+    t = m["handoff_s"].to_numpy(dtype=float)
+    done = t[~np.isnan(t)]
+    return {
+        "handoff_mean_s": float(done.mean()) if done.size else float("nan"),
+        "handoff_p99_s": percentile(done, 99),
+        "handoff_bytes": float(m["handoff_bytes"].sum()),
+        "handoff_incomplete": int(t.size - done.size),
+    }
 
 
 def gpu_recompute_frac(m: pd.DataFrame) -> float:

@@ -121,6 +121,12 @@ class Constants:
         self.pcp: int = sc.node.pcp
         self.peer_ops: int = ops_per_block(sc, self.peer_transfer)
         self.remote_ops: int = ops_per_block(sc, self.remote_transfer)
+        # cluster.handoff: each finished request's KV goes to the decode pool (kvsim.sim.
+        # handoff; None: off), through its transfer engine (None: the links' bytes only)
+        ho = sc.cluster.handoff
+        self.handoff = ho if ho.enabled else None
+        self.handoff_transfer = ho.transfer if ho.enabled else None
+        self.handoff_ops: int = ops_per_block(sc, self.handoff_transfer)
         # remote.path: a GET lands in HBM by GPUDirect RDMA (NIC only: no host-to-GPU link,
         # no client copy) or through host memory (NIC, then the host-to-GPU link)
         self.remote_gpudirect: bool = rc.enabled and rc.gpudirect

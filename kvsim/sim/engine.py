@@ -10,7 +10,8 @@ One request's path through an engine::
     one per step, under the step's token budget -> blocks the remote store lacks are staged
     to host memory (the engine waits for this copy) -> blocks admitted to GPU HBM
     (evictions demote), staged blocks put to the remote store in the background -> one
-    record.
+    record. With a P/D hand-off (cluster.handoff) its KV then goes to the decode pool; its
+    working KV stays held, and its record waits, until the hand-off ends.
 
 Each step the engine forms a batch (docs/engine-model.md): requests already computing
 first, each its next chunk, then waiting requests in scheduler order, while the token
@@ -39,7 +40,8 @@ counters). The rest lives below it: the request record :mod:`kvsim.sim.job`; the
 and the plan (which tier serves a block, tokens per tier, the policy's cost estimate)
 :mod:`kvsim.sim.lookup`; the working pool and restore slots :mod:`kvsim.sim.pool`;
 restores into HBM (and the remote GET's path) :mod:`kvsim.sim.restore`; prefetches into
-host :mod:`kvsim.sim.prefetch`; puts to the remote store :mod:`kvsim.sim.puts`; the tiers
+host :mod:`kvsim.sim.prefetch`; puts to the remote store :mod:`kvsim.sim.puts`; the P/D
+hand-off to a decode pool :mod:`kvsim.sim.handoff`; the tiers
 as objects :mod:`kvsim.sim.tiers` (docs/extending.md).
 """
 
@@ -55,6 +57,7 @@ from kvsim.cache.remote import Batch
 from kvsim.kernel.fabric import FlowAborted
 from kvsim.physics.frontend import frontend_seconds
 from kvsim.physics.step import kernel_copy_seconds
+from kvsim.sim.handoff import Handoff
 from kvsim.sim.job import LOADING, NEW, READY, Job
 from kvsim.sim.lookup import Lookup
 from kvsim.sim.node import Links, Node
@@ -91,6 +94,10 @@ class Engine(Node):
         self.blocked_spans: list[float] = []  # a step waiting on restores / lookups
         self.lookup = Lookup(self, ctx)  # which tier serves each block; the plan
         self.puts = Puts(self, ctx)  # to the remote store
+        # cluster.handoff: finished requests' KV to the decode pool (None: off)
+        self.handoff: Handoff | None = None
+        if ctx.decode is not None:
+            self.handoff = Handoff(self, ctx, ctx.decode, self._handed_off)
         # the working KV (running requests' prompts, restores in flight) and restore slots
         self.pool = WorkingPool(local, run.kv_pool, run.cache_slack, run.max_inflight)
         custom = ctx.hooks.scheduler(run.scenario.engine.scheduler)  # a plugin's priority, or None
@@ -281,6 +288,8 @@ class Engine(Node):
         self._sync_left = 0
         self._sync_done = None
         self.pool.drop(held)  # asynchronous restores still in flight keep theirs
+        if self.handoff is not None:  # hand-offs in flight are lost (their requests kept)
+            self.handoff.fail()
         self.outstanding -= len(held)
         if self.process.is_alive and self.process.target is not None:
             self.process.interrupt("engine failed")
@@ -662,8 +671,12 @@ class Engine(Node):
     # ---- finish ----------------------------------------------------------------------------
 
     def _finish(self, job: Job) -> None:
+        """Its first token is out: its blocks join the prefix cache, its puts leave. With a
+        P/D hand-off its working KV stays held until the hand-off ends (``_handed_off``)."""
         ctx = self.ctx
-        self.pool.release(job)
+        handoff = self.handoff
+        if handoff is None:
+            self.pool.release(job)
         puts = job.puts
         job.puts = None
         if ctx.listener.keeps(job):
@@ -691,6 +704,14 @@ class Engine(Node):
         self.outstanding -= 1
         self.served += 1
         ctx.listener.finished(self, job)
+        if handoff is not None:
+            handoff.ship(job)
+
+    def _handed_off(self, job: Job) -> None:
+        """Its P/D hand-off is over (or lost with the engine): its working KV goes back,
+        and a prompt waiting for the room may start."""
+        self.pool.release(job)
+        self._poke()
 
     def put_queue(self) -> tuple[Batch, ...]:
         """Puts queued or in flight, oldest first."""

@@ -55,6 +55,8 @@ class Job:
         "finish",
         "frontend_s",
         "gpu_s",
+        "handoff_bytes",
+        "handoff_s",
         "holders",
         "keys",
         "kv_tokens",
@@ -122,6 +124,11 @@ class Job:
         self.served_by = -1
         self.finish = _NAN
         self.drop_reason = ""
+        # cluster.handoff: its KV's hand-off to the decode pool, from its start (the prefill's
+        # end) to its last byte (NaN: lost with its engine, or the run stopped first), and
+        # the bytes it moved (kvsim.sim.handoff); read only when the hand-off is on
+        self.handoff_s = 0.0
+        self.handoff_bytes = 0.0
         self.reset()
 
     def reset(self) -> None:
@@ -185,7 +192,7 @@ class Job:
         self.remote_ssd_s = nan
         self.remote_ssd_tokens = 0
         self.restore_lookup = self.restore_queue = self.restore_read = self.restore_h2d = nan
-        self.gpu_s = nan
+        self.gpu_s = self.handoff_s = nan
         self.recomputed = 0
         n = len(self.bytes)
         self.tier_s = [nan] * n

@@ -242,9 +242,30 @@ _NOTES: dict[str, str] = {
 }
 
 
-def columns(tiers: Sequence[str]) -> tuple[Column, ...]:
+#: the hand-off's columns, after the others: only in runs with ``cluster.handoff`` on
+HANDOFF: tuple[Column, ...] = (
+    Column(
+        "handoff_s",
+        "d",
+        "cluster.handoff: its KV's hand-off to the decode pool, from the prefill's end to "
+        "the last byte received (its latency included; not part of ttft_s); NaN when the "
+        "hand-off was lost with its engine or the run stopped first, or it was dropped",
+        "handoff_s",
+    ),
+    Column(
+        "handoff_bytes",
+        "d",
+        "cluster.handoff: bytes its hand-off moved (the whole prompt's KV; a lost hand-off: "
+        "what had moved)",
+        "handoff_bytes",
+    ),
+)
+
+
+def columns(tiers: Sequence[str], handoff: bool = False) -> tuple[Column, ...]:
     """The per-request columns of a run whose tiers are named ``tiers`` (by tier code:
-    gpu first). Per lower tier: its restore time, tokens and bytes read."""
+    gpu first). Per lower tier: its restore time, tokens and bytes read. ``handoff``: the
+    hand-off's columns last (:data:`HANDOFF`)."""
     lower = list(enumerate(tiers))[1:]
 
     def what(name: str) -> str:
@@ -280,6 +301,7 @@ def columns(tiers: Sequence[str]) -> tuple[Column, ...]:
         *_AFTER_TOKENS,
         *read,
         *_TAIL,
+        *(HANDOFF if handoff else ()),
     )
 
 

@@ -1,11 +1,12 @@
 """What the engines, the tenancy rules and the faults share while a simulation runs.
 
 What this module owns: :class:`Shared` (the clock, the fabric, the engines, the remote
-store and its GET/put physics, the policies, the stall draws, the blocks seen, the metrics
-collector and the listener) and :class:`Listener`, what the engines report back (a request
-finished, a request lost its engine, whether a finished request's blocks are kept, the
-engines up changed). The run's constants are :class:`~kvsim.sim.constants.Constants`
-(``Shared.run``). The :class:`~kvsim.sim.simulation.Simulation` builds everything first
+store and its GET/put physics, the decode pool's link, the policies, the stall draws, the
+blocks seen, the metrics collector and the listener) and :class:`Listener`, what the
+engines report back (a request finished, a request lost its engine, whether a finished
+request's blocks are kept, the engines up changed). The run's constants are
+:class:`~kvsim.sim.constants.Constants` (``Shared.run``). The
+:class:`~kvsim.sim.simulation.Simulation` builds everything first
 (the remote store included) and hands it in whole; it is the listener. The engine,
 tenancy and fault modules import this module, never the simulation, so the dependency
 runs one way: simulation -> engine, tenancy, faults -> shared -> node.
@@ -70,7 +71,10 @@ class Shared:
         metrics: Metrics,
         remote: RemoteStore | None = None,
         remote_admission: Gate | None = None,
+        decode: Link | None = None,
     ) -> None:
+        """``decode``: the decode pool's receive link, which every engine's P/D hand-offs
+        cross (cluster.handoff; None: off)."""
         sc = run.scenario
         self.run = run
         self.env = env
@@ -89,6 +93,7 @@ class Shared:
         )
         self.remote = remote
         self.remote_admission = remote_admission
+        self.decode = decode
         # the GET's client cap (bytes/s of the whole GET: its clients together)
         # (kvsim.physics.client); a put's, when the connections have a rate of their own
         # (an object store), else None: uncapped (kvsim.physics.client.put_rate)

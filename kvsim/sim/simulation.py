@@ -239,13 +239,20 @@ class Simulation(Listener):
         # listeners: the access log (``run --record-accesses``), which hears them from
         # before the remote store is prestored, once the stores are watched
         tiers = run.tiers
-        self.metrics = Metrics(columns([t.name for t in tiers]))
+        self.metrics = Metrics(columns([t.name for t in tiers], run.handoff is not None))
         self.metrics.add(OnRecords(self._records))
         self.recorder: AccessRecorder | None = None
         if record_accesses:
             env = self.env
             self.recorder = AccessRecorder(lambda: env._now, [t.name for t in tiers])
             self.metrics.add(self.recorder)
+        # cluster.handoff: the decode pool's receive link, shared by every engine's
+        # hand-offs; a request is recorded when its hand-off ends (kvsim.sim.handoff)
+        decode = None
+        if run.handoff is not None:
+            assert run.handoff.bandwidth is not None  # (kvsim.config.checks)
+            decode = self.fabric.link("decode", run.handoff.bandwidth)
+        self._record_at_finish = decode is None
         # the engines as the parts below them see them (by index, once all are built)
         nodes: list[Node] = []
         ctx = self.shared = Shared(
@@ -260,6 +267,7 @@ class Simulation(Listener):
             self.metrics,
             self.remote,
             admission,
+            decode,
         )
         self.engines: list[Engine] = []
         order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
@@ -425,7 +433,8 @@ class Simulation(Listener):
         out = self.shared.run.output_s  # the first token's way out (engine.frontend)
         job.finish = self.env._now + out
         job.frontend_s += out
-        self.metrics.request(job)
+        if self._record_at_finish:  # (else once its hand-off is over: kvsim.sim.handoff)
+            self.metrics.request(job)
         self.tenancy.session_ended(job)
         if self.cap:
             if out > 0:  # the client has its token (and frees its slot) once it is out
@@ -582,6 +591,9 @@ class Simulation(Listener):
             env.run(until=self.scenario.run.max_time)
         else:  # the sweeper never stops: run until the last request is out
             self._run_until_done()
+        for e in self.engines:  # hand-offs still in flight at run.max_time: recorded
+            if e.handoff is not None:
+                e.handoff.flush()
         self.metrics.done()  # the records since the last progress report
         out = self._output()
         # the keys ever kept (recomputed_tokens) are of no use past the run, and may be
