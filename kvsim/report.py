@@ -192,6 +192,17 @@ def summary_table(s: dict[str, Any]) -> str:
                 f"timed out {s['remote_timeouts']}",
             )
         )
+    ssd = (s.get("tiers") or {}).get("remote", {}).get("ssd")
+    if ssd is not None:  # remote.ssd: the servers' own SSDs below their DRAM
+        rows.append(
+            (
+                "remote SSD",
+                f"tokens {_pct(s.get('remote_ssd_token_frac', 0.0))}   "
+                f"shard reads {ssd['reads']:,}   read {fmt_bytes(ssd['read_bytes'])}   "
+                f"demoted {ssd['demotions_in']:,} ({fmt_bytes(ssd['write_bytes'])})   "
+                f"holds {fmt_bytes(ssd['used_bytes'])} of {fmt_bytes(ssd['capacity_bytes'])}",
+            )
+        )
     if s.get("requests_dropped") or s.get("requests_rerouted"):
         rows.append(
             (

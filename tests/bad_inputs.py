@@ -243,6 +243,45 @@ CASES: list[Case] = [
     S("GPU tier over the node's HBM", "tiers:\n  gpu: {capacity: 2 TB}\n", "tiers.gpu.capacity"),
     S("pcp not dividing gpus", "node:\n  pcp: 3\n", "node.pcp", "divide"),
     S("per-rank sharding without ranks", "node:\n  pcp: 1\n", "remote.sharding", "per_rank"),
+    # the remote store's own SSD below its DRAM (remote.ssd; tests/test_remote_ssd.py)
+    S(
+        "store SSD: negative capacity",
+        "remote:\n  ssd: {enabled: true, capacity: -1 TB}\n",
+        "remote.ssd.capacity",
+    ),
+    S(
+        "store SSD: negative read bandwidth",
+        "remote:\n  ssd: {enabled: true, read_bandwidth: -2 GB/s}\n",
+        "remote.ssd.read_bandwidth",
+        "greater than 0",
+    ),
+    S(
+        "store SSD: zero write bandwidth",
+        "remote:\n  ssd: {enabled: true, write_bandwidth: 0 GB/s}\n",
+        "remote.ssd.write_bandwidth",
+    ),
+    S(
+        "store SSD: negative latency",
+        "remote:\n  ssd: {enabled: true, latency: -1 ms}\n",
+        "remote.ssd.latency",
+    ),
+    S(
+        "store SSD without the remote tier",
+        "remote:\n  enabled: false\n  ssd: {enabled: true}\n",
+        "remote.ssd.enabled",
+        "needs the remote tier",
+    ),
+    S(
+        "store SSD: unknown key",
+        "remote:\n  ssd: {enabled: true, iops: 1000000}\n",
+        "remote.ssd",
+        "iops",
+    ),
+    S(
+        "store SSD: unknown eviction",
+        "remote:\n  ssd: {enabled: true, eviction: lfu}\n",
+        "remote.ssd.eviction",
+    ),
     S(
         "timing table not monotone",
         "timing:\n  new_tokens: [1, 2]\n  cached_tokens: [0]\n  seconds: [[0.2], [0.1]]\n",
@@ -354,6 +393,18 @@ CASES: list[Case] = [
         "timing:\n  roofline: {achievable_flops: null}\n",
         "timing.roofline.achievable_flops",
         "missing",
+    ),
+    S(
+        "pipeline stages without the per-operation model",
+        "timing:\n  roofline: {pp: 2}\n",
+        "timing.roofline.pp",
+        "need `ops`",
+    ),
+    S(
+        "pipeline stages not dividing the GPUs",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, gpus: 3, pp: 2}\n",
+        "profile.gpus",
+        "tp x pcp x pp",
     ),
     S(
         "roofline without HBM bandwidth",
@@ -1893,8 +1944,8 @@ CASES: list[Case] = [
     ),
     S(
         "an unknown field in a composed profile",
-        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pp: 2}\n",
-        "profile.pp",
+        "profile: {model: llama-3.1-8b, gpu: H100-SXM, pq: 2}\n",
+        "profile.pq",
     ),
     S(
         "a compute dtype the GPU lacks",

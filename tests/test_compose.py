@@ -158,7 +158,8 @@ def test_base_keeps_the_named_profile_s_stack():
         ({"model": "llama-3.1-8b", "gpu": "H100", "ep": 2, "tp": 2}, "profile.ep"),
         ({"model": "llama-3.1-70b", "gpu": "H100"}, "profile"),  # 141 GB on 80 GB
         ({"model": "llama-3.1-8b", "gpu": "A100-80GB", "dtype": "fp8"}, "profile.dtype"),
-        ({"model": "llama-3.1-8b", "gpu": "H100", "pp": 2}, "profile.pp"),
+        ({"model": "llama-3.1-8b", "gpu": "H100", "pp": 0}, "profile.pp"),
+        ({"model": "llama-3.1-8b", "gpu": "H100", "pq": 2}, "profile.pq"),
     ],
 )
 def test_bad_compositions_name_the_field(spec, field):
@@ -269,3 +270,56 @@ def test_fuzzed_profile_mappings_compose_or_are_refused(tmp_path, changes):
     if code == 2:
         lines = err.getvalue().strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in err.getvalue()
+
+
+def test_pipeline_stages_by_hand():
+    """DeepSeek-V3 on 16 H20 as tp 8 x pp 2: each GPU holds half the weights of tp 8 on 8
+    GPUs; a step is tp 8's step (the stages run one after another, one stage's GPUs over
+    all the layers) plus one hand-off of 2 x hidden x 2 B a token, each GPU its 1/8, over
+    the network (the stages sit in two 8-GPU domains) at the NIC x network_frac with the
+    network latency."""
+    one = compose({"model": "deepseek-v3", "gpu": "H20", "tp": 8})
+    two = compose({"model": "deepseek-v3", "gpu": "H20", "tp": 8, "pp": 2})
+    assert two.gpus == 16 and two.group == 8 and two.crossing_hops == 1
+    assert two.weights_per_gpu == pytest.approx(one.weights_per_gpu / 2)
+    hidden = read_model("deepseek-v3").hidden
+    nic = read_gpu("H20").nic_per_gpu
+    a = two.assume
+    hop_bw = nic * a.v("comm.network_frac")
+    chunks = [(8192, 0)]
+    hop = 8192 * (2 * hidden * 2) / 8 / hop_bw + a.v("comm.network_latency")
+    assert two.step_model().step(chunks) == pytest.approx(one.step_model().step(chunks) + hop)
+    # a scenario runs it: the roofline's pp and the hand-off's terms
+    spec8 = {"model": "deepseek-v3", "gpu": "H20", "tp": 8}
+    sc = scenario({**spec8, "pp": 2})
+    assert sc.node.gpus == 16 and sc.timing.roofline.pp == 2
+    lone = scenario_lone_seconds(sc)(16384, 0)
+    assert lone == pytest.approx(
+        scenario_lone_seconds(scenario({**spec8, "pp": 1}))(16384, 0), rel=0.01
+    )
+    assert lone > scenario_lone_seconds(scenario(spec8))(16384, 0)
+
+
+def test_pipeline_hand_offs_inside_a_domain_ride_nvlink():
+    """tp 2 x pp 4 on 8 H100s (one NVLink domain): no hand-off crosses the network; tp 4 x
+    pp 4 on 16: the stage boundary at GPU 8 does (1 of 3)."""
+    inside = compose({"model": "llama-3.1-70b", "gpu": "H100-SXM", "tp": 2, "pp": 4})
+    assert inside.crossing_hops == 0
+    bw, lat = inside._stage_link()
+    assert bw == pytest.approx(inside.gpu_link * inside.assume.v("comm.nvlink_frac"))
+    assert lat == pytest.approx(inside.assume.v("comm.nvlink_latency"))
+    across = compose({"model": "llama-3.1-70b", "gpu": "H100-SXM", "tp": 4, "pp": 4})
+    assert across.crossing_hops == 1
+
+
+@pytest.mark.parametrize(
+    "profile, message",
+    [
+        ({"gpus": 16, "tp": 8}, "profile.gpus: 16 is not tp x pcp x pp (8 x 1 x 1 = 8)"),
+        ({"tp": 4, "pp": 2, "ep": 8}, "profile.ep: 8 does not divide a stage's tp x pcp GPUs"),
+        ({"pp": 100}, "profile.pp: 100 stages for deepseek-v3's 61 layers"),
+    ],
+)
+def test_pipeline_stages_bad_input(profile, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compose({"model": "deepseek-v3", "gpu": "H20", **profile})

@@ -247,7 +247,7 @@ def test_a_profile_of_the_wrong_type_given_to_a_loaded_scenario(resolved):
         validate(data, {}, "walk")
     assert str(e.value) == (
         "walk: profile: given 5; allowed a valid string or a mapping "
-        "{model, gpu, gpus, tp, pcp, ep, dtype, base}"
+        "{model, gpu, gpus, tp, pcp, pp, ep, dtype, ...}"
     )
 
 

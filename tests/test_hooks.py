@@ -32,6 +32,9 @@ from kvsim.sim.policy import LOAD_POLICIES
 
 from conftest import toy
 
+# the built-in tiers' names by code (a run's Constants.names)
+NAMES = ("gpu", "host", "nvme", "remote", "peer")
+
 
 def hooks() -> Hooks:
     return Hooks(Constants(toy()), simpy.Environment())
@@ -145,7 +148,7 @@ def test_a_prefetch_answer_must_be_a_block_count_within_the_prefix():
     src = [NVME, REMOTE, NVME]
     job = SimpleNamespace()
     for got, ok in ((0, 0), (3, 3), (np.int64(2), 2)):
-        assert PrefetchHook(Stub(fetch_blocks=got), "p", "f").fetch_blocks(job, src) == ok
+        assert PrefetchHook(Stub(fetch_blocks=got), "p", "f", NAMES).fetch_blocks(job, src) == ok
     for got, rule in (
         (4, "more blocks than the 3 in the usable prefix"),
         (-1, "never negative"),
@@ -153,12 +156,12 @@ def test_a_prefetch_answer_must_be_a_block_count_within_the_prefix():
         (True, "expected an int"),
     ):
         with pytest.raises(PluginError, match=rule):
-            PrefetchHook(Stub(fetch_blocks=got), "p", "f").fetch_blocks(job, src)
+            PrefetchHook(Stub(fetch_blocks=got), "p", "f", NAMES).fetch_blocks(job, src)
 
 
 def test_a_plugin_is_told_its_sources_by_tier_name():
     seen = []
-    hook = PrefetchHook(Stub(fetch_blocks=lambda view, src: seen.append(src) or 0), "p", "f")
+    hook = PrefetchHook(Stub(fetch_blocks=lambda view, src: seen.append(src) or 0), "p", "f", NAMES)
     hook.fetch_blocks(SimpleNamespace(), [HOST, NVME, REMOTE])
     assert seen == [["host", "nvme", "remote"]]
 
@@ -167,9 +170,9 @@ def test_a_load_policys_flags_must_be_true_or_false():
     policy = Stub(restore_blocks=0)
     policy.blocking = 1  # a number, not a bool
     with pytest.raises(PluginError, match="its attribute blocking broke a rule"):
-        LoadHook(policy, "p", "l")
+        LoadHook(policy, "p", "l", NAMES)
     policy.blocking = np.bool_(False)
-    hook = LoadHook(policy, "p", "l")
+    hook = LoadHook(policy, "p", "l", NAMES)
     assert hook.blocking is False and hook.lower_tiers is True  # the default
 
 
@@ -187,10 +190,12 @@ def test_a_load_policy_that_asks_the_estimate_beyond_the_hit_is_stopped():
             est(3)
         return 1
 
-    ok = LoadHook(Stub(restore_blocks=lambda view, src, est: est(2) and 2), "p", "l")
+    ok = LoadHook(Stub(restore_blocks=lambda view, src, est: est(2) and 2), "p", "l", NAMES)
     assert ok.restore_blocks([HOST, HOST], estimate) == 2 and asked == [2]
     with pytest.raises(PluginError, match=r"called estimate\(3\)"):
-        LoadHook(Stub(restore_blocks=sneaky), "p", "l").restore_blocks([HOST, HOST], estimate)
+        LoadHook(Stub(restore_blocks=sneaky), "p", "l", NAMES).restore_blocks(
+            [HOST, HOST], estimate
+        )
     assert asked == [2]  # the engine's estimate never saw 3
 
 

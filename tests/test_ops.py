@@ -140,3 +140,12 @@ def test_the_scale_multiplies_every_part():
     )
     chunks = [(1000, 1000)]
     assert half.step(chunks) == pytest.approx(0.5 * m.step(chunks))
+
+
+def test_pipeline_hand_offs_pay_their_bytes_and_latency():
+    """One pipeline hand-off (pp 2) of 28,672 B a token over 50 GB/s per GPU with 47 us of
+    latency: a 1,000-token step adds 1000 x 28672 / 50e9 + 47 us = 620.44 us, with no
+    collectives at all; pp 1 (no hand-off) adds nothing."""
+    m = model(stage_bytes_per_token=28672.0, stage_bandwidth=50e9, stage_latency=47e-6)
+    assert m.comm_seconds([(1000, 0)]) == pytest.approx(1000 * 28672 / 50e9 + 47e-6)
+    assert m.step([(1000, 0)]) == pytest.approx(model().step([(1000, 0)]) + 620.44e-6)

@@ -11,7 +11,7 @@ import pytest
 
 from kvsim import api
 from kvsim.cache.local import HOST
-from kvsim.sim.prefetch import Fetch
+from kvsim.sim.prefetch import Fetch, Part
 
 from conftest import req, toy
 from sim_cases import pure_only
@@ -60,7 +60,7 @@ def fetch(parts, done=None):
     f = Fetch(engine, ctx, None, [1], [100.0], [HOST], done or (lambda _: None))
     assert f.over and f.parts == []
     f.over = False
-    f.parts = [(fl, list(keys), [100.0] * len(keys)) for fl, keys in parts]
+    f.parts = [Part(fl, list(keys), [100.0] * len(keys)) for fl, keys in parts]
     return f, landed, fabric
 
 

@@ -18,6 +18,10 @@ operation once (8x less work at PCP8); the first event that treats one server di
 fabric does the same with bandwidth: while mirrored, transfers go over one ``group`` link
 with the servers' combined bandwidth, which is exact because every lockstep transfer puts
 the same bytes on every server.
+
+The servers' own SSDs (``remote.ssd``, :mod:`kvsim.cache.store_ssd`): what a server's
+DRAM evicts is demoted to its SSD, a shard held there (its write landed) counts as held,
+and :meth:`RemoteStore.split` tells a GET which shards each server reads off its SSD.
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from kvsim.cache.eviction import BlockStore, Key
+from kvsim.cache.eviction import BlockStore, Entry, Key
+from kvsim.cache.store_ssd import StoreSsd
 from kvsim.kernel.fabric import Link
+
+# the SSD index of a store without SSDs (never changed)
+_NO_INDEX: dict[Key, Entry] = {}
 
 
 class Batch:
@@ -87,9 +95,11 @@ class RemoteStore:
         ranks: int,
         group: Link | None = None,
         mirror: bool = True,
+        ssd: StoreSsd | None = None,
     ) -> None:
         """``mirror``: keep one index while the servers see the same keys (see the
-        module docstring); off for stores whose eviction keeps state of its own."""
+        module docstring); off for stores whose eviction keeps state of its own.
+        ``ssd``: the servers' own SSDs below their DRAM (None: none)."""
         if len(stores) != len(links) or not stores:
             raise ValueError("one store and one link per server are required")
         self.stores = list(stores)
@@ -107,6 +117,7 @@ class RemoteStore:
         self.put_bytes = 0.0
         self.landed_bytes = 0.0  # bytes puts stored (each server's shards, all servers)
         self.puts_dropped = 0  # block shards not stored because a put queue was full
+        self.ssd = ssd
 
     # ---- placement and lookup -------------------------------------------------------
 
@@ -119,7 +130,10 @@ class RemoteStore:
         return self.has(block)
 
     def has(self, block: Key) -> bool:
-        """True when every shard of the block is in its server's index."""
+        """True when every shard of the block is in its server's index (or, with the
+        servers' SSDs, readable from its server's SSD)."""
+        if self.ssd is not None:
+            return self._has_either(block, self.ssd)
         stores, n, shards = self.stores, self.servers, self.shards
         b = cast(int, block)
         if self.down:
@@ -133,24 +147,51 @@ class RemoteStore:
             return base in stores[0].blocks
         return all(key in stores[key % n].blocks for key in range(base, base + shards))
 
+    def _has_either(self, block: Key, ssd: StoreSsd) -> bool:
+        """``has`` with the servers' SSDs: each shard in its server's DRAM or SSD."""
+        stores, n, shards = self.stores, self.servers, self.shards
+        base = cast(int, block) * shards
+        if self.down and any(key % n in self.down for key in range(base, base + shards)):
+            return False
+        if self.mirrored:
+            return base in stores[0].blocks or ssd.readable(0, base)
+        for key in range(base, base + shards):
+            server = key % n
+            if key not in stores[server].blocks and not ssd.readable(server, key):
+                return False
+        return True
+
     def shard_prefixes(self, blocks: Sequence[Key]) -> list[int]:
         """Each shard's own longest prefix (in blocks) of ``blocks`` in the remote index."""
         out = []
+        ssd = self.ssd
         for shard in range(self.shards):
             k = 0
             for b in blocks:
                 server, key = self.place(cast(int, b), shard)
                 if self.mirrored:
                     server, key = 0, key - shard
-                if key not in self.stores[server].blocks:
+                if key not in self.stores[server].blocks and (
+                    ssd is None or not ssd.readable(server, key)
+                ):
                     break
                 k += 1
             out.append(k)
         return out
 
     def touch(self, blocks: Sequence[Key]) -> None:
-        """Record a read of every shard of these blocks."""
+        """Record a read of every shard of these blocks (where it is read: its server's
+        DRAM, or else its SSD)."""
         stores, n, shards = self.stores, self.servers, self.shards
+        ssd = self.ssd
+        if ssd is not None:
+            for b in blocks:
+                base = cast(int, b) * shards
+                for key in range(base, base + (1 if self.mirrored else shards)):
+                    server = 0 if self.mirrored else key % n
+                    held = stores[server] if key in stores[server].blocks else ssd.stores[server]
+                    held.touch((key,))
+            return
         if self.mirrored:
             stores[0].touch([cast(int, b) * shards for b in blocks])
             return
@@ -197,13 +238,16 @@ class RemoteStore:
         keys: dict[int, list[Key]] = {}
         out: dict[int, list[float]] = {}
         down = self.down
+        # the servers' SSDs' indexes: a shard held there (landed or not) is not put again
+        ssd = self.ssd
+        on_ssd = [st.blocks for st in ssd.stores] if ssd is not None else [_NO_INDEX] * n
         if self.mirrored:
-            index, pend = stores[0].blocks, pending[0]
+            index, pend, disk = stores[0].blocks, pending[0], on_ssd[0]
             ks: list[Key] = []
             ss: list[float] = []
             for b, size in zip(blocks, sizes):
                 key: Key = cast(int, b) * S  # one int object, shared by pending and the index
-                if key not in index and key not in pend:
+                if key not in index and key not in pend and key not in disk:
                     ks.append(key)
                     ss.append(size / S)
             if ks:
@@ -215,7 +259,11 @@ class RemoteStore:
                 server = cast(int, b) % n
                 if server in down:
                     continue  # a lost server takes no writes
-                if b not in stores[server].blocks and b not in pending[server]:
+                if (
+                    b not in stores[server].blocks
+                    and b not in pending[server]
+                    and b not in on_ssd[server]
+                ):
                     got = keys.get(server)
                     if got is None:
                         keys[server] = [b]
@@ -232,7 +280,11 @@ class RemoteStore:
                 if server in down:
                     continue  # a lost server takes no writes
                 k: Key = shard_key
-                if k not in stores[server].blocks and k not in pending[server]:
+                if (
+                    k not in stores[server].blocks
+                    and k not in pending[server]
+                    and k not in on_ssd[server]
+                ):
                     keys.setdefault(server, []).append(k)
                     out.setdefault(server, []).append(part)
         return Batch(keys, out, False, n)
@@ -265,8 +317,10 @@ class RemoteStore:
                 ks, sz = [k for k, _ in kept], [z for _, z in kept]
             store = self.stores[server]
             before = store.written
-            store.insert_many(ks, sz)
+            out_k, out_s = store.insert_many(ks, sz)
             self.landed_bytes += (store.written - before) * copies
+            if self.ssd is not None and out_k:  # what DRAM evicts goes down to the SSD
+                self.ssd.demote(server, out_k, out_s, self.mirrored)
         for callback in batch.on_land:
             callback()
 
@@ -274,7 +328,11 @@ class RemoteStore:
         """Put blocks of ``size`` bytes into the store at once (a warm start)."""
         batch = self.missing(blocks, [size] * len(blocks))
         for server, ks in self._expand(batch).items():
-            self.stores[server].insert_many(ks, batch.sizes[0 if batch.mirrored else server])
+            out_k, out_s = self.stores[server].insert_many(
+                ks, batch.sizes[0 if batch.mirrored else server]
+            )
+            if self.ssd is not None and out_k:  # landed on the SSD at once
+                self.ssd.demote(server, out_k, out_s, self.mirrored, at_once=True)
 
     def _expand(self, batch: Batch) -> dict[int, list[Key]]:
         """Per-server keys of a batch in the store's current representation."""
@@ -285,6 +343,85 @@ class RemoteStore:
         base = batch.keys.get(0, [])
         return {r: [cast(int, k) + r for k in base] for r in range(self.servers)}
 
+    # ---- the servers' SSDs ------------------------------------------------------------
+
+    def split(
+        self, blocks: Sequence[Key], tokens: Sequence[int]
+    ) -> tuple[dict[int, int], dict[int, int], list[tuple[int, Key]], list[bool]]:
+        """Where a GET of every shard of ``blocks`` (``tokens`` each) reads each shard,
+        with the servers' SSDs: (tokens each server serves from its DRAM, tokens each
+        serves from its SSD, (server, key) of each shard read off an SSD, and per block
+        whether any of its shards is). A shard not in its server's DRAM is read off its
+        SSD. Mirrored, server 0's shards stand for every server's (as ``tokens_by_server``)."""
+        n, S = self.servers, self.shards
+        stores = self.stores
+        dram: dict[int, int] = {}
+        disk: dict[int, int] = {}
+        reads: list[tuple[int, Key]] = []
+        on_ssd: list[bool] = []
+        if self.mirrored:
+            index = stores[0].blocks
+            d = s = 0
+            for block, tok in zip(blocks, tokens):
+                key: Key = cast(int, block) * S
+                if key in index:
+                    d += tok
+                    on_ssd.append(False)
+                else:
+                    s += tok
+                    reads.append((0, key))
+                    on_ssd.append(True)
+            if d:
+                dram = dict.fromkeys(range(n), d)
+            if s:
+                disk = dict.fromkeys(range(n), s)
+            return dram, disk, reads, on_ssd
+        for block, tok in zip(blocks, tokens):
+            base = cast(int, block) * S
+            any_ssd = False
+            for shard_key in range(base, base + S):
+                server = shard_key % n
+                k: Key = shard_key
+                if k in stores[server].blocks:
+                    dram[server] = dram.get(server, 0) + tok
+                else:
+                    disk[server] = disk.get(server, 0) + tok
+                    reads.append((server, k))
+                    any_ssd = True
+            on_ssd.append(any_ssd)
+        return dram, disk, reads, on_ssd
+
+    def promote(self, reads: Sequence[tuple[int, Key]]) -> None:
+        """Store shards read off the servers' SSDs back into their DRAM (Mooncake's
+        promotion on a hit): each evicts by its server's policy there, and what that
+        evicts goes down to the SSD; the SSD keeps its copy. Shards the SSD dropped
+        meanwhile, or whose server is down, are left out."""
+        ssd = self.ssd
+        assert ssd is not None
+        copies = self.servers if self.mirrored else 1
+        by_server: dict[int, tuple[list[Key], list[float]]] = {}
+        for server, key in reads:
+            entry = ssd.stores[server].blocks.get(key)
+            if entry is None or server in self.down or key in self.stores[server].blocks:
+                continue
+            got = by_server.setdefault(server, ([], []))
+            got[0].append(key)
+            got[1].append(entry.size)
+        for server, (ks, sz) in sorted(by_server.items()):
+            out_k, out_s = self.stores[server].insert_many(ks, sz)
+            ssd.promoted += len(ks) * copies
+            if out_k:
+                ssd.demote(server, out_k, out_s, self.mirrored)
+
+    def ssd_stores(self) -> list[tuple[int, BlockStore]]:
+        """(server, SSD store) of every SSD index kept (one while mirrored; none without
+        the servers' SSDs)."""
+        if self.ssd is None:
+            return []
+        if self.mirrored:
+            return [(0, self.ssd.stores[0])]
+        return list(enumerate(self.ssd.stores))
+
     # ---- faults -----------------------------------------------------------------------
 
     def lose(self, server: int) -> None:
@@ -292,6 +429,8 @@ class RemoteStore:
         self.unmirror()
         self.stores[server].clear()
         self.pending[server].clear()
+        if self.ssd is not None:
+            self.ssd.lose(server)
 
     def all_stores(self) -> list[tuple[int, BlockStore]]:
         """(server, store) of every index kept (one while mirrored)."""
@@ -309,6 +448,8 @@ class RemoteStore:
             if r:
                 store.copy_shifted(first, r)
                 self.pending[r] = {cast(int, k) + r for k in self.pending[0]}
+        if self.ssd is not None:
+            self.ssd.unmirror()
         self.mirrored = False
 
     # ---- counters ---------------------------------------------------------------------

@@ -1,27 +1,30 @@
 """Compose a profile from the catalogue: a model card on a GPU card, split over GPUs.
 
 A scenario's ``profile: {model: NAME | PATH, gpu: NAME | PATH, gpus: N, tp: N, pcp: N,
-ep: N, assume: {...}}`` becomes the same profile layer a named profile gives (``node``,
+pp: N, ep: N, assume: {...}}`` becomes the same profile layer a named profile gives (``node``,
 ``model``, ``timing``, ``engine``, ``tiers``, ``remote``), every number derived from the
 two cards, the catalogue's assumptions (kvsim/catalogue/assumptions.py: the per-operation
 efficiency curves of efficiency.yaml, the engine's costs outside the kernels of
 engine.yaml; ``assume`` gives the scenario's own, a ``base`` profile written by ``kvsim
 calibrate`` its fitted ones) and the stack file
 (kvsim/catalogue/stack.yaml: host, storage and KV software), or a named ``base``
-profile's. docs/catalogue.md has the equations; in short, on ``gpus`` = tp x pcp GPUs::
+profile's. docs/catalogue.md has the equations; in short, on ``gpus`` = tp x pcp x pp GPUs
+(pp pipeline stages of tp x pcp GPUs each)::
 
     step                = the per-operation roofline (kvsim/physics/ops.py): dense GEMMs,
                           expert GEMMs and attention each on its own efficiency curve, the
                           collectives, the host's CPU work and kernel launches
-    weights per GPU     = dense weights / tp + routed experts / (ep, or tp without EP)
+    weights per GPU     = (dense weights / tp + routed experts / (ep, or tp without EP)) / pp
     KV pool per GPU     = HBM x gpu_memory_utilization - weights per GPU - reserve
                           (/ r where TP ranks replicate the KV: MLA, or tp > KV heads)
     host link           = the card's link (PCIe or C2C) x host_link_frac, each way
     frontend            = engine.yaml's API server, tokenizer, hashing and output costs
 
 Collectives cross NVLink within the card's NVLink domain, the network (the card's NIC per
-GPU) when tp x pcp spans domains. A card's mistake keeps the card's own file and line;
-:mod:`kvsim.catalogue.calibrated` says where a calibrated profile models the same system.
+GPU) when a stage's tp x pcp GPUs span domains; a hand-off between pipeline stages crosses
+the network where the stages sit in different domains. A card's mistake keeps the card's
+own file and line; :mod:`kvsim.catalogue.calibrated` says where a calibrated profile
+models the same system.
 """
 
 from __future__ import annotations
@@ -91,6 +94,12 @@ class Composition:
     expert_kernel: str  # the routed experts' kernel: bf16, fp8, fp4, int4 (weight-only)
     utilization: float
     reserve: float
+    pp: int = 1  # pipeline stages, each of tp x pcp GPUs holding 1/pp of the layers
+
+    @property
+    def group(self) -> int:
+        """The GPUs of one pipeline stage (tp x pcp): the collectives' group."""
+        return self.tp * self.pcp
 
     @property
     def moe(self) -> bool:
@@ -105,7 +114,8 @@ class Composition:
     @property
     def weights_per_gpu(self) -> float:
         m = self.model
-        return m.dense_weight_bytes() / self.tp + m.expert_weight_bytes() / self.expert_shards
+        per = m.dense_weight_bytes() / self.tp + m.expert_weight_bytes() / self.expert_shards
+        return per / self.pp
 
     @property
     def kv_replication(self) -> float:
@@ -131,12 +141,41 @@ class Composition:
         return self.gpu.nvlink_per_gpu or self.host_link
 
     @property
+    def domain(self) -> int:
+        """GPUs one NVLink domain holds: the card's ``nvlink_domain``; for a card without
+        NVLink (PCIe peers in one server), the 8 of a server."""
+        return self.gpu.nvlink_domain if self.gpu.nvlink_per_gpu > 0 else 8
+
+    @property
     def spans_domains(self) -> bool:
-        """Whether the tp x pcp group spans NVLink domains (its collectives then cross the
-        network): more GPUs than the card's ``nvlink_domain``; for a card without NVLink
-        (PCIe peers in one server), more than the 8 of a server."""
-        domain = self.gpu.nvlink_domain if self.gpu.nvlink_per_gpu > 0 else 8
-        return self.gpus > domain
+        """Whether a stage's tp x pcp group spans NVLink domains (its collectives then
+        cross the network)."""
+        return self.group > self.domain
+
+    @property
+    def crossing_hops(self) -> int:
+        """Hand-offs between pipeline stages that cross the network (stages laid out in
+        order, a domain after another): the stage boundaries on a domain's edge."""
+        if self.pp == 1:
+            return 0
+        if self.group >= self.domain:
+            return self.pp - 1
+        return sum(1 for i in range(1, self.pp) if i * self.group % self.domain == 0)
+
+    def _stage_link(self) -> tuple[float, float]:
+        """A hand-off's per-GPU bandwidth and latency, averaged over the pp - 1 hand-offs
+        so that (pp - 1) hand-offs at them take what the real ones take together."""
+        a = self.assume
+        hops = self.pp - 1
+        if hops == 0:
+            return self.gpu_link * a.v("comm.nvlink_frac"), 0.0
+        far = self.crossing_hops if self.gpu.nic_per_gpu > 0 else 0
+        near = hops - far
+        net = self.gpu.nic_per_gpu * a.v("comm.network_frac") if far else 1.0
+        nvl = self.gpu_link * a.v("comm.nvlink_frac")
+        per_byte = (far / net + near / nvl) / hops  # seconds per byte, averaged
+        lat = (far * a.v("comm.network_latency") + near * a.v("comm.nvlink_latency")) / hops
+        return 1.0 / per_byte, lat
 
     @property
     def comm_bandwidth(self) -> float:
@@ -198,6 +237,7 @@ class Composition:
         dense_width = min(m.hidden, (m.intermediate or m.expert_intermediate) // self.tp) or 1
         facts = engine_facts()
         across = self.spans_domains and self.gpu.nic_per_gpu > 0
+        stage_bw, stage_lat = self._stage_link()
         return {
             "expert_flops_per_token": routed,
             "dense": self.curve("dense", self.dtype, dense_width),
@@ -212,6 +252,8 @@ class Composition:
             "kernel_launch": a.v("launch.kernel"),
             "graph_replay": m.layers * a.v("launch.graph_per_layer"),
             "graph_max_tokens": facts["launch.graph_max_tokens"],
+            "stage_bandwidth": stage_bw,
+            "stage_latency": stage_lat,
         }
 
     def roofline_numbers(self) -> dict[str, Any]:
@@ -238,6 +280,9 @@ class Composition:
             "allreduce_bytes_per_token": m.allreduce_bytes_per_token() if self.tp > 1 else 0.0,
             "alltoall_bytes_per_token": m.alltoall_bytes_per_token() if self.ep > 1 else 0.0,
             "pcp_exchange_bytes_per_token": m.kv_bytes_per_token(self.tp) if self.pcp > 1 else 0.0,
+            "pp": self.pp,
+            # vLLM hands the next stage a token's hidden states and residual, in BF16
+            "pp_bytes_per_token": 2.0 * m.hidden * 2.0 if self.pp > 1 else 0.0,
             "ops": self.ops_numbers(),
         }
 
@@ -247,9 +292,17 @@ class Composition:
         r["dense_weight_bytes"] = _b(r["dense_weight_bytes"])
         r["expert_weight_bytes"] = _b(r["expert_weight_bytes"])
         o = dict(r["ops"])
-        for k in ("collective_latency", "cpu_step", "cpu_request", "kernel_launch", "graph_replay"):
+        for k in (
+            "collective_latency",
+            "cpu_step",
+            "cpu_request",
+            "kernel_launch",
+            "graph_replay",
+            "stage_latency",
+        ):
             o[k] = _s(o[k])
         o["comm_bandwidth"] = _bps(o["comm_bandwidth"])
+        o["stage_bandwidth"] = _bps(o["stage_bandwidth"])
         r["ops"] = o
         return r
 
@@ -285,7 +338,7 @@ class Composition:
             pcp=self.pcp,
             hbm_per_gpu=self.gpu.hbm_bandwidth,
             nvlink_per_gpu=self.gpu_link,
-            kv_bytes_per_token=self.model.kv_bytes_per_token(1),
+            kv_bytes_per_token=self.model.kv_bytes_per_token(1) * self.kv_replication,
             cuda_graphs=cuda_graphs,
         )
 
@@ -369,24 +422,27 @@ def compose(
         raise _card_error(e, "gpu") from None
     tp = _int(spec, "tp", 1)
     pcp = _int(spec, "pcp", 1)
+    pp = _int(spec, "pp", 1)
     ep = _int(spec, "ep", 1)
     gpus = spec.get("gpus")
     if gpus is None:
-        gpus = tp * pcp
+        gpus = tp * pcp * pp
     else:
         gpus = _int(spec, "gpus", 1)
-        if "tp" not in spec and gpus % pcp == 0:
-            tp = gpus // pcp  # gpus given alone: tensor-parallel over them
+        if "tp" not in spec and gpus % (pcp * pp) == 0:
+            tp = gpus // (pcp * pp)  # gpus given alone: tensor-parallel over them
             if model.heads % tp:
                 raise InputError(
                     f"profile.gpus: {gpus} GPUs mean tp {tp} (tensor-parallel over them), "
                     f"which does not divide {model.name}'s {model.heads} heads"
                 )
-    if gpus != tp * pcp:
+    if gpus != tp * pcp * pp:
         raise InputError(
-            f"profile.gpus: {gpus} is not tp x pcp ({tp} x {pcp} = {tp * pcp}); the "
-            "experts share those GPUs (ep divides gpus)"
+            f"profile.gpus: {gpus} is not tp x pcp x pp ({tp} x {pcp} x {pp} = "
+            f"{tp * pcp * pp}); the experts share a stage's GPUs (ep divides tp x pcp)"
         )
+    if pp > model.layers:
+        raise InputError(f"profile.pp: {pp} stages for {model.name}'s {model.layers} layers")
     if model.heads % tp:
         raise InputError(f"profile.tp: {tp} does not divide {model.name}'s {model.heads} heads")
     if model.attention != "mla" and model.kv_heads % tp and tp % model.kv_heads:
@@ -397,8 +453,9 @@ def compose(
     if ep > 1:
         if not model.experts:
             raise InputError(f"profile.ep: {model.name} has no routed experts (ep must be 1)")
-        if gpus % ep:
-            raise InputError(f"profile.ep: {ep} does not divide gpus ({gpus})")
+        if (tp * pcp) % ep:
+            where = f"gpus ({gpus})" if pp == 1 else f"a stage's tp x pcp GPUs ({tp * pcp})"
+            raise InputError(f"profile.ep: {ep} does not divide {where}")
         if model.experts % ep:
             raise InputError(
                 f"profile.ep: {ep} does not divide {model.name}'s {model.experts} experts"
@@ -447,13 +504,14 @@ def compose(
         expert_kernel=kernel,
         utilization=util,
         reserve=res,
+        pp=pp,
     )
     usable = gpu.hbm * util
     if comp.kv_pool_per_gpu <= 0:
         raise InputError(
             f"profile: {model.name}'s weights per GPU ({_gb(comp.weights_per_gpu)}) and the "
             f"{_gb(res)} reserve leave no KV pool on {gpu.name} ({_gb(usable)} usable): raise "
-            "tp" + (" or ep" if model.experts else "") + " (and gpus)"
+            "tp" + (" or ep" if model.experts else "") + " or pp (and gpus)"
         )
     return comp
 
@@ -579,7 +637,8 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
     t16 = lone_seconds(roof, 16384, 0, per_step)
     rate = 16384 / t16
     b_star = kv1 * rate
-    par = f"tp {comp.tp} x pcp {comp.pcp}, ep {comp.ep}"
+    par = f"tp {comp.tp} x pcp {comp.pcp}" + (f" x pp {comp.pp}" if comp.pp > 1 else "")
+    par += f", ep {comp.ep}"
 
     def op_row(op: str, label: str, size: str, dtype: str) -> tuple[str, str, str]:
         c = o[op]
@@ -608,17 +667,19 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
         (
             "KV bytes per token",
             f"{kv1:,.0f} B",
-            f"per GPU at tp {comp.tp}: {m.kv_bytes_per_token(comp.tp):,.0f} B",
+            f"per GPU at tp {comp.tp}: {m.kv_bytes_per_token(comp.tp) / comp.pp:,.0f} B"
+            + (f" (1/{comp.pp} of the layers)" if comp.pp > 1 else ""),
         ),
         (
             "KV bytes per 16-token block",
             f"{kv1 * 16 / 2**20:,.3f} MiB",
-            f"per GPU: {m.kv_bytes_per_token(comp.tp) * 16 / 2**20:,.3f} MiB",
+            f"per GPU: {m.kv_bytes_per_token(comp.tp) / comp.pp * 16 / 2**20:,.3f} MiB",
         ),
         (
             "weights per GPU",
             _gb(comp.weights_per_gpu),
-            f"dense / {comp.tp} + experts / {comp.expert_shards}",
+            f"dense / {comp.tp} + experts / {comp.expert_shards}"
+            + (f", over {comp.pp} pipeline stages" if comp.pp > 1 else ""),
         ),
         (
             "KV pool per GPU",
@@ -645,6 +706,19 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
             "collectives per step",
             f"{o['collectives']} x {o['collective_latency'] * 1e6:g} us",
             f"over {link} at {o['comm_bandwidth'] / 1e9:,.0f} GB/s per GPU",
+        ),
+        *(
+            [
+                (
+                    "pipeline hand-offs",
+                    f"{comp.pp - 1} per step, {comp.crossing_hops} over the network",
+                    f"{r['pp_bytes_per_token']:,.0f} B a token (hidden states and residual, "
+                    f"BF16) at {o['stage_bandwidth'] / 1e9:,.0f} GB/s per GPU; one batch "
+                    "in flight (throughput under load: a lower bound)",
+                )
+            ]
+            if comp.pp > 1
+            else []
         ),
         (
             "host per step",

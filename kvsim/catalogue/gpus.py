@@ -27,8 +27,9 @@ NVLink domains, and that remote KV stores are reached over. Its schema::
                                       # domain joins; default 8 (1 without NVLink)
     nic_per_gpu: 400 Gb/s             # the scale-out network per GPU (bits/s)
     efficiency:                       # optional: the card's own, replacing its generation's
-      flops_frac: {bf16: 0.5}         # a fraction in (0, 1], or {value, lo, hi, source}
-      hbm_frac: 0.8
+      host_link_frac: 0.8             # a fraction in (0, 1], or {value, lo, hi, source}
+      dense:                          # an operation kind's curve (efficiency.yaml), by dtype
+        bf16: {e_max: 0.85, half: 6, e_mem: 0.8, source: "..."}
     sources: {field: "H: where it comes from", ...}
 
 Every value must lie in its physical range (:data:`RANGES`; ``nvlink_per_gpu`` may be 0:

@@ -551,9 +551,10 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("model", nargs="?", help="show: a model card name or config.json path")
     pr.add_argument("gpu", nargs="?", help="show: a GPU card name or card YAML path")
     for flag, what in (
-        ("--gpus", "GPUs of the engine (default tp x pcp)"),
-        ("--tp", "tensor-parallel degree (default 1; gpus / pcp when --gpus is given)"),
+        ("--gpus", "GPUs of the engine (default tp x pcp x pp)"),
+        ("--tp", "tensor-parallel degree (default 1; gpus / (pcp x pp) when --gpus is given)"),
         ("--pcp", "prefill context-parallel degree (default 1)"),
+        ("--pp", "pipeline-parallel stages (default 1)"),
         ("--ep", "expert-parallel degree (default 1)"),
     ):
         pr.add_argument(flag, type=_positive_int, help=f"show: {what}")

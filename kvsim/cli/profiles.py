@@ -22,7 +22,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         return _show_composition(args)
     if args.model is not None:
         raise InputError(f"unknown action {args.model!r}; did you mean `kvsim profiles show`?")
-    flags = [f"--{k}" for k in ("gpus", "tp", "pcp", "ep") if getattr(args, k) is not None]
+    flags = [f"--{k}" for k in ("gpus", "tp", "pcp", "pp", "ep") if getattr(args, k) is not None]
     if flags:
         raise InputError(f"{flags[0]} goes with `kvsim profiles show MODEL GPU`")
     profiles, models, gpus = list_profiles(), list_models(), list_gpus()
@@ -42,16 +42,18 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
             print(f"  {p['name']:<{width}}  {p['description']}{mark}")
     print(
         "\ncompose one in a scenario: profile: {model: MODEL, gpu: GPU, gpus: N, tp: N, "
-        "pcp: N, ep: N}; see its numbers: kvsim profiles show MODEL GPU [--tp N ...]"
+        "pcp: N, pp: N, ep: N}; see its numbers: kvsim profiles show MODEL GPU [--tp N ...]"
     )
     return 0
 
 
 def _show_composition(args: argparse.Namespace) -> int:
     if not args.model or not args.gpu:
-        raise InputError("usage: kvsim profiles show MODEL GPU [--gpus N --tp N --pcp N --ep N]")
+        raise InputError(
+            "usage: kvsim profiles show MODEL GPU [--gpus N --tp N --pcp N --pp N --ep N]"
+        )
     spec: dict[str, Any] = {"model": args.model, "gpu": args.gpu}
-    for key in ("gpus", "tp", "pcp", "ep"):
+    for key in ("gpus", "tp", "pcp", "pp", "ep"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     try:

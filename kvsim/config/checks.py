@@ -102,6 +102,8 @@ def cross_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
             ):
                 out.append(((*where, "weights"), "need one weight per value, sum > 0"))
     out += _remote_kind_checks(sc)
+    if sc.remote.ssd.enabled and not sc.remote.enabled:
+        out.append((("remote", "ssd", "enabled"), "needs the remote tier (remote.enabled: true)"))
     if sc.remote.enabled and sc.remote.sharding == "per_rank" and n.pcp == 1:
         out.append((("remote", "sharding"), "per_rank needs ranks: node.pcp is 1"))
     if isinstance(w, SyntheticWorkload) and w.prestored and not sc.remote.enabled:
@@ -330,6 +332,16 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                 (
                     ("timing", "roofline", "tp"),
                     f"tp x node.pcp ({r.tp} x {sc.node.pcp}) must divide node.gpus ({g})",
+                )
+            )
+        if r.pp > 1 and r.ops is None:
+            out.append((("timing", "roofline", "pp"), "pipeline stages need `ops`"))
+        elif r.pp > 1 and g % (r.tp * sc.node.pcp * r.pp):
+            out.append(
+                (
+                    ("timing", "roofline", "pp"),
+                    f"tp x node.pcp x pp ({r.tp} x {sc.node.pcp} x {r.pp}) must divide "
+                    f"node.gpus ({g})",
                 )
             )
         for name in ("ep", "dense_weight_shards", "expert_weight_shards"):

@@ -8,7 +8,7 @@ fraction of HBM bandwidth its memory-bound form reaches ``e_mem``), :class:`Laun
 model of a composed profile (docs/engine-model.md, "The per-operation roofline").
 
 Per GPU (every GPU of the node in lockstep), a step of chunks ``(n, c)`` (n new tokens
-after c in HBM), T = sum n tokens, on ``gpus`` = tp x pcp GPUs::
+after c in HBM), T = sum n tokens, on ``gpus`` = tp x pcp GPUs (one pipeline stage's)::
 
     dense GEMMs   max(T f_dense / gpus / (P e(M)),        W_dense / (B e_mem))   M = T / pcp
     expert GEMMs  max(T f_exp / gpus / (P e(m_e)),        W_exp cover(T) / (B e_mem))
@@ -16,6 +16,7 @@ after c in HBM), T = sum n tokens, on ``gpus`` = tp x pcp GPUs::
     attention     max(sum pairs_i p / gpus / (P e(S_i)),  sum (n_i + c_i) kv / gpus / (B e_mem))
                   S_i = c_i + n_i / 2: keys a query sees on average
     comm          bytes moved / link + collectives x latency
+                  + (pp - 1) (T h / (tp pcp) / stage link + stage latency)
     GPU time      = dense + experts + attention + comm
     step          = cpu_step + cpu_request x requests + max(GPU time, launches)
 
@@ -30,6 +31,13 @@ launches per kernel. When the launches take longer than the GPU's work the GPU w
 small step in eager mode is launch-bound). The CPU work of a step (scheduling, input
 preparation, sampling) runs in series with it (a synchronous scheduler: an upper bound
 where the engine overlaps it).
+
+With ``pp`` pipeline stages a step runs through the stages one after another: its work is
+one stage's GPUs doing all the layers, plus pp - 1 hand-offs of the activations (h bytes
+per token: hidden states and residual, each GPU sending its 1/(tp pcp)). kvsim runs one
+step at a time, as vLLM with one batch in flight: a lone request's time is right, while
+under load vLLM keeps up to pp batches in flight, so kvsim's throughput is a lower bound
+(up to pp times low).
 """
 
 from __future__ import annotations
@@ -134,6 +142,9 @@ class OpRoofline:
         comm_bandwidth: float = 1.0,
         collectives: int = 0,
         collective_latency: float = 0.0,
+        stage_bytes_per_token: float = 0.0,
+        stage_bandwidth: float = 1.0,
+        stage_latency: float = 0.0,
         launches: Launches,
         scale: float = 1.0,
     ) -> None:
@@ -162,6 +173,12 @@ class OpRoofline:
         self.comm_bw = comm_bandwidth
         self.collectives = collectives  # collective calls per step (each pays the latency)
         self.collective_latency = collective_latency
+        # pipeline stages: bytes per new token each GPU hands to the next stage (all the
+        # hand-offs of a step) and their fixed time
+        self.stage_tokens = stage_bytes_per_token
+        self.stage_bw = stage_bandwidth
+        self.stage_latency = stage_latency
+        self.talks = collectives > 0 or stage_bytes_per_token > 0.0 or stage_latency > 0.0
         self.launches = launches
         self.scale = scale
         self.fixed_s = scale * launches.cpu_step  # the part of every step that is not GPU
@@ -211,7 +228,7 @@ class OpRoofline:
         return compute if compute > memory else memory
 
     def comm_seconds(self, chunks: Sequence[Chunk]) -> float:
-        if not self.collectives:
+        if not self.talks:
             return 0.0
         tokens = 0
         context = 0
@@ -219,7 +236,8 @@ class OpRoofline:
             tokens += new
             context += new + ctx
         moved = tokens * self.comm_tokens + context * self.comm_context
-        return moved / self.comm_bw + self.collectives * self.collective_latency
+        handed = tokens * self.stage_tokens / self.stage_bw + self.stage_latency
+        return moved / self.comm_bw + self.collectives * self.collective_latency + handed
 
     def parts(self, chunks: Sequence[Chunk]) -> dict[str, float]:
         """The step's time by part (:data:`PARTS`), seconds; they sum to :meth:`step`."""

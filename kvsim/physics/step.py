@@ -323,6 +323,17 @@ def make_step_model(sc: Scenario) -> StepModel:
     )
 
 
+def kv_copies(layout: Any, tp: int) -> float:
+    """Copies of each token's KV a tensor-parallel group holds: its ranks split the KV
+    heads (each keeps max(kv_heads // tp, 1) of them, as vLLM does: more than one copy
+    when tp exceeds the KV heads); an MLA latent, or a KV size given without its layout,
+    every rank keeps whole (tp copies)."""
+    if layout is None or layout.kind == "mla":
+        return float(tp)
+    heads = int(getattr(layout, "kv_heads", 1))
+    return tp * max(heads // tp, 1) / heads
+
+
 def make_op_roofline(sc: Scenario) -> OpRoofline:
     """The scenario's per-operation step model (``timing.roofline.ops``)."""
     r = sc.timing.roofline
@@ -334,7 +345,8 @@ def make_op_roofline(sc: Scenario) -> OpRoofline:
         pcp=n.pcp,
         hbm_per_gpu=n.hbm_bandwidth_per_gpu,
         nvlink_per_gpu=n.nvlink_per_gpu,
-        kv_bytes_per_token=sc.model.kv_bytes,
+        # the attention reads every copy the TP ranks keep (each rank reads its own)
+        kv_bytes_per_token=sc.model.kv_bytes * kv_copies(sc.model.kv_layout, r.tp),
         cuda_graphs=sc.engine.cuda_graphs,
         scale=sc.timing.scale,
     )
@@ -352,11 +364,16 @@ def op_roofline(
     scale: float = 1.0,
 ) -> OpRoofline:
     """A per-operation step model from a ``timing.roofline`` with ``ops`` (kvsim/physics/
-    ops.py): the roofline's work per GPU, each operation kind on its own curve. The
+    ops.py): the roofline's work per GPU, each operation kind on its own curve.
+    ``kv_bytes_per_token``: the KV the node's GPUs read per token of context, every copy
+    (:func:`kv_copies`). The
     catalogue's composition (kvsim/catalogue/compose.py) builds its model the same way."""
     o = r.ops
     assert o is not None
-    tp, ep = r.tp, r.ep
+    tp, ep, pp = r.tp, r.ep, r.pp
+    # pipeline stages run one after another: a step's work is that of one stage's GPUs
+    # over all the layers, plus pp - 1 hand-offs of its activations (each GPU its 1/tp)
+    gpus //= pp
     # bytes each GPU moves per new token (TP all-reduces over its tokens, EP's all-to-all
     # of the routed activations) and per token of context (the PCP KV exchange), as
     # Parallel.comm_seconds counts them
@@ -394,6 +411,9 @@ def op_roofline(
         comm_bandwidth=o.comm_bandwidth or nvlink_per_gpu,
         collectives=o.collectives,
         collective_latency=o.collective_latency,
+        stage_bytes_per_token=(pp - 1) * r.pp_bytes_per_token / tp / pcp,
+        stage_bandwidth=o.stage_bandwidth or o.comm_bandwidth or nvlink_per_gpu,
+        stage_latency=(pp - 1) * o.stage_latency,
         launches=Launches(
             cpu_step=o.cpu_step,
             cpu_request=o.cpu_request,

@@ -68,6 +68,8 @@ METRICS: dict[str, str] = {
     "that wait) plus the restore phase (T0s and transfers)",
     "compute_mean_s": "mean prefill compute time",
     "store_mean_s": "mean GPU-to-host staging time before puts",
+    "frontend_mean_s": "mean time in the frontend (engine.frontend: API server, tokenizer, "
+    "prefix hashing before the engine, the first token's way out after it; 0 without one)",
     **{
         f"restore_{part}_{stat}_s": f"{word} of restore_{part}_s (the restore's {what}) "
         "over the measured requests that restored (decision restore or fallback)"
@@ -109,6 +111,8 @@ METRICS: dict[str, str] = {
     },
     "token_source_frac": "per source (gpu, host, nvme, remote, peer, compute): its prompt tokens "
     "/ all",
+    "remote_ssd_token_frac": "with remote.ssd only: prompt tokens read off the remote "
+    "servers' own SSDs (remote_ssd_tokens, part of token_source_frac's remote) / all",
     "recomputed_tokens": "measured prompt tokens computed again: in blocks computed (or "
     "prestored) before anywhere in the cluster, since evicted, out of the lookup's reach "
     "or skipped by the load policy",
@@ -138,7 +142,10 @@ METRICS: dict[str, str] = {
     "evictions, demotions, puts; hits and "
     "misses (blocks the lookup asked the tier for that it held in the usable prefix, or "
     "not); and per engine (engines: engine, hits, misses, evictions, read_bytes, "
-    "write_bytes; peer: served_bytes), which sum to the tier's totals",
+    "write_bytes; peer: served_bytes), which sum to the tier's totals; with remote.ssd, "
+    "remote's ssd: the servers' own SSDs' capacity_bytes, used_bytes, blocks and evictions "
+    "(shards), demotions_in and write_bytes (shards their DRAM evicted, written down), reads "
+    "and read_bytes (shards GETs read off them), promoted (shards stored back into DRAM)",
     "provenance": "what produced the run (no clock time): kvsim_version, git_commit and "
     "git_dirty of the checkout kvsim ran from (null for an installed kvsim), core (compiled "
     "or pure), python, platform, packages (versions of kvsim's dependencies) and files "

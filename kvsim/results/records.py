@@ -164,6 +164,12 @@ def summarize(
         "hit_ratio": ratio(prompt - src["compute"], prompt),
         **{k: v for k, v in intervals.items() if k.startswith("hit_ratio_")},
         "token_source_frac": {s: ratio(v, prompt) for s, v in src.items()},
+        # remote.ssd: of the remote tokens, those read off the servers' own SSDs
+        **(
+            {"remote_ssd_token_frac": ratio(float(m["remote_ssd_tokens"].sum()), prompt)}
+            if "ssd" in out.tiers.get("remote", {})
+            else {}
+        ),
         "recomputed_tokens": int(m["recomputed_tokens"].sum()),
         "gpu_recompute_frac": gpu_recompute_frac(m),
         "tier_read_bytes": {  # per tier (its bytes_<tier> column; none read from GPU)
@@ -267,7 +273,8 @@ def link_utilisation(links: dict[str, dict[str, float]], end: float) -> dict[str
     kinds: dict[str, list[dict[str, float]]] = {}
     for name, counters in links.items():
         kind = name.split(".", 1)[1] if name.startswith("e") and "." in name else name
-        kind = "remote_group" if kind.endswith("*") else kind.rstrip("0123456789") or kind
+        # a group of servers' links (``remote*``: remote_group; ``remote_ssd*``)
+        kind = kind[:-1] + "_group" if kind.endswith("*") else kind.rstrip("0123456789") or kind
         kinds.setdefault(kind, []).append(counters)
     return {
         kind: {

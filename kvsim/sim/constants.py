@@ -24,16 +24,18 @@ def head_share(sc: Scenario) -> float:
     """The share of a block's KV one tensor-parallel rank holds, by heads: a GQA or MHA
     model's TP ranks split its KV heads (each keeps max(kv_heads // tp, 1) of them, as
     vLLM does), so each copies only its heads when the block is staged for a put; an MLA
-    latent (or a KV size given without its layout) is kept whole by every rank. ``tp``
+    latent (or a KV size given without its layout) is kept whole by every rank; with
+    pipeline stages (``timing.roofline.pp``) a rank holds its stage's layers. ``tp``
     is the roofline's, else the node's GPUs per context-parallel rank (a measured
     timing table's engine is the node)."""
+    r = sc.timing.roofline
+    stages = r.pp if r is not None else 1  # each pipeline stage holds its layers' KV
     layout = sc.model.kv_layout
     if layout is None or layout.kind == "mla":
-        return 1.0
-    r = sc.timing.roofline
+        return 1.0 / stages
     tp = r.tp if r is not None else max(sc.node.gpus // sc.node.pcp, 1)
     heads = int(getattr(layout, "kv_heads", 1))
-    return max(heads // tp, 1) / heads
+    return max(heads // tp, 1) / heads / stages  # kv_copies(layout, tp) / tp / stages
 
 
 def ops_per_block(sc: Scenario, te: Any) -> int:

@@ -51,6 +51,11 @@ def _server_down(sim: Shared, f: ServerDown) -> Undo:
     links = [remote.links[f.server]]
     if remote.group is not None and remote.mirrored:
         links.append(remote.group)  # lockstep transfers touch every server
+    ssd = remote.ssd
+    if ssd is not None:  # its SSD's reads too (remote.ssd)
+        links.append(ssd.links[f.server])
+        if ssd.group is not None and remote.mirrored:
+            links.append(ssd.group)
     remote.lose(f.server)
     remote.down.add(f.server)
     error = FlowAborted(f"remote server {f.server} went down")

@@ -65,6 +65,8 @@ class Job:
         "queue_wait",
         "recomputed",
         "remote_get_s",
+        "remote_ssd_s",
+        "remote_ssd_tokens",
         "req",
         "reserved",
         "restore",
@@ -128,6 +130,10 @@ class Job:
         # included), plus the first token's way out once finished
         self.frontend_s = 0.0
         self.remote_get_s = 0.0
+        # remote.ssd: of the GET, the wait for the servers' SSDs, and the tokens of its
+        # blocks read off them (kvsim.sim.get)
+        self.remote_ssd_s = 0.0
+        self.remote_ssd_tokens = 0
         n = len(self.bytes)
         self.tier_s = [0.0] * n  # restore wall time per tier (T0 included)
         self.tokens = [0] * (n + 1)  # per tier code (gpu, host, ...), then computed
@@ -164,6 +170,8 @@ class Job:
         nan = _NAN
         self.start = self.queue_wait = self.load_s = self.compute_s = nan
         self.store_s = self.remote_get_s = self.prefetch_s = self.frontend_s = nan
+        self.remote_ssd_s = nan
+        self.remote_ssd_tokens = 0
         self.restore_lookup = self.restore_queue = self.restore_read = self.restore_h2d = nan
         self.gpu_s = nan
         self.recomputed = 0

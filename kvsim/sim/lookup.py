@@ -18,9 +18,9 @@ from kvsim.cache.local import GPU, HOST, PEER, REMOTE
 from kvsim.kernel.fabric import Flow
 from kvsim.physics.step import lone_seconds
 from kvsim.physics.transfer import transfer_terms
+from kvsim.sim.get import engine_terms, plan_seconds, remote_get, remote_plan
 from kvsim.sim.job import NEW, Job
 from kvsim.sim.node import Node
-from kvsim.sim.restore import engine_terms, remote_get
 from kvsim.sim.shared import Shared
 
 
@@ -365,7 +365,21 @@ class Lookup:
             if tok[t] and routes[t]:
                 rate = ctx.fabric.estimate_rate(routes[t])
                 worst = max(worst, ctx.run.t0[t] + tok[t] * s * (ratio[t] / rate + decode[t]))
-        if tok[REMOTE]:
+        if tok[REMOTE] and ctx.remote is not None and ctx.remote.ssd is not None:
+            # the servers' SSDs: the GET's stages one after the other (kvsim.sim.get)
+            after = tok[REMOTE] * s * decode[REMOTE]
+            if self.node.nvlink is not None:  # the hand-off to the other ranks
+                after += (
+                    self.node.nvlink.backlog(self.ctx.env._now)
+                    + tok[REMOTE]
+                    * s
+                    * ratio[REMOTE]
+                    * ctx.run.handoff_share
+                    / self.node.nvlink.bandwidth
+                )
+            got = plan_seconds(ctx.fabric, remote_plan(self.ctx, self.node, probe))
+            worst = max(worst, ctx.run.t0[REMOTE] + got + after)
+        elif tok[REMOTE]:
             links, size, costs, shares, cap = remote_get(self.ctx, self.node, probe)
             delay, cap = engine_terms(ctx.run, tok[REMOTE], shares, cap)
             rate = ctx.fabric.estimate_rate(links, costs)
@@ -424,6 +438,7 @@ class Lookup:
                         cut = i
                         break
         self.account(job, src[:cut])
+        job.remote_ssd_tokens = 0  # none of the GET's tokens are used
         if self.ctx.run.peer:
             self.assign_peers_cut(job)
         job.decision = "fallback"

@@ -1,16 +1,16 @@
 """Restores: moving a request's cached KV from the lower tiers into GPU HBM.
 
-What this module owns: :class:`Restore` (one request's restore in flight), the remote GET's
-path (``remote_get``/``get_flow``), a transfer's unloaded time (``alone_seconds``) and the
-bytes each tier served (``count_reads``). It sees its engine as a
-:class:`~kvsim.sim.node.Node` (links, tiers, counters) and the run through
-:class:`~kvsim.sim.shared.Shared`; the engine hands it two callbacks (``then``, and
-``fall_back`` for a GET or peer read given up), never itself.
+What this module owns: :class:`Restore` (one request's restore in flight), a transfer's
+unloaded time (``alone_seconds``) and the bytes each tier served (``count_reads``). It
+sees its engine as a :class:`~kvsim.sim.node.Node` (links, tiers, counters) and the run
+through :class:`~kvsim.sim.shared.Shared`; the engine hands it two callbacks (``then``,
+and ``fall_back`` for a GET or peer read given up), never itself.
 
 A :class:`Restore` starts one transfer per tier the request reads (after that tier's T0)
 on the fabric and tells its engine when all of them are in (or the remote part was given
-up). ``remote_get``/``get_flow`` build the remote GET: the servers holding the shards, the
-engine's NIC and PCIe, and (unsharded) the issuing rank's client path.
+up). The remote GET's transfers are :mod:`kvsim.sim.get`'s plan: the servers holding the
+shards, the engine's NIC and PCIe, and (unsharded) the issuing rank's client path; with
+the servers' own SSDs, the shards only an SSD holds follow, read off it first.
 
 A tier kind read as one plain transfer (``Tier.direct``: host, NVMe, a user's local kind)
 needs nothing here but its route (``Tier.route``, kvsim/sim/tiers.py): its transfer, its
@@ -31,7 +31,7 @@ from kvsim.cache.local import NVME, PEER, REMOTE
 from kvsim.kernel.fabric import Flow, Link
 from kvsim.physics.step import kernel_copy_seconds
 from kvsim.physics.transfer import transfer_terms
-from kvsim.sim.constants import Constants
+from kvsim.sim.get import GetPlan, Stage, remote_plan
 from kvsim.sim.job import Job
 from kvsim.sim.node import Node
 from kvsim.sim.shared import Shared
@@ -45,7 +45,8 @@ class Restore:
     """A request's restore in flight, driven by its transfers' callbacks (no process).
 
     Per tier, T0 then a transfer on the fabric: host and NVMe each one flow, the remote
-    GET one lockstep flow over the servers holding the ranks' shards (it may stall first).
+    GET one lockstep flow over the servers holding the ranks' shards (it may stall first;
+    with the servers' SSDs, its stages one after the other, kvsim.sim.get).
     A client timeout, or the loss of a server mid-GET, abandons the remote part: the rest
     of the prompt from the first remote block on is recomputed. ``then(job)`` runs once
     every transfer is in (or, for an abandoned GET, every local one). With ``tiers.peer``,
@@ -66,7 +67,10 @@ class Restore:
         "job",
         "local",
         "over",
+        "plan",
         "remote",
+        "ssd_began",
+        "stages",
         "start",
         "then",
     )
@@ -142,24 +146,18 @@ class Restore:
                         ),
                     )
                 )
-        self.remote: list[Flow] = []
+        self.remote: list[Flow] = []  # the GET's transfers started so far, in order
+        self.stages: list[Stage] = []  # and those still to start (remote.ssd)
+        self.plan: GetPlan | None = None
+        self.ssd_began = 0.0  # when the GET began reading the servers' SSDs
         if tokens[REMOTE]:
-            links, size, costs, shares, cap = remote_get(ctx, engine, job, count=True)
-            delay, cap = engine_terms(run, tokens[REMOTE], shares, cap)
+            plan = self.plan = remote_plan(ctx, engine, job, count=True)
+            job.remote_ssd_tokens = plan.ssd_tokens
             stall = ctx.draw_stall()
             job.stalled = stall > 0
-            self.remote.append(
-                fabric.transfer(
-                    links,
-                    size,
-                    costs=costs,
-                    shares=shares,
-                    delay=t0[REMOTE] + delay + stall,
-                    on_done=self.settled,
-                    cap=cap,
-                    tag=REMOTE,
-                )
-            )
+            first = plan.stages[0]
+            self.stages = plan.stages[1:]
+            self._get(first, t0[REMOTE] + first.delay + stall)
             if run.timeout is not None:
                 env.timeout(t0[REMOTE] + run.timeout).callbacks.append(self.timed_out)
         self.over = False
@@ -169,6 +167,38 @@ class Restore:
                     fabric.cancel(f)
             self._abandon()
         self._check()
+
+    def _get(self, stage: Stage, delay: float) -> None:
+        """Start a stage of the GET after ``delay``; the last one settles the GET, the
+        others start the next."""
+        last = not self.stages
+        if stage.ssd:
+            self.ssd_began = self.ctx.env._now + delay - stage.delay
+        self.remote.append(
+            self.ctx.fabric.transfer(
+                stage.links,
+                stage.size,
+                costs=stage.costs,
+                shares=stage.shares,
+                delay=delay,
+                on_done=self.settled if last else self._staged,
+                cap=stage.cap,
+                tag=REMOTE if not stage.ssd else -REMOTE,
+            )
+        )
+
+    def _staged(self, flow: Flow) -> None:
+        """A stage of the GET before its last is in: the next starts (or it was
+        aborted: as any transfer, ``settled``)."""
+        if self.over or self.abandoned:
+            return
+        if flow.state != "finished":
+            self.settled(flow)
+            return
+        if flow.tag != REMOTE:  # the servers' SSDs are read
+            self.job.remote_ssd_s = self.ctx.env._now - self.ssd_began
+        stage = self.stages.pop(0)
+        self._get(stage, stage.delay)
 
     def settled(self, flow: Flow) -> None:
         """A transfer is in, or was aborted (a server holding the shards went down)."""
@@ -205,9 +235,11 @@ class Restore:
                 engine.gpu_spans.append(sent)
                 # one rank copied the whole GET into its HBM (engine._copied); by GPUDirect
                 # its NIC wrote it there, over no host-to-GPU link
-                assert flow.shares is not None
                 if not ctx.remote_gpudirect:
-                    engine.copied_alone += (ctx.gpus - 1) * flow.size * flow.shares[-1]
+                    for f in self.remote:  # (one flow, but with the servers' SSDs)
+                        if f.tag == REMOTE:
+                            assert f.shares is not None
+                            engine.copied_alone += (ctx.gpus - 1) * f.size * f.shares[-1]
                 d += sent - now
             if d > 0:
                 self.decoding += 1
@@ -232,6 +264,7 @@ class Restore:
     def cancel(self) -> None:
         """Its engine failed: stop every transfer; ``then`` never runs."""
         self.over = True
+        self.stages = []
         fabric = self.ctx.fabric
         for _, f in self.local:
             fabric.cancel(f)
@@ -242,6 +275,7 @@ class Restore:
         """Give up what the network has not brought: the remote GET and, with the peer
         tier, the peer reads still on their way (the engine's ``fall_back``)."""
         self.abandoned = True
+        self.stages = []
         self.fall_back(self.job, self.remote, self._peer_flows() if self.holders else [])
 
     def _peer_flows(self) -> list[tuple[int, Flow]]:
@@ -258,10 +292,19 @@ class Restore:
             if f.state != "finished" and not (t == PEER and self.abandoned):
                 return
         if not self.abandoned:
+            if self.stages:
+                return
             for f in self.remote:
                 if f.state != "finished":
                     return
         self.over = True
+        plan = self.plan
+        if plan is not None and plan.reads and not self.abandoned:
+            remote = self.ctx.remote
+            assert remote is not None and remote.ssd is not None
+            if remote.ssd.promote:  # Mooncake's promotion on a hit
+                remote.promote(plan.reads)
+        self.plan = None
         self._record()
         # drop the flows: each holds this restore's callback, and the reference cycle
         # would leave every restore to the garbage collector
@@ -303,6 +346,8 @@ class Restore:
             job.remote_get_s = max(end - start - t0, 0.0)  # 0: abandoned within T0
             moved = 0.0  # bytes that reached the engine: progress x this engine's shares
             for f in remote:
+                if f.tag != REMOTE:  # a read of the servers' SSDs: no bytes moved here
+                    continue
                 assert f.shares is not None  # remote reads are lockstep flows
                 # progress x the bytes per unit on the engine's own links (the last ones)
                 moved += (f.size - max(f.remaining, 0.0)) * f.shares[-1]
@@ -396,6 +441,23 @@ class Restore:
                 else:
                     read = alone
                 h2d += usable - crit.end  # decode, the NVLink hand-off
+            if tier == REMOTE and len(self.remote) > 1:
+                # the GET's earlier stages (remote.ssd): their latency and their time alone
+                remote = self.ctx.remote
+                assert remote is not None and remote.ssd is not None
+                for f in self.remote:
+                    if f is crit or f.state != "finished":
+                        continue
+                    if f.tag == REMOTE:
+                        for link in f.links:
+                            lookup += link.latency
+                    else:  # the SSD read: the RPC to the holder and the first read
+                        lookup += remote.ssd.latency
+                    alone, on_h2d = alone_seconds(f, engine.h2d)
+                    if on_h2d:
+                        h2d += alone
+                    else:
+                        read += alone
         lookup = min(lookup, total)
         read = min(read, total - lookup)
         h2d = min(h2d, total - lookup - read)
@@ -433,75 +495,6 @@ def alone_seconds(flow: Flow, h2d: Link) -> tuple[float, bool]:
         rate = flow.cap
         on_h2d = False
     return (flow.size / rate if rate > 0.0 else 0.0), on_h2d
-
-
-GetPath = tuple[tuple[Link, ...], float, tuple, tuple, float | None]
-
-
-def remote_get(ctx: Shared, engine: Node, job: Job, count: bool = False) -> GetPath:
-    """The request's remote GET (its blocks ``job.src`` marks remote) into HBM: over the
-    engine's NIC and host-to-GPU link, or the NIC alone when it lands by GPUDirect RDMA
-    (``remote.path``). ``count``: a GET that is made (not an estimate): count its
-    operations."""
-    B = ctx.run.block_tokens
-    last = job.req.input_tokens - 1  # the always-computed last token is not read
-    ids, tokens = [], []
-    for i, t in enumerate(job.src):
-        if t == REMOTE:
-            tok = min(B, last - i * B)
-            if tok > 0:
-                ids.append(job.keys[i])
-                tokens.append(tok)
-    return get_flow(ctx, engine, ids, tokens, engine.routes[REMOTE], count)
-
-
-def get_flow(
-    ctx: Shared,
-    engine: Node,
-    ids: list[Key],
-    tokens: list[int],
-    path: tuple[Link, ...],
-    count: bool = False,
-) -> GetPath:
-    """A GET of blocks ``ids`` (``tokens`` each) as one lockstep flow over the servers
-    it reads (its ranks' parts move together), then over the engine's ``path`` (NIC,
-    and PCIe when it lands in HBM): (links, size, costs, shares, cap). Unsharded, one
-    rank issues the whole GET (then hands the KV to the others over NVLink): it also
-    crosses that rank's own NIC and PCIe (``client``). Either way the GET moves at most
-    as fast as its clients pull (``Shared.client_cap``, bytes/s of the whole GET, from
-    ``remote.client``; kvsim/physics/client.py): the flow's cap, in progress units.
-    ``count``: add the GET's operations (a chunk's shard on each server) to the store's."""
-    remote = ctx.remote
-    assert remote is not None
-    s = ctx.run.kv_bytes * ctx.run.ratio[REMOTE] / remote.shards  # as stored (its codec)
-    by_server = remote.tokens_by_server(ids, tokens)
-    if count:
-        chunk = ctx.run.chunk_tokens
-        remote.get_ops += sum((tok + chunk - 1) // chunk for tok in by_server.values())
-    per_server = {srv: tok * s for srv, tok in by_server.items()}
-    if remote.shards == 1:  # unsharded: the issuing rank's own NIC and PCIe too
-        path = (*path, engine.client)
-    links, size, costs, shares = ctx.lockstep(remote.parts(per_server), path)
-    # the shared links carry the whole GET per unit of progress: bytes/s -> progress/s
-    return links, size, costs, shares, ctx.client_cap / shares[-1]
-
-
-def engine_terms(
-    run: Constants, tokens: int, shares: tuple, cap: float | None
-) -> tuple[float, float | None]:
-    """A remote GET of ``tokens`` tokens through the store's transfer engine
-    (``remote.transfer``; kvsim.physics.transfer): (its delay before the first byte, its
-    cap in progress units: the client's and the operations', the lower). Without a
-    transfer engine: (0, the client's cap)."""
-    te = run.remote_transfer
-    if te is None:
-        return 0.0, cap
-    per_unit = shares[-1]  # bytes of the whole GET per unit of progress (get_flow)
-    nbytes = tokens * run.kv_bytes * run.ratio[REMOTE]
-    delay, rate = transfer_terms(te, tokens, nbytes, run.pcp, run.remote_ops)
-    if rate < math.inf and (cap is None or rate / per_unit < cap):
-        cap = rate / per_unit
-    return delay, cap
 
 
 def count_reads(ctx: Shared, engine: Node, got: list[float], job: Job) -> None:

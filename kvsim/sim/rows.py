@@ -119,6 +119,21 @@ _AFTER_LOADS: tuple[Column, ...] = (
         "remote_get_s", "d", "remote GET time after T0 (stalls, latency, transfer)", "remote_get_s"
     ),
     Column(
+        "remote_ssd_s",
+        "d",
+        "of remote_get_s, the wait for the store's own SSDs (remote.ssd): the read's latency "
+        "and its transfer off the drives, before the network moves those bytes; 0 when the "
+        "GET read none",
+        "remote_ssd_s",
+    ),
+    Column(
+        "remote_ssd_tokens",
+        "q",
+        "of tokens_remote, those in blocks read off the store's own SSDs (remote.ssd: held "
+        "in no server's DRAM at the GET); 0 without",
+        "remote_ssd_tokens",
+    ),
+    Column(
         "restore_lookup_s",
         "d",
         "of the restore (load_s - load_prefetch_s), the critical tier's lookup: its T0 "

@@ -30,9 +30,10 @@ from typing import Any, cast
 
 import simpy
 
-from kvsim.cache.eviction import POLICIES, BlockStore, Gate, Key
+from kvsim.cache.eviction import POLICIES, BlockStore, Gate, Key, make_store
 from kvsim.cache.local import GPU, HOST, NVME, REMOTE, SELECTIVE, TIERS, LocalCache
 from kvsim.cache.remote import RemoteStore
+from kvsim.cache.store_ssd import StoreSsd
 from kvsim.cache.writes import Writes
 from kvsim.config.pools import too_large
 from kvsim.config.schema import Scenario, SyntheticWorkload
@@ -206,6 +207,7 @@ class Simulation(Listener):
         rc = sc.remote
         self.remote: RemoteStore | None = None
         admission = None
+        ssd_pipes: list[Pipe] = []  # the servers' SSDs' write links (remote.ssd)
         if rc.enabled:
             links = [self.fabric.link(f"remote{k}", rc.bandwidth) for k in range(rc.servers)]
             shards = node.pcp if rc.sharding == "per_rank" else 1
@@ -217,6 +219,10 @@ class Simulation(Listener):
             group = None
             if mirror and rc.sharding == "per_rank" and rc.servers == node.pcp > 1:
                 group = self.fabric.link("remote*", rc.bandwidth * rc.servers)
+            ssd = None
+            if rc.ssd.enabled:  # each server's own SSD below its DRAM
+                ssd = self._store_ssd(group is not None)
+                ssd_pipes = ssd.pipes
             self.remote = RemoteStore(
                 stores,
                 links,
@@ -224,6 +230,7 @@ class Simulation(Listener):
                 ranks=node.pcp,
                 group=group,
                 mirror=mirror,
+                ssd=ssd,
             )
             admission = hooks.gate(
                 rc.admission, rc.capacity * rc.servers, "remote", None, self.remote.shards
@@ -258,7 +265,7 @@ class Simulation(Listener):
         order = list(engine_order) if engine_order is not None else range(sc.cluster.engines)
         if sorted(order) != list(range(sc.cluster.engines)):
             raise ValueError("engine_order must list every engine once")
-        self.pipes: list[Pipe] = []  # write links, served in order (not fabric links)
+        self.pipes: list[Pipe] = list(ssd_pipes)  # write links, in order (not fabric links)
         local_tiers = [t for t in tiers if isinstance(t, LocalTier)]
         for i in order:
             self.engines.append(self._engine(i, local_tiers, hooks))
@@ -280,6 +287,23 @@ class Simulation(Listener):
             hooks.note if hooks.depths is not None else None
         )
         hooks.setup(self.engines, self.remote)
+
+    def _store_ssd(self, grouped: bool) -> StoreSsd:
+        """The remote servers' own SSDs (``remote.ssd``): per server a store, a read link
+        (and, while the store is mirrored, one for all of them) and a write link."""
+        rc = self.scenario.remote
+        cfg = rc.ssd
+        n = rc.servers
+        env = self.env
+        return StoreSsd(
+            [make_store(cfg.eviction, cfg.capacity) for _ in range(n)],
+            [self.fabric.link(f"remote_ssd{k}", cfg.read_bandwidth) for k in range(n)],
+            [Pipe(f"remote_ssd_write{k}", cfg.write_bandwidth) for k in range(n)],
+            lambda: env._now,
+            latency=cfg.latency,
+            promote=cfg.promote,
+            group=self.fabric.link("remote_ssd*", cfg.read_bandwidth * n) if grouped else None,
+        )
 
     def _engine(self, i: int, local_tiers: Sequence[LocalTier], hooks: Hooks) -> Engine:
         """Engine ``i``: its local tiers' stores (each tier builds its own, with its links)

@@ -108,6 +108,8 @@ class Tenancy:
         if sim.remote is not None:
             for _, store in sim.remote.all_stores():
                 yield "remote", store, sim.remote.shards
+            for _, store in sim.remote.ssd_stores():  # the servers' own SSDs (remote.ssd)
+                yield "remote_ssd", store, sim.remote.shards
 
     def delete(self, what: str, tenant: int, match: Any) -> None:
         """Delete every block whose key satisfies ``match(key)`` from every tier, and from
@@ -192,7 +194,7 @@ class Tenancy:
         for name, store, shards in self.stores():
             copies = (
                 remote.servers
-                if (remote is not None and name == "remote" and remote.mirrored)
+                if (remote is not None and name in ("remote", "remote_ssd") and remote.mirrored)
                 else 1
             )
             held = store.blocks

@@ -292,7 +292,8 @@ class NvmeTier(LocalTier):
 
 class RemoteTier(Tier):
     """The remote store: its servers, over the engine's NIC (a lockstep GET over the
-    servers holding the shards, kvsim.sim.restore.get_flow)."""
+    servers holding the shards, kvsim.sim.get; with ``remote.ssd``, its servers' own
+    SSDs below their DRAM, whose figures are its summary's ``ssd``)."""
 
     order = 4.0
     prefetched = True
@@ -313,6 +314,7 @@ class RemoteTier(Tier):
         if remote is None:
             return None
         r = remote
+        ssd = {"ssd": r.ssd.stats(r.mirrored)} if r.ssd is not None else {}
         return {
             "servers": r.servers,
             "shards": r.shards,
@@ -335,6 +337,7 @@ class RemoteTier(Tier):
                 }
                 for e in engines
             ],
+            **ssd,
         }
 
 

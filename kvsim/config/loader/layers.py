@@ -178,7 +178,7 @@ def remote_kind_layer(
     return layer, kept
 
 
-_COMPOSE_KEYS = {"model", "gpu", "gpus", "tp", "pcp", "ep", "dtype", "base", "assume"}
+_COMPOSE_KEYS = {"model", "gpu", "gpus", "tp", "pcp", "pp", "ep", "dtype", "base", "assume"}
 
 
 def _compose_profile(

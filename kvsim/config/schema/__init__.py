@@ -15,7 +15,14 @@ from kvsim.config.schema.hardware import KvLayout
 from kvsim.config.schema.policies import POLICY_FIELDS, PolicyRef, policy_text
 from kvsim.config.schema.run import MAX_USD_PER_HOUR, Run, prompt_bounds
 from kvsim.config.schema.scenario import Scenario, lookup_order
-from kvsim.config.schema.tiers import REMOTE_KINDS, REMOVED_FIELDS, Codec, LocalTier, Remote
+from kvsim.config.schema.tiers import (
+    REMOTE_KINDS,
+    REMOVED_FIELDS,
+    Codec,
+    LocalTier,
+    Remote,
+    RemoteSsd,
+)
 from kvsim.config.schema.workload import (
     AzureWorkload,
     BurstyArrivals,
@@ -59,6 +66,7 @@ __all__ = [
     "PosInt",
     "Record",
     "Remote",
+    "RemoteSsd",
     "Run",
     "Scenario",
     "ServerDown",

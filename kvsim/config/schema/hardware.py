@@ -214,6 +214,14 @@ class Ops(Record):
     graph_max_tokens: Tokens = Field(
         512, description="the largest step captured in CUDA graphs (vLLM: 512)"
     )
+    stage_bandwidth: Bandwidth | None = Field(
+        None,
+        description="pp > 1: per-GPU bandwidth of the hand-off between pipeline stages "
+        "(null: comm_bandwidth)",
+    )
+    stage_latency: Duration = Field(
+        "0 s", description="pp > 1: fixed time of one hand-off between pipeline stages"
+    )
 
 
 class Roofline(Record):
@@ -263,6 +271,11 @@ class Roofline(Record):
     )
     tp: PosInt = Field(1, description="tensor-parallel degree (an all-reduce per layer)")
     ep: PosInt = Field(1, description="expert-parallel degree (an all-to-all per MoE layer)")
+    pp: PosInt = Field(
+        1,
+        description="pipeline stages (the layers split into pp groups of GPUs a step runs "
+        "through one after another; needs `ops`)",
+    )
     allreduce_bytes_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
         0.0, description="a token's activations through the TP all-reduces, all layers"
     )
@@ -273,6 +286,11 @@ class Roofline(Record):
         0.0,
         description="KV bytes per token (per GPU) that PCP ranks exchange so each sees the "
         "whole context (0: the exchange is in `fixed`)",
+    )
+    pp_bytes_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        0.0,
+        description="pp > 1: a token's activations one stage hands to the next (hidden "
+        "states and residual), all its GPUs together",
     )
     ops: Ops | None = Field(
         None, description="the per-operation roofline (null: the one roofline above)"

@@ -167,13 +167,17 @@ class Cost(Record):
 
 class ProfileSpec(Record):
     """A profile composed from the catalogue (kvsim/catalogue/compose.py): a model card and
-    a GPU card on ``gpus`` GPUs split ``tp`` x ``pcp``, experts over ``ep`` of them."""
+    a GPU card on ``gpus`` GPUs split ``tp`` x ``pcp`` x ``pp``, experts over ``ep`` of a
+    stage's."""
 
     model: Label(4096) = Field(description="model card name (`kvsim profiles`) or config.json path")
     gpu: Label(4096) = Field(description="GPU card name (`kvsim profiles`) or card YAML path")
-    gpus: Bounded(4096) | None = Field(None, description="GPUs of the engine (null: tp x pcp)")
+    gpus: Bounded(4096) | None = Field(None, description="GPUs of the engine (null: tp x pcp x pp)")
     tp: Bounded(4096) = Field(1, description="tensor-parallel degree")
     pcp: Bounded(4096) = Field(1, description="prefill context-parallel degree")
+    pp: Bounded(4096) = Field(
+        1, description="pipeline-parallel stages (each of tp x pcp GPUs, 1/pp of the layers)"
+    )
     ep: Bounded(4096) = Field(1, description="expert-parallel degree (GPUs the experts span)")
     dtype: Literal["auto", "bf16", "fp8", "fp4"] = Field(
         "auto",
@@ -192,8 +196,7 @@ class ProfileSpec(Record):
     )
 
     def __str__(self) -> str:
-        gpus = self.gpus if self.gpus is not None else self.tp * self.pcp
-        par = "".join(
-            f" {k}{v}" for k, v in (("tp", self.tp), ("pcp", self.pcp), ("ep", self.ep)) if v > 1
-        )
+        gpus = self.gpus if self.gpus is not None else self.tp * self.pcp * self.pp
+        named = (("tp", self.tp), ("pcp", self.pcp), ("pp", self.pp), ("ep", self.ep))
+        par = "".join(f" {k}{v}" for k, v in named if v > 1)
         return f"{self.model} on {gpus}x{self.gpu}{par}"

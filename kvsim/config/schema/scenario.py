@@ -66,5 +66,6 @@ def lookup_order(sc: Scenario) -> list[str]:
     if t.peer.enabled:
         order.append("peer")
     if sc.remote.enabled:
-        order.append(f"remote ({sc.remote.kind})")
+        ssd = ", its SSD below its DRAM" if sc.remote.ssd.enabled else ""
+        order.append(f"remote ({sc.remote.kind}{ssd})")
     return order

@@ -1,5 +1,6 @@
 """The cache tiers a scenario configures: GPU, host, NVMe, peer (:class:`Tiers`), the
-remote store with its client (:class:`Remote`), codecs, transfer engines
+remote store with its client (:class:`Remote`) and its servers' own SSDs
+(:class:`RemoteSsd`), codecs, transfer engines
 (:class:`TransferEngine`), and removed fields' replacements."""
 
 from __future__ import annotations
@@ -229,6 +230,58 @@ class RemoteClient(Record):
     )
 
 
+class RemoteSsd(Record):
+    """Each remote server's own SSD, below its DRAM inside the store (Mooncake Store's SSD
+    offload, docs/data-path.md, "The store's own SSD"): what the server's DRAM evicts is
+    written to its SSD; a GET of a shard held only there waits for the server to read it
+    off the drive, then moves it over the server's link and the engine's path as any
+    other. The defaults are one NVMe drive per server (HARDWARE.md) and Mooncake's."""
+
+    enabled: bool = Field(
+        False, description="true: each server's DRAM evicts to an SSD of its own (needs remote)"
+    )
+    # H for Mooncake's default (MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES, 2 TiB per client);
+    # one 3.84 TB drive holds it (HARDWARE.md)
+    capacity: Size = Field(
+        "2 TiB",
+        description="KV capacity of one server's SSD (default 2 TiB: Mooncake's "
+        "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES)",
+    )
+    # M: one Gen5 NVMe drive per server, 13-14.5 GB/s sequential read (HARDWARE.md),
+    # derated as the profiles' node drives (node.nvme_read_per_drive); L for what
+    # Mooncake's file storage (pread or io_uring into its staging buffer) gets of it:
+    # range 2-14.5 GB/s (a Gen4 drive, small buckets)
+    read_bandwidth: Bandwidth = Field(
+        "12 GB/s",
+        description="bytes one server reads off its SSD per second, shared by every GET "
+        "reading that server's SSD (default: one Gen5 drive, M; L 2-14.5 GB/s)",
+    )
+    # M: Gen5 enterprise drives write ~6-10 GB/s sequentially (HARDWARE.md), 7 GB/s as the
+    # profiles' node.nvme_write_per_drive; range 2-10 GB/s
+    write_bandwidth: Bandwidth = Field(
+        "7 GB/s",
+        description="bytes one server writes to its SSD per second: demotions, in order "
+        "(default: one Gen5 drive, M; 2-10 GB/s)",
+    )
+    # L: the requester's RPC to the holder (batch_get_offload_object: one data-centre RPC,
+    # 0.1-0.5 ms, as tiers.peer.t0's) plus the drive's first read (30-80 us, HARDWARE.md, M)
+    latency: Duration = Field(
+        "300 us",
+        description="per GET reading a server's SSD, before its bytes move: the RPC to the "
+        "holder and the drive's first read (L, 0.1-1 ms)",
+    )
+    eviction: Literal["fifo", "lru"] = Field(
+        "fifo",
+        description="which shard the SSD drops first when full: fifo (Mooncake's bucket "
+        "backend default) or lru (least recently read)",
+    )
+    promote: bool = Field(
+        False,
+        description="a shard read from the SSD is also stored back into the server's DRAM "
+        "when its GET ends (Mooncake's --promotion_on_hit, default false)",
+    )
+
+
 REMOTE_KINDS = ("kv_server", "object_store", "shared_nvme")
 
 
@@ -303,6 +356,11 @@ class Remote(Record):
         None,
         description="an RDMA transfer engine's own costs (Mooncake store: null for a "
         "kv_server's client, which remote.client models)",
+    )
+    ssd: RemoteSsd = Field(
+        RemoteSsd(),
+        description="each server's own SSD below its DRAM (Mooncake Store's SSD offload; "
+        "enabled: false, the default: none)",
     )
 
     @property
