@@ -12,8 +12,8 @@ A row's run, on the scenario as the user wrote it (its engines, tiers, policies)
 - at t = 0 a warm-up request of the cached prefix's whole blocks (a row's cached tokens
   are rounded down to whole blocks: an engine caches whole blocks), as vLLM's and
   SGLang's benchmarks send one before measuring; the measured requests start once it is
-  long over, :data:`GAP` (at least 60 s, 100 x its lone time), and ``run.warmup`` leaves
-  it out of the statistic;
+  long over, :data:`GAP` (at least 60 s, 100 x its lone time), and its record is left
+  out of the statistic (by request id);
 - ``n`` prompts of the row's length: the prefix's blocks, then blocks of their own; all
   due at once with a concurrency (a closed loop: ``workload.concurrency``) or no cap, or
   at Poisson times at the row's rate (a stream named after the file's digest and the
