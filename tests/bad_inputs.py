@@ -159,6 +159,31 @@ PAPER["paper/throughput-sharded.yaml"] += "\ncluster:\n  enignes: 2\n"
 PAPER_TYPO_LINE = len(PAPER["paper/throughput-sharded.yaml"].splitlines())
 
 
+# kvsim calibrate's cases: measurements on the shipped example scenario (a composed
+# profile), one worker, into {OUT}
+CAL_SCENARIO = "{ROOT}/examples/measurements/scenario.yaml"
+MEASURED = "prompt_tokens,cached_tokens,concurrency,ttft_ms\n128,0,1,7.5\n512,0,1,20.1\n"
+VLLM_UNSAID = json.dumps(
+    {
+        "date": "20260101-000000",
+        "num_prompts": 10,
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": 2,
+        "completed": 10,
+        "total_input_tokens": 20480,
+        "mean_ttft_ms": 60.0,
+        "median_ttft_ms": 60.0,
+    }
+)
+
+
+def CAL(label: str, measurements: list[str], *fragments: str, files: dict | None = None) -> Case:
+    """``kvsim calibrate MEASUREMENTS... --scenario`` the example scenario, into {OUT}."""
+    argv = ["calibrate", *measurements, "--scenario", CAL_SCENARIO, "--workers", "1"]
+    return C(label, [*argv, "--quiet", "--out", "{OUT}"], *fragments, files=files)
+
+
 CASES: list[Case] = [
     # ---- scenario files: keys, types, units ----
     S(
@@ -2673,6 +2698,117 @@ CASES: list[Case] = [
         "cluster:\n  handoff: {enabled: true, bandwith: 50 GB/s}\n",
         "cluster.handoff.bandwith",
         "bandwidth",
+    ),
+    # ---- kvsim calibrate (issue 43) ----
+    CAL(
+        "calibrate: a scenario given as measurements",
+        ["{QS}"],
+        "quickstart.yaml",
+        "not a measurement file",
+    ),
+    CAL(
+        "calibrate: a CSV named as a vllm result",
+        ["vllm:{TMP}/m.csv"],
+        "m.csv:1",
+        "not JSON",
+        files={"m.csv": MEASURED},
+    ),
+    CAL(
+        "calibrate: a vllm result named as SGLang's",
+        ["sglang:{ROOT}/examples/measurements/vllm-c8-cold.json"],
+        "vllm-c8-cold.json:1",
+        "not an SGLang",
+    ),
+    CAL(
+        "calibrate: a row with TTFT 0",
+        ["{TMP}/m.csv"],
+        "m.csv:3",
+        "ttft_ms",
+        "> 0",
+        files={"m.csv": MEASURED.replace("512,0,1,20.1", "512,0,1,0")},
+    ),
+    CAL(
+        "calibrate: a row with a negative TTFT",
+        ["{TMP}/m.csv"],
+        "m.csv:2",
+        "ttft_ms",
+        files={"m.csv": MEASURED.replace("128,0,1,7.5", "128,0,1,-7.5")},
+    ),
+    CAL(
+        "calibrate: cached tokens as many as the prompt's",
+        ["{TMP}/m.csv"],
+        "m.csv:2",
+        "cached tokens",
+        files={"m.csv": MEASURED.replace("128,0,1,7.5", "128,128,1,7.5")},
+    ),
+    CAL(
+        "calibrate: a misspelt column",
+        ["{TMP}/m.csv"],
+        "m.csv:1",
+        "unknown column 'cached_token'",
+        files={"m.csv": MEASURED.replace("cached_tokens", "cached_token")},
+    ),
+    CAL(
+        "calibrate: --fit a scenario field",
+        ["{TMP}/m.csv", "--fit", "node.h2d_per_gpu"],
+        "--fit node.h2d_per_gpu",
+        "not a fittable field",
+        files={"m.csv": MEASURED},
+    ),
+    CAL(
+        "calibrate: --fit a kernel count",
+        ["{TMP}/m.csv", "--fit", "dense.e_max,launch.kernels_per_layer"],
+        "--fit launch.kernels_per_layer",
+        "a whole count",
+        files={"m.csv": MEASURED},
+    ),
+    CAL(
+        "calibrate: --fit an expert curve of a dense model",
+        ["{TMP}/m.csv", "--fit", "experts.e_max"],
+        "--fit experts.e_max",
+        "cannot change",
+        files={"m.csv": MEASURED},
+    ),
+    CAL(
+        "calibrate: --fit a field no row depends on",
+        ["{TMP}/m.csv", "--fit", "dense.e_max,host_link_frac", "--holdout", "0"],
+        "--fit host_link_frac",
+        "cannot be fitted from these rows",
+        files={"m.csv": MEASURED + "2048,0,1,55\n8192,0,1,230\n"},
+    ),
+    CAL(
+        "calibrate: fewer rows than fields",
+        ["{TMP}/m.csv", "--fit", "dense.e_max,attention.e_max,cpu.per_step", "--holdout", "0"],
+        "--fit",
+        "2 rows to fit",
+        files={"m.csv": MEASURED},
+    ),
+    CAL(
+        "calibrate: a vllm result that does not say what was cached",
+        ["{TMP}/r.json"],
+        "r.json:1",
+        "--metadata cached_tokens=N",
+        files={"r.json": VLLM_UNSAID},
+    ),
+    CAL(
+        "calibrate: a scrape without the clients' concurrency",
+        ["{ROOT}/examples/measurements/vllm-metrics.prom"],
+        "vllm-metrics.prom:3",
+        "--concurrency N",
+    ),
+    C(
+        "calibrate: a scenario on a named profile",
+        ["calibrate", "{TMP}/m.csv", "--scenario", "{QS}", "--workers", "1", "--out", "{OUT}"],
+        "quickstart.yaml",
+        "named profile",
+        files={"m.csv": MEASURED},
+    ),
+    CAL(
+        "calibrate: --holdout 1",
+        ["{TMP}/m.csv", "--holdout", "1"],
+        "--holdout",
+        "[0, 1)",
+        files={"m.csv": MEASURED},
     ),
 ]
 

@@ -10,7 +10,8 @@ kernels (``frontend.*``, ``cpu.*``, ``launch.*``, ``comm.*``, ``transfer.*``:
 kvsim/catalogue/engine.yaml), and the factor on a narrow GEMM's e_max (``narrow``). A
 scenario may give its own values
 (``profile: {..., assume: {dense: {e_max: 0.6}}}``: :meth:`Assumptions.given`, marked
-``given``); prediction ranges move one at a time to an end of its range
+``given``; a ``base`` profile written by ``kvsim calibrate`` gives its fitted values in an
+``assume:`` section, marked ``C``); prediction ranges move one at a time to an end of its range
 (:meth:`Assumptions.at`; kvsim/catalogue/ranges.py).
 """
 
@@ -75,9 +76,18 @@ class Assumptions(Mapping[str, Assumption]):
         a = self._items[name]
         return Assumptions({**self._items, name: replace(a, value=getattr(a, end))})
 
-    def given(self, values: Mapping[str, Any], field: str = "profile.assume") -> Assumptions:
+    def given(
+        self,
+        values: Mapping[str, Any],
+        field: str = "profile.assume",
+        mark: str = "given",
+        source: str = "the scenario",
+    ) -> Assumptions:
         """The same with a scenario's own values (``values``: nested or dotted names;
-        durations as ``"2 us"``), marked ``given``; InputError naming the field
+        durations as ``"2 us"``), marked ``given`` (a calibrated profile's values, its
+        ``assume:`` section read through ``profile.base``: ``C``); a value may also come
+        as the catalogue writes one, ``[value, lo, hi]`` or ``[value, lo, hi, mark]``: its
+        own range (a calibrated value's interval) and mark. InputError naming the field
         (``profile.assume.NAME``) of an unknown name or a bad value."""
         items = dict(self._items)
         for name, raw in flatten(values).items():
@@ -85,18 +95,35 @@ class Assumptions(Mapping[str, Assumption]):
             if name not in items:
                 raise InputError(f"{at}: unknown assumption; known: {', '.join(sorted(items))}")
             a = items[name]
-            try:
-                v = parse_duration(raw) if a.unit == "s" else float(raw)
-            except (TypeError, ValueError) as e:
-                raise InputError(f"{at}: {e}") from None
-            if isinstance(raw, bool) or not v >= 0 or v != v:
-                raise InputError(f"{at}: expected a number >= 0, got {shown(raw)}")
-            if (name.endswith(("e_max", "e_mem")) or name.endswith("_frac")) and not 0 < v <= 1:
-                raise InputError(f"{at}: a fraction in (0, 1] is needed, got {shown(raw)}")
-            items[name] = replace(
-                a, value=v, lo=min(v, a.lo), hi=max(v, a.hi), mark="given", source="the scenario"
-            )
+            own_mark = mark
+            if isinstance(raw, list):
+                if len(raw) not in (3, 4) or (len(raw) == 4 and not isinstance(raw[3], str)):
+                    raise InputError(
+                        f"{at}: expected a value or [value, lo, hi] (or [value, lo, hi, "
+                        f"mark]), got {shown(raw)}"
+                    )
+                v, lo, hi = (_check(name, a, x, at) for x in raw[:3])
+                if not lo <= v <= hi:
+                    raise InputError(f"{at}: the value must lie in [lo, hi], got {shown(raw)}")
+                own_mark = raw[3] if len(raw) == 4 else mark
+            else:
+                v = _check(name, a, raw, at)
+                lo, hi = min(v, a.lo), max(v, a.hi)
+            items[name] = replace(a, value=v, lo=lo, hi=hi, mark=own_mark, source=source)
         return Assumptions(items)
+
+
+def _check(name: str, a: Assumption, raw: Any, at: str) -> float:
+    """One given number of assumption ``a`` (a duration with its unit), checked."""
+    try:
+        v = parse_duration(raw) if a.unit == "s" else float(raw)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{at}: {e}") from None
+    if isinstance(raw, bool) or not v >= 0 or v != v:
+        raise InputError(f"{at}: expected a number >= 0, got {shown(raw)}")
+    if (name.endswith(("e_max", "e_mem")) or name.endswith("_frac")) and not 0 < v <= 1:
+        raise InputError(f"{at}: a fraction in (0, 1] is needed, got {shown(raw)}")
+    return v
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

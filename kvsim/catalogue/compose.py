@@ -5,7 +5,8 @@ pp: N, ep: N, assume: {...}}`` becomes the same profile layer a named profile gi
 ``model``, ``timing``, ``engine``, ``tiers``, ``remote``), every number derived from the
 two cards, the catalogue's assumptions (kvsim/catalogue/assumptions.py: the per-operation
 efficiency curves of efficiency.yaml, the engine's costs outside the kernels of
-engine.yaml; ``assume`` gives the scenario's own) and the stack file
+engine.yaml; ``assume`` gives the scenario's own, a ``base`` profile written by ``kvsim
+calibrate`` its fitted ones) and the stack file
 (kvsim/catalogue/stack.yaml: host, storage and KV software), or a named ``base``
 profile's. docs/catalogue.md has the equations; in short, on ``gpus`` = tp x pcp x pp GPUs
 (pp pipeline stages of tp x pcp GPUs each)::
@@ -47,6 +48,7 @@ from kvsim.physics.frontend import frontend_seconds
 from kvsim.physics.hbm import kv_pool_per_gpu
 from kvsim.physics.ops import PARTS, OpRoofline
 from kvsim.physics.step import lone_seconds, op_roofline
+from kvsim.profiles import profile_assume
 from kvsim.units import parse_size
 
 STACK = Path(__file__).parent / "stack.yaml"
@@ -472,6 +474,16 @@ def compose(
     res = reserve if reserve is not None else parse_size(stack["node"]["activation_reserve"])
     kernel = expert_kernel(model, gpu, dtype)
     assume = assumptions(gpu, dtype, kernel)
+    base = spec.get("base")
+    if isinstance(base, str) and base:  # a calibrated base profile's fitted values (C)
+        try:
+            fitted, path = profile_assume(base, base_dir)
+        except InputError as e:
+            raise InputError(f"profile.base: {e.reason}", where=e.where) from None
+        if fitted:
+            assume = assume.given(
+                fitted, f"profile.base ({path}): assume", mark="C", source=f"calibrated: {path}"
+            )
     given = spec.get("assume")
     if given is not None:
         if not isinstance(given, Mapping):

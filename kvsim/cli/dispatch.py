@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("kvsim.cli.sweep", "_cmd_sweep"),
     "capacity": ("kvsim.cli.capacity", "_cmd_capacity"),
     "sensitivity": ("kvsim.cli.sensitivity", "_cmd_sensitivity"),
+    "calibrate": ("kvsim.cli.calibrate", "_cmd_calibrate"),
     "plot": ("kvsim.cli.plot", "_cmd_plot"),
     "baseline": ("kvsim.cli.gate", "_cmd_baseline"),
     "check": ("kvsim.cli.gate", "_cmd_check"),

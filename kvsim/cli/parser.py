@@ -362,6 +362,86 @@ def _parser() -> argparse.ArgumentParser:
     se.add_argument("--out", type=_path, help="write sensitivity.csv and tornado.png")
     _add_overrides(se)
 
+    ca = sub.add_parser(
+        "calibrate",
+        help="fit a composed profile's uncertain constants to your own TTFT measurements",
+    )
+    ca.add_argument(
+        "measurements",
+        type=_path,
+        nargs="+",
+        metavar="MEASUREMENTS",
+        help="files of measured runs: a CSV (prompt_tokens, cached_tokens, concurrency, "
+        "ttft_ms...), vllm bench serve --save-result JSON, SGLang bench_serving JSONL, or a "
+        "Prometheus scrape of vLLM's /metrics; FORMAT:FILE names the format (csv, vllm, "
+        "sglang, prometheus)",
+    )
+    ca.add_argument(
+        "--scenario", type=_path, required=True, help="scenario YAML (composed profile)"
+    )
+    ca.add_argument(
+        "--fit",
+        action="append",
+        metavar="FIELD[,FIELD...]",
+        help="catalogue assumptions to fit (default: dense.e_max, experts.e_max for MoE, "
+        "attention.e_max, cpu.per_step, host_link_frac)",
+    )
+    ca.add_argument(
+        "--holdout",
+        type=float,
+        default=0.3,
+        metavar="SHARE",
+        help="share of each tier's rows held out of the fit, to check it on",
+    )
+    ca.add_argument(
+        "--out", type=_path, help="write profile.yaml, fit.md, fit.json, rows.csv and residuals.png"
+    )
+    ca.add_argument(
+        "--cached-tokens",
+        type=int,
+        metavar="N",
+        help="cached prefix tokens of rows whose file does not say (vLLM: --metadata "
+        "cached_tokens=N; SGLang: --tag cached_tokens=N)",
+    )
+    ca.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="clients in flight for rows whose file does not say (a Prometheus scrape)",
+    )
+    ca.add_argument(
+        "--rate", metavar="RATE", help="requests/s (e.g. 4/s) for rows whose file does not say"
+    )
+    ca.add_argument(
+        "--tier",
+        choices=("gpu", "host"),
+        help="where the cached prefix is for rows whose file does not say (default gpu)",
+    )
+    ca.add_argument(
+        "--statistic", choices=("mean", "median"), default="mean", help="the TTFT statistic fitted"
+    )
+    ca.add_argument(
+        "--max-requests",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="measured requests a row's run simulates at most",
+    )
+    ca.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the held-out split and of rate rows' arrivals (default: the scenario's)",
+    )
+    ca.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="local worker processes running rows (default: one per core)",
+    )
+    ca.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_overrides(ca)
+
     bl = sub.add_parser("baseline", help="record a suite's TTFT curves as a baseline")
     bl.add_argument(
         "suite", type=_path, help="suite YAML (entries, load points, seeds, tolerances)"

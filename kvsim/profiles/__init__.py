@@ -6,11 +6,16 @@ in a YAML file next to this module, with its sources written beside each number.
 which a scenario asking for another kind than its profile's starts from. A
 scenario names one with ``profile: NAME`` and may override any field. A scenario may
 also name a profile file of its own (``profile: my-node.yaml``, relative to the scenario).
+A profile file written by ``kvsim calibrate`` also holds an ``assume:`` section, the
+catalogue assumptions it fitted (:func:`profile_assume`): named directly, the profile's
+numbers already carry them; named as a composition's ``base``, the composition takes them
+(marked C).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -53,3 +58,22 @@ def profile_path(name: str, scenario_dir: Path | None = None) -> Path:
         names = ", ".join(x["name"] for x in list_profiles())
         raise InputError(f"unknown profile {name!r}; shipped profiles: {names}")
     return p
+
+
+def profile_assume(name: str, scenario_dir: Path | None = None) -> tuple[dict[str, Any], str]:
+    """A profile file's ``assume:`` section (the catalogue assumptions ``kvsim calibrate``
+    fitted, by dotted name) and the file it came from; ``{}`` for a profile without one
+    (every shipped profile)."""
+    path = profile_path(name, scenario_dir)
+    with path.open(encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    section = data.get("assume") if isinstance(data, dict) else None
+    if section is None:
+        return {}, str(path)
+    if not isinstance(section, dict):
+        raise InputError(
+            f"assume: expected a mapping of assumption names to values, got "
+            f"{type(section).__name__}",
+            where=str(path),
+        )
+    return section, str(path)

@@ -33,6 +33,7 @@ _PROFILE_KEYS = {
     "engine",
     "tiers",
     "remote",
+    "assume",  # kvsim calibrate's fitted assumptions (read through profile.base)
 }
 
 
@@ -136,7 +137,10 @@ def load_profile(
             where=origins.get((str(key),), str(path)),
         )
     normalize_layer(data, origins, path.parent)
-    layer = {k: v for k, v in data.items() if k not in {"name", "description", "sources"}}
+    # (assume: the numbers already carry a calibrated profile's fitted values; a
+    # composition naming the file as its base reads them: kvsim.profiles.profile_assume)
+    dropped = {"name", "description", "sources", "assume"}
+    layer = {k: v for k, v in data.items() if k not in dropped}
     return layer, {k: v for k, v in origins.items() if k and k[0] in layer}
 
 
