@@ -10,6 +10,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from kvsim.plots import style
 from kvsim.plots.style import seconds_axis, unit_axis, wrap
@@ -71,10 +72,13 @@ def ttft_breakdown_plot(
     """Mean lost / frontend / queue / load / compute / store time of the requests in each TTFT
     percentile band, stacked (they sum to its mean TTFT): where the tail's time goes."""
     optional = ("lost_s", "frontend_s")
+    # the parts present and numeric (a damaged optional column is left out, not read)
     parts = [
         (c, name)
         for c, name in PARTS
-        if c in df and (c not in optional or (df[c].fillna(0) > 0).any())
+        if c in df
+        and pd.api.types.is_numeric_dtype(df[c])
+        and (c not in optional or (df[c].fillna(0) > 0).any())
     ]
     ttft = df["ttft_s"].to_numpy()
     edges = np.percentile(ttft, [b[0] for b in BANDS] + [100])
