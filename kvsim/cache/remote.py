@@ -239,15 +239,17 @@ class RemoteStore:
         out: dict[int, list[float]] = {}
         down = self.down
         # the servers' SSDs' indexes: a shard held there (landed or not) is not put again
+        # (looked up only where there are SSDs: a dict lookup per shard costs)
         ssd = self.ssd
         on_ssd = [st.blocks for st in ssd.stores] if ssd is not None else [_NO_INDEX] * n
+        has_ssd = ssd is not None
         if self.mirrored:
             index, pend, disk = stores[0].blocks, pending[0], on_ssd[0]
             ks: list[Key] = []
             ss: list[float] = []
             for b, size in zip(blocks, sizes):
                 key: Key = cast(int, b) * S  # one int object, shared by pending and the index
-                if key not in index and key not in pend and key not in disk:
+                if key not in index and key not in pend and not (has_ssd and key in disk):
                     ks.append(key)
                     ss.append(size / S)
             if ks:
@@ -262,7 +264,7 @@ class RemoteStore:
                 if (
                     b not in stores[server].blocks
                     and b not in pending[server]
-                    and b not in on_ssd[server]
+                    and not (has_ssd and b in on_ssd[server])
                 ):
                     got = keys.get(server)
                     if got is None:
@@ -283,7 +285,7 @@ class RemoteStore:
                 if (
                     k not in stores[server].blocks
                     and k not in pending[server]
-                    and k not in on_ssd[server]
+                    and not (has_ssd and k in on_ssd[server])
                 ):
                     keys.setdefault(server, []).append(k)
                     out.setdefault(server, []).append(part)
