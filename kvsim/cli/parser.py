@@ -287,6 +287,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run on a Dask cluster: tcp://host:port (needs pip install 'kvsim[cluster]')",
     )
     sw.add_argument("--retry-failed", action="store_true", help="re-run runs that failed")
+    sw.add_argument(
+        "--slo",
+        help="judge every run against an SLO, e.g. 'ttft_p99<=2s,tpot_p99<=50ms' (replaces "
+        "the sweep file's slo:): columns slo_met, slo_met_<metric>, goodput_rps",
+    )
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_plugins(sw)
 
