@@ -62,17 +62,23 @@ def report_lines(result: CheckResult) -> list[str]:
         for c in result.failures
     ]
     out += [f"IMPROVED {c.line()}" for c in result.improvements]
+    out += [f"SLO MISSED {line}" for line in result.slo_misses]
     if result.paired:
         out.append(PAIRED)
     fails = len(result.failures)
     better = len(result.improvements)
     noise = sum(c.within_noise for c in result.comparisons)
     out.append(
-        f"{'FAILED' if fails else 'passed'}: {fails} of "
+        f"{'FAILED' if result.failed else 'passed'}: {fails} of "
         f"{counted(len(result.comparisons), 'comparison')} failed (a sure change beyond "
         "tolerance the worse way, or no value)"
         + (f"; {better} improved" if better else "")
         + (f"; {noise} moved beyond tolerance within noise (passed)" if noise else "")
+        + (
+            f"; an SLO missed at {len(result.slo_misses)} load point(s)"
+            if result.slo_misses
+            else ""
+        )
     )
     return out
 
@@ -89,7 +95,7 @@ def _rule_text(suite: Suite) -> str:
 
 
 def markdown_report(result: CheckResult, suite: Suite) -> str:
-    status = "FAILED" if result.failures else "passed"
+    status = "FAILED" if result.failed else "passed"
     noise = sum(c.within_noise for c in result.comparisons)
     lines = [
         f"# kvsim check: {suite.name} {status}",
@@ -103,6 +109,8 @@ def markdown_report(result: CheckResult, suite: Suite) -> str:
     if result.notes or result.provenance:
         notes = [*result.provenance, *result.notes]
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+    if result.slo_misses:  # an entry's SLO (its slo:) missed at a load point
+        lines += ["## SLO missed", ""] + [f"- {m}" for m in result.slo_misses] + [""]
     if result.failures:
         lines += ["## Regressions", ""] + [f"- {c.verdict}: {c.line()}" for c in result.failures]
         lines += [""]
