@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pandas as pd
@@ -229,11 +230,20 @@ def test_check_fails_when_an_entry_misses_its_slo(tmp_path, capsys):
     assert point["metrics"]["goodput_rps"]["mean"] > 0
     assert main(["check", str(suite), "--baseline", str(base)]) == 0
     capsys.readouterr()
-    # the same runs against a tighter SLO: the SLO is missed, the metrics are not
+    # a tighter SLO: goodput_rps (gated) is not comparable with the baseline's
     suite.write_text(suite.read_text().replace("ttft_p50<=1s", "ttft_p50<=100ms"))
-    assert main(["check", str(suite), "--baseline", str(base)]) == 1
+    assert main(["check", str(suite), "--baseline", str(base)]) == 2
+    assert "its slo changed since the baseline" in capsys.readouterr().err
+    # ungated goodput: the change is noted; the same runs miss the tighter SLO
+    suite.write_text(suite.read_text().replace("  goodput_rps: {rel: 0.1, abs: 0.05}\n", ""))
+    report = tmp_path / "r"
+    assert main(["check", str(suite), "--baseline", str(base), "--report", str(report)]) == 1
     out = capsys.readouterr().out
     assert "SLO MISSED" in out and "ttft_p50_s <= 0.1" in out
+    assert "## SLO missed" in (report / "kvsim-check.md").read_text()
+    root = ET.parse(report / "kvsim-check.xml").getroot()
+    assert root.get("failures") == "1"
+    assert root.find("testsuite[@name='slo']/testcase/failure").get("type") == "slo"
 
 
 def test_a_suite_gating_goodput_needs_an_slo_on_every_entry(tmp_path, capsys):

@@ -156,7 +156,8 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f"<testsuites name={quoteattr('kvsim check ' + suite.name)} "
-        f'tests="{len(result.comparisons)}" failures="{len(result.failures)}">',
+        f'tests="{len(result.comparisons) + len(result.slo_misses)}" '
+        f'failures="{len(result.failures) + len(result.slo_misses)}">',
     ]
     for entry, cs in by_entry.items():
         fails = sum(c.failed for c in cs)
@@ -210,6 +211,16 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
                 text = f"IMPROVED {c.line()}" if c.improved else c.noise_line()
                 out.append(f"      <system-out>{escape(text)}</system-out>")
             out.append("    </testcase>")
+        out.append("  </testsuite>")
+    if result.slo_misses:  # an entry's slo: missed at a load point: a failing case each
+        n = len(result.slo_misses)
+        out.append(f'  <testsuite name="slo" tests="{n}" failures="{n}" errors="0" skipped="0">')
+        for miss in result.slo_misses:
+            out += [
+                f'    <testcase classname="slo" name={quoteattr(miss.split(":", 1)[0])}>',
+                f'      <failure message={quoteattr(miss)} type="slo">{escape(miss)}</failure>',
+                "    </testcase>",
+            ]
         out.append("  </testsuite>")
     out.append("</testsuites>")
     return "\n".join(out) + "\n"

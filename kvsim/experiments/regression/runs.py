@@ -115,6 +115,7 @@ def measure(
                 "files": dict(e.files),
                 "overrides": dict(e.overrides),
                 "points": points,
+                **({"slo": e.slo} if e.slo is not None else {}),  # (kvsim check compares it)
             }
         )
     return {
