@@ -301,3 +301,14 @@ def test_capacity_under_a_joint_slo_falls_when_outputs_grow():
         assert "tpot_p99_s" in res.summary  # the mode measures what the SLO bounds
         caps[out] = search(sc, slo, reps=1, tol=0.05).mean
     assert caps[256] < caps[16] / 1.05, caps
+
+
+def test_a_failure_is_explained_by_the_term_it_misses(capsys):
+    slo = parse_slo("ttft_p99<=5s,ttft_p50<=1ms")
+    assert slo.missed({"ttft_p99_s": 1.0, "ttft_p50_s": 0.5}) == SLO("ttft_p50_s", "<=", 0.001)
+    assert slo.missed({"ttft_p99_s": 1.0, "ttft_p50_s": 0.0}) is slo
+    argv = ["capacity", STREAM, "--slo", "ttft_p99<=5s,ttft_p50<=1ms", "--reps", "1"]
+    assert main([*argv, "--set", "workload.requests=120"]) == 2
+    err = capsys.readouterr().err
+    assert "fails even at vanishing load" in err
+    assert "reached: ttft_p50_s = " in err and "the slowest 50%" in err  # the missed term

@@ -269,7 +269,7 @@ def search(
             floor = run(FLOOR, seed)  # no queueing left: what the requests cost alone
             if not slo.met(floor):
                 where = f"at 1/{1 / FLOOR:g} of the scenario's load"
-                why = explain(slo, where, [floors[seed]])
+                why = explain(slo.missed(floor), where, [floors[seed]])
                 raise Infeasible(
                     f"the SLO ({slo}) fails even at vanishing load (1/{1 / FLOOR:g} of the "
                     f"scenario's, seed {seed}): {floor_report(why)}",

@@ -434,7 +434,8 @@ def minimize(
         if not meets(hi, seed):
             if rep == 0 and does_nothing():
                 raise nothing
-            why = explain(slo, f"with {path} = {f.show(hi)}", [tops[seed]])
+            missed = slo.missed(tops[seed].summary)  # (a joint SLO: the term it misses)
+            why = explain(missed, f"with {path} = {f.show(hi)}", [tops[seed]])
             depends = (
                 "the SLO depends on something else (see the compute floor above)"
                 if why.floor_fails
@@ -442,7 +443,7 @@ def minimize(
             )
             raise Infeasible(
                 f"the SLO ({slo}) fails even with {path} = {f.show(hi)} (seed {seed}): "
-                f"{slo.metric} = {why.value:.4g} there; {depends}",
+                f"{missed.metric} = {why.value:.4g} there; {depends}",
                 why,
             )
         if meets(lo, seed):

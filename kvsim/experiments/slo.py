@@ -107,6 +107,14 @@ class SLO:
     def met(self, summary: Mapping[str, Any]) -> bool:
         return all([t.met(summary) for t in self.terms])  # (all: each missing metric named)
 
+    def missed(self, summary: Mapping[str, Any]) -> SLO:
+        """The first term ``summary`` misses, as an SLO of its own (what an explanation
+        of a failure is about); this SLO when every term holds."""
+        t = next((t for t in self.terms if not t.met(summary)), None)
+        if t is None or not self.also:
+            return self
+        return SLO(t.metric, t.op, t.threshold, self.scope)
+
     def scoped(self, sc: Scenario) -> SLO:
         """This SLO as the runs of ``sc`` measure it: over its ``run.prompt_range``."""
         return dataclasses.replace(self, scope=sc.run.prompt_range)
