@@ -70,6 +70,28 @@ def _cost_row(s: dict[str, Any]) -> list[tuple[str, str]]:
     return [("cost", f"${usd:,.2f}/h   ${per_m:,.4g} per million prompt tokens at this load")]
 
 
+def _slo_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """With an SLO (``kvsim run --slo``): met or missed, each term's value and verdict,
+    and the goodput (requests/s within every per-request bound)."""
+    if "slo" not in s:
+        return []
+    terms = []
+    for key in (k for k in s if k.startswith("slo_met_")):
+        metric = key[len("slo_met_") :]
+        v = s.get(metric)
+        shown = _t(v) if metric.endswith("_s") else f"{v:.4g}" if isinstance(v, float) else v
+        terms.append(f"{metric} {shown} {'pass' if s[key] else 'FAIL'}")
+    return [
+        ("SLO", f"{s['slo']}: {'met' if s['slo_met'] else 'MISSED'}"),
+        ("SLO terms", "   ".join(terms)),
+        (
+            "goodput",
+            f"{s['goodput_rps']:.3g} requests/s within every bound "
+            f"({_pct(s['goodput_frac'])} of the measured requests)",
+        ),
+    ]
+
+
 def _cold_warm_row(s: dict[str, Any]) -> list[tuple[str, str]]:
     """TTFT of cold requests (the first of a session or shared prefix) and warm ones,
     when the summary has them."""
@@ -204,6 +226,7 @@ def summary_table(s: dict[str, Any]) -> str:
         *_restore_rows(s),
         *_handoff_rows(s),
         *_cost_row(s),
+        *_slo_rows(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),
         ("bytes read", "   ".join(f"{k} {fmt_bytes(v)}" for k, v in rb.items() if k != "gpu")),
     ]

@@ -1187,6 +1187,25 @@ CASES: list[Case] = [
         "finite",
     ),
     C(
+        "capacity: a joint SLO naming an unknown metric",
+        ["capacity", "{QS}", "--slo", "ttft_p99<=2s,tpot_p999<=50ms"],
+        "--slo ttft_p99<=2s,tpot_p999<=50ms",
+        "unknown metric 'tpot_p999'",
+    ),
+    C(
+        "capacity: a joint SLO on TPOT of a prefill-mode run",
+        ["capacity", "{QS}", "--slo", "ttft_p99<=2s,tpot_p99<=50ms"],
+        "--slo",
+        "tpot_p99_s",
+        "engine.mode: colocated",
+    ),
+    C(
+        "run: a joint SLO with an empty term",
+        ["run", "{QS}", "--slo", "ttft_p99<=2s,", "--out", "{OUT}", "--quiet"],
+        "--slo",
+        "expected METRIC<=VALUE",
+    ),
+    C(
         "capacity --sweep --workers 0",
         ["capacity", "--sweep", "{TMP}/s.yaml", "--slo", "ttft_p99<=2s", "--workers", "0"],
         "--workers",

@@ -102,6 +102,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
                 f"    {iv.mean:.4g} concurrent sessions per GPU {iv.text()} (sessions/s x "
                 f"mean session lifetime {row['session_lifetime_s']:.4g} s / GPUs)"
             )
+        if "goodput_rps" in df.columns:  # a joint SLO: what meets every bound there
+            print(f"    goodput there {row['goodput_rps']:.4g} requests/s (within every bound)")
         if "delta_capacity_rps" in df.columns:
             print(f"    {_capacity_delta(cap, row)}")
     if "delta_capacity_rps" in df.columns:

@@ -55,7 +55,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         check_out_folder(args.report, flag="--report", owned=REPORT_FILES)
     new = regression.measure(suite, workers=args.workers, log=lambda m: print(m, file=sys.stderr))
     result = regression.compare(suite, baseline, new, strict=args.strict)
-    code = 1 if result.failures else 0
+    code = 1 if result.failed else 0  # (a regression, or an entry's SLO missed)
     # the reports first, and the verdict's exit code whatever happens to the printing: a
     # gate piped into `head` must still fail on a regression (main() reads a broken pipe
     # as exit 0)

@@ -116,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
         "and block) and every block store event, in simulation order",
     )
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.add_argument(
+        "--slo",
+        help="judge the run against an SLO, e.g. 'ttft_p99<=2s,tpot_p99<=50ms': pass/fail "
+        "per term and goodput_rps (requests/s within every per-request bound)",
+    )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument(
         "--no-ranges",
@@ -282,13 +287,21 @@ def _parser() -> argparse.ArgumentParser:
         help="run on a Dask cluster: tcp://host:port (needs pip install 'kvsim[cluster]')",
     )
     sw.add_argument("--retry-failed", action="store_true", help="re-run runs that failed")
+    sw.add_argument(
+        "--slo",
+        help="judge every run against an SLO, e.g. 'ttft_p99<=2s,tpot_p99<=50ms' (replaces "
+        "the sweep file's slo:): columns slo_met, slo_met_<metric>, goodput_rps",
+    )
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_plugins(sw)
 
     cp = sub.add_parser("capacity", help="highest arrival rate that meets an SLO")
     cp.add_argument("scenario", type=_path, nargs="?", help="scenario YAML (or use --sweep)")
     cp.add_argument(
-        "--slo", required=True, help="e.g. 'ttft_p99<=2s' (an outcome metric of the summary)"
+        "--slo",
+        required=True,
+        help="e.g. 'ttft_p99<=2s' (an outcome metric of the summary), or a joint SLO "
+        "'ttft_p99<=2s,tpot_p99<=50ms' (every term must hold)",
     )
     cp.add_argument("--sweep", type=_path, help="a sweep file: one capacity per configuration")
     _add_overrides(cp)

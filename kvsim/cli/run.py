@@ -12,6 +12,7 @@ from tqdm import tqdm
 from kvsim.api import expected_requests, load
 from kvsim.errors import InputError
 from kvsim.experiments.predict import ranges_json, run_ranges
+from kvsim.experiments.slo import check_slo, parse_slo, with_slo
 from kvsim.report import summary_table
 from kvsim.results.records import collect, json_ready
 from kvsim.results.runfolder import write_results
@@ -26,7 +27,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "writes accesses.parquet into the run's folder: give --out DIR",
             where="--record-accesses",
         )
+    slo = parse_slo(args.slo) if getattr(args, "slo", None) is not None else None
     sc = load(args.scenario, args.overrides, args.seed)
+    if slo is not None:
+        check_slo(slo, sc)
     if args.out is not None:
         check_out_folder(args.out, flag="--out", owned=RUN_FILES)
     bar = None
@@ -43,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sim = Simulation(
             sc, progress=bar.update if bar is not None else None, record_accesses=record
         )
-        results = collect(sim.run(), sc)
+        results = with_slo(collect(sim.run(), sc), slo)
         if sim.recorder is not None:
             results.accesses = sim.recorder.frame()
     finally:

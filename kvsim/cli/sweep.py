@@ -31,7 +31,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.scheduler is not None:
         parse_scheduler(args.scheduler)  # a malformed address: refused before any work
     # (the package's entry points, looked up when called)
-    sweep = sweeps.load_sweep(args.sweep, plugins=args.plugins)
+    sweep = sweeps.load_sweep(args.sweep, plugins=args.plugins, slo=getattr(args, "slo", None))
     if sweep.refused:  # a configuration no run of which could start (a policy name)
         raise sweep.refused[0]
     # a folder holding someone else's files (a `kvsim run` folder, their own results.csv)
@@ -132,7 +132,9 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
     if ok.empty:
         return "no run finished"
     keys = [c for c in columns if c in ok.columns]
-    metrics = [m for m in SWEEP_METRICS if m in ok.columns]
+    # with an SLO (--slo, or the sweep file's slo:): the goodput, and the seeds meeting it
+    metrics = [m for m in (*SWEEP_METRICS, "goodput_rps") if m in ok.columns]
+    judged = "slo_met" in ok.columns
     groups = (
         list(ok.groupby(keys, sort=False, dropna=False)) if keys else [((), ok)]
     )  # (configuration order: the table's)
@@ -142,6 +144,8 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
         head.append("p99 95% interval")
     if paired:
         head.append("delta p99 [lo, hi]")
+    if judged:
+        head.append("SLO met")
     head.append("seeds")
     cells = [head]
     for _, g in groups:
@@ -152,6 +156,8 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
         if paired:
             is_ref = bool(g["run_id"].isin(reference).any())
             row.append("(reference)" if is_ref else _delta_text(g, "ttft_p99_s"))
+        if judged:  # (seeds whose run met every term)
+            row.append(f"{int(g['slo_met'].map(_true).sum())}/{len(g)}")
         row.append(str(len(g)))
         cells.append(row)
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
@@ -165,6 +171,11 @@ def _sweep_points(table: Any, columns: list[str], reference: set[str] = frozense
     if paired:
         lines.append(PAIRED)
     return "\n".join(lines)
+
+
+def _true(v: Any) -> bool:
+    """A table's yes (True, or a resumed journal's text of it)."""
+    return v is True or v == "true" or v == "True" or (isinstance(v, bool) and v)
 
 
 def _bounds(lo: float, hi: float) -> str:

@@ -55,7 +55,7 @@ from kvsim.experiments.replicate import (
     stop_pool,
     worker_pool,
 )
-from kvsim.experiments.slo import SLO, parse_slo
+from kvsim.experiments.slo import SLO, check_slo, parse_slo, with_slo
 from kvsim.experiments.sweep.spec import load_sweep, relabel
 from kvsim.results.uncertainty import Interval, bound_keys, mean_interval, paired_interval
 from kvsim.workload import open_workload
@@ -212,6 +212,7 @@ def search(
     closed_loop(sc)
     evaluations = 0
     slo = slo.scoped(sc)
+    check_slo(slo, sc)  # a term its runs cannot have: refused before any run
 
     extra = replication_overrides(sc, reps)  # a trace: each replication resamples it
     if extra:
@@ -232,6 +233,8 @@ def search(
         evaluations += 1
         try:
             res = api.run(sc, {**load_overrides(sc, factor), **extra}, seed)
+            # a joint SLO: each run's goodput (a single term's runs keep their summary)
+            res = with_slo(res, slo if slo.also else None)
         except InputError as e:
             raise InputError(f"at {factor:g}x the scenario's load (seed {seed}): {e}") from None
         if sessions:
@@ -266,7 +269,7 @@ def search(
             floor = run(FLOOR, seed)  # no queueing left: what the requests cost alone
             if not slo.met(floor):
                 where = f"at 1/{1 / FLOOR:g} of the scenario's load"
-                why = explain(slo, where, [floors[seed]])
+                why = explain(slo.missed(floor), where, [floors[seed]])
                 raise Infeasible(
                     f"the SLO ({slo}) fails even at vanishing load (1/{1 / FLOOR:g} of the "
                     f"scenario's, seed {seed}): {floor_report(why)}",
@@ -394,11 +397,21 @@ def capacity_table(caps: list[Capacity]) -> Any:
                 "evaluations": c.evaluations,
                 "rates_rps": " ".join(f"{r:.6g}" for r in c.rates),
                 **_session_columns(c, any(x.sessions for x in caps)),
+                **_goodput_column(c, any(x.slo.also for x in caps)),
                 **(_paired_columns(c, ref, any(x.sessions for x in caps)) if ref else {}),
                 **c.config,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _goodput_column(c: Capacity, wanted: bool) -> dict[str, Any]:
+    """A joint SLO's ``goodput_rps`` at the capacity: the mean over the replications of
+    the answer's runs (requests/s within every per-request bound)."""
+    if not wanted:
+        return {}
+    got = [float(s["goodput_rps"]) for s in c.summaries if "goodput_rps" in s]
+    return {"goodput_rps": sum(got) / len(got) if got else math.nan}
 
 
 def _paired_columns(c: Capacity, ref: Capacity, sessions: bool) -> dict[str, Any]:
@@ -496,13 +509,15 @@ def sweep_capacity(
     processes."""
     sets = list(sets or [])
 
-    parse_slo(slo_text)  # refuse a bad SLO before starting anything
+    slo = parse_slo(slo_text)  # refuse a bad SLO before starting anything
     if workers < 1:
         raise InputError("must be >= 1", where="--workers")
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
     sweep = load_sweep(sweep_path)
     configs = sweep_with_sets(sweep, sets)
+    for _, sc in configs:
+        check_slo(slo, sc)
     jobs = [(sweep.runs[0].base, overrides, sets, slo_text, reps, tol) for overrides, _ in configs]
     log(f"{len(jobs)} configurations, {reps} replications each")
     if workers <= 1 or len(jobs) == 1:

@@ -34,7 +34,7 @@ from kvsim.errors import InputError
 from kvsim.experiments.capacity import Infeasible, sweep_with_sets
 from kvsim.experiments.explain import Explanation, RunFacts, explain, run_facts
 from kvsim.experiments.replicate import replication_overrides
-from kvsim.experiments.slo import OUTCOMES, SLO
+from kvsim.experiments.slo import OUTCOMES, SLO, check_slo
 from kvsim.experiments.sweep import load_sweep
 from kvsim.results.records import usd_per_hour
 from kvsim.results.uncertainty import (
@@ -379,6 +379,7 @@ def minimize(
     ``slo`` (integers to one, other numbers to ``tol`` relative)."""
     f = numeric_field(sc, path)
     slo = slo.scoped(sc)
+    check_slo(slo, sc)
     lo, hi = parse_range(f, span)
     if not 0 < tol < 1:
         raise InputError(f"must be in (0, 1), got {tol}", where="--tol")
@@ -433,7 +434,8 @@ def minimize(
         if not meets(hi, seed):
             if rep == 0 and does_nothing():
                 raise nothing
-            why = explain(slo, f"with {path} = {f.show(hi)}", [tops[seed]])
+            missed = slo.missed(tops[seed].summary)  # (a joint SLO: the term it misses)
+            why = explain(missed, f"with {path} = {f.show(hi)}", [tops[seed]])
             depends = (
                 "the SLO depends on something else (see the compute floor above)"
                 if why.floor_fails
@@ -441,7 +443,7 @@ def minimize(
             )
             raise Infeasible(
                 f"the SLO ({slo}) fails even with {path} = {f.show(hi)} (seed {seed}): "
-                f"{slo.metric} = {why.value:.4g} there; {depends}",
+                f"{missed.metric} = {why.value:.4g} there; {depends}",
                 why,
             )
         if meets(lo, seed):
@@ -532,6 +534,7 @@ def minimize_sweep(
             raise InputError(f"configuration {label}: {e.reason}", where=e.where) from None
         if priced:
             _require_prices(sc, sweep_path)
+        check_slo(slo, sc)
     log(f"{len(configs)} configurations, {reps} replications each")
     out = []
     for overrides, sc in configs:
@@ -596,6 +599,7 @@ def layouts(
     configs, scenarios = [], []
     for overrides, sc in sweep_with_sets(sweep, list(sets or [])):  # priced before any run
         _require_prices(sc, sweep_path)
+        check_slo(slo, sc)
         configs.append({k: v for k, v in overrides.items() if k in sweep.columns})
         scenarios.append(sc)
     log(f"{len(configs)} configurations, {reps} replications each")
@@ -615,6 +619,8 @@ def layouts(
         mean, half = iv.mean, iv.half
         probe = dict(sums[0])
         probe[slo.metric] = mean
+        for t in slo.also:  # a joint SLO's further terms: on their means as well
+            probe[t.metric] = sum(float(t.value(s)) for s in sums) / len(sums)
         usd = sums[0]["usd_per_hour"]
         per_m = sum(s["usd_per_million_prompt_tokens"] for s in sums) / len(sums)
         # (no line per layout here: the command prints the list once, when all are run)

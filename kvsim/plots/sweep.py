@@ -18,6 +18,7 @@ from kvsim.plots import style
 from kvsim.plots.bands import MIN_BAND_SEEDS, fewest_seeds, seeds_text, slo_line, spread
 from kvsim.plots.capacity import capacity_plot
 from kvsim.plots.configs import config_bars
+from kvsim.plots.goodput import goodput_curves, has_goodput
 from kvsim.plots.labels import config_text, field_is_whole, field_unit_of
 from kvsim.plots.style import LOG_SPAN, check_figure_paths, seconds_axis, suptitle, unit_axis, wrap
 from kvsim.results.readers import as_number, load_axis, read_capacity, read_sweep_folder
@@ -36,7 +37,8 @@ def sweep_plots(
     configuration with each one's paired difference from the reference below them (p50
     and p99 only for an older kvsim's table without p95); the SLO's
     threshold as a line; and, when the folder has a capacity.csv, the capacity of each
-    configuration. ``overlay``: more sweep folders
+    configuration; a sweep judged against an SLO (a ``goodput_rps`` column) with a load axis
+    also gets ``goodput_vs_load`` (:mod:`kvsim.plots.goodput`). ``overlay``: more sweep folders
     whose curves join this folder's on one figure (``overlay_ttft_vs_load``).
 
     Every table is read and checked, and every option matched to a figure that uses it,
@@ -76,6 +78,13 @@ def sweep_plots(
                     lambda p: _load_curves(tables, p, title, slo, bool(overlay), qs),
                 )
             )
+            if has_goodput(df) and not overlay:  # judged against an SLO (sweep --slo)
+                draws.append(
+                    (
+                        d / f"goodput_vs_load.{fmt}",
+                        lambda p: goodput_curves(df, columns, axis, p, title, slo),
+                    )
+                )
         elif columns:  # a categorical sweep (policies, layouts): bars per configuration
             if overlay:
                 raise InputError("overlays need a load axis (use --x)", where=str(d))

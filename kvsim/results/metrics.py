@@ -161,6 +161,14 @@ METRICS: dict[str, str] = {
     "remote's ssd: the servers' own SSDs' capacity_bytes, used_bytes, blocks and evictions "
     "(shards), demotions_in and write_bytes (shards their DRAM evicted, written down), reads "
     "and read_bytes (shards GETs read off them), promoted (shards stored back into DRAM)",
+    "slo": "with an SLO only (kvsim run --slo, a sweep's or a suite entry's slo:): its terms, "
+    "e.g. ttft_p99_s <= 2 and tpot_p99_s <= 0.05",
+    "slo_met": "with an SLO only: whether every term holds on this summary; slo_met_<metric> "
+    "says it per term",
+    "goodput_rps": "with an SLO only: measured requests (not dropped, in run.prompt_range) within "
+    "every per-request bound of its latency terms (ttft_s, tpot_s, itl_p99_s, e2e_s against the "
+    "thresholds) / the window requests_per_s divides by",
+    "goodput_frac": "with an SLO only: those requests / the measured requests",
     "provenance": "what produced the run (no clock time): kvsim_version, git_commit and "
     "git_dirty of the checkout kvsim ran from (null for an installed kvsim), core (compiled "
     "or pure), python, platform, packages (versions of kvsim's dependencies) and files "
@@ -198,6 +206,11 @@ NUMERIC = tuple(
         "tiers",
         "provenance",
         "requests_held",  # (only in closed-loop runs: not a metric every run has)
+        # (only with an SLO: kvsim.experiments.slo)
+        "slo",
+        "slo_met",
+        "goodput_rps",
+        "goodput_frac",
         # (only with cluster.handoff)
         "handoff_mean_s",
         "handoff_p99_s",

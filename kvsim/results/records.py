@@ -107,10 +107,7 @@ def summarize(
     m = rows_where(measured, measured["decision"] != "dropped")
     df = rows_where(df, df["decision"] != "dropped")  # the clock and the engines saw these
     ttft = m["ttft_s"].to_numpy()
-    first = float(df["arrival_s"].min()) if len(df) else 0.0
-    lo = max(warmup, first)
-    # the last first token (background puts may run on after it)
-    hi = float(df["finish_s"].max()) if len(df) else first
+    first, lo, hi = window(df, warmup)
     span = max(hi - lo, 0.0)
     engines = sc.cluster.engines
     act = out.activity
@@ -210,6 +207,14 @@ def summarize(
     if out.tier_kinds:  # a tier kind given in Python (docs/extending.md): not in the files
         summary["provenance"]["tier_kinds"] = dict(out.tier_kinds)
     return summary
+
+
+def window(df: pd.DataFrame, warmup: float) -> tuple[float, float, float]:
+    """The measured window of a run's rows that were not dropped: (first arrival, start,
+    end); it starts at max(warm-up, first arrival) and ends at the last first token
+    (background puts may run on after it)."""
+    first = float(df["arrival_s"].min()) if len(df) else 0.0
+    return first, max(warmup, first), float(df["finish_s"].max()) if len(df) else first
 
 
 def in_prompt_range(df: pd.DataFrame, sc: Scenario) -> Any:

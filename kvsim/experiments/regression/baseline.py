@@ -214,6 +214,19 @@ def check_baseline(
             if strict:
                 raise InputError(msg, where=where)
             notes.append(msg)
+        if b.get("slo") != e.slo:  # (goodput counts the requests within the SLO's bounds)
+            msg = (
+                f"entry {e.id!r}: its slo changed since the baseline "
+                f"({clean(str(b.get('slo')), 120)} -> {e.slo})"
+            )
+            if strict or "goodput_rps" in suite.metrics:
+                raise InputError(
+                    f"{msg}; goodput_rps is not comparable: make a new baseline"
+                    if not strict
+                    else msg,
+                    where=where,
+                )
+            notes.append(msg)
         for msg in _changed_files(e, b):
             if strict:
                 raise InputError(msg, where=where)

@@ -284,6 +284,14 @@ class CheckResult:
     # how the code that made the baseline differs from this one's (:func:`provenance_note`):
     # said, never a failure, and apart from the notes about the comparison itself
     provenance: list[str] = field(default_factory=list)
+    # load points where an entry's SLO (its `slo:`) is missed on the new runs' means: each
+    # a line, each a failure (exit 1)
+    slo_misses: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """A regression, a metric with no value, or an entry's SLO missed."""
+        return bool(self.failures or self.slo_misses)
 
     @property
     def failures(self) -> list[Comparison]:
@@ -347,7 +355,19 @@ def compare(
             "95% intervals is compared; make a new baseline to compare seed by seed"
         )
     notes += [c.noise_line() for c in comparisons if c.within_noise]
-    return CheckResult(comparisons, notes, provenance_note(baseline))
+    misses = [
+        f"{e['id']} @ {p['load']:g}x load: {slo_miss_text(p['slo'])}"
+        for e in new["entries"]
+        for p in e["points"]
+        if isinstance(p.get("slo"), dict) and not p["slo"]["met"]
+    ]
+    return CheckResult(comparisons, notes, provenance_note(baseline), misses)
+
+
+def slo_miss_text(point: dict[str, Any]) -> str:
+    """A missed SLO at a load point: the SLO and each term's mean over the seeds."""
+    got = ", ".join(f"{m} {v:.4g}" for m, v in point["values"].items())
+    return f"{point['text']} missed (means over seeds: {got})"
 
 
 def provenance_note(baseline: dict[str, Any]) -> list[str]:

@@ -62,17 +62,23 @@ def report_lines(result: CheckResult) -> list[str]:
         for c in result.failures
     ]
     out += [f"IMPROVED {c.line()}" for c in result.improvements]
+    out += [f"SLO MISSED {line}" for line in result.slo_misses]
     if result.paired:
         out.append(PAIRED)
     fails = len(result.failures)
     better = len(result.improvements)
     noise = sum(c.within_noise for c in result.comparisons)
     out.append(
-        f"{'FAILED' if fails else 'passed'}: {fails} of "
+        f"{'FAILED' if result.failed else 'passed'}: {fails} of "
         f"{counted(len(result.comparisons), 'comparison')} failed (a sure change beyond "
         "tolerance the worse way, or no value)"
         + (f"; {better} improved" if better else "")
         + (f"; {noise} moved beyond tolerance within noise (passed)" if noise else "")
+        + (
+            f"; an SLO missed at {len(result.slo_misses)} load point(s)"
+            if result.slo_misses
+            else ""
+        )
     )
     return out
 
@@ -89,7 +95,7 @@ def _rule_text(suite: Suite) -> str:
 
 
 def markdown_report(result: CheckResult, suite: Suite) -> str:
-    status = "FAILED" if result.failures else "passed"
+    status = "FAILED" if result.failed else "passed"
     noise = sum(c.within_noise for c in result.comparisons)
     lines = [
         f"# kvsim check: {suite.name} {status}",
@@ -103,6 +109,8 @@ def markdown_report(result: CheckResult, suite: Suite) -> str:
     if result.notes or result.provenance:
         notes = [*result.provenance, *result.notes]
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+    if result.slo_misses:  # an entry's SLO (its slo:) missed at a load point
+        lines += ["## SLO missed", ""] + [f"- {m}" for m in result.slo_misses] + [""]
     if result.failures:
         lines += ["## Regressions", ""] + [f"- {c.verdict}: {c.line()}" for c in result.failures]
         lines += [""]
@@ -148,7 +156,8 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f"<testsuites name={quoteattr('kvsim check ' + suite.name)} "
-        f'tests="{len(result.comparisons)}" failures="{len(result.failures)}">',
+        f'tests="{len(result.comparisons) + len(result.slo_misses)}" '
+        f'failures="{len(result.failures) + len(result.slo_misses)}">',
     ]
     for entry, cs in by_entry.items():
         fails = sum(c.failed for c in cs)
@@ -202,6 +211,16 @@ def junit_report(result: CheckResult, suite: Suite) -> str:
                 text = f"IMPROVED {c.line()}" if c.improved else c.noise_line()
                 out.append(f"      <system-out>{escape(text)}</system-out>")
             out.append("    </testcase>")
+        out.append("  </testsuite>")
+    if result.slo_misses:  # an entry's slo: missed at a load point: a failing case each
+        n = len(result.slo_misses)
+        out.append(f'  <testsuite name="slo" tests="{n}" failures="{n}" errors="0" skipped="0">')
+        for miss in result.slo_misses:
+            out += [
+                f'    <testcase classname="slo" name={quoteattr(miss.split(":", 1)[0])}>',
+                f'      <failure message={quoteattr(miss)} type="slo">{escape(miss)}</failure>',
+                "    </testcase>",
+            ]
         out.append("  </testsuite>")
     out.append("</testsuites>")
     return "\n".join(out) + "\n"

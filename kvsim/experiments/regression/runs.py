@@ -15,6 +15,7 @@ from kvsim import api
 from kvsim.errors import InputError
 from kvsim.experiments.regression.suite import MIN_SEEDS, Suite, few_seeds_note
 from kvsim.experiments.replicate import load_overrides, replication_overrides
+from kvsim.experiments.slo import SLO, parse_slo
 from kvsim.experiments.sweep.executor import execute, run_one
 from kvsim.experiments.sweep.spec import RunSpec, counted
 from kvsim.results.provenance import environment
@@ -45,7 +46,9 @@ def measure(
                 *replication_overrides(sc, len(suite.seeds)).items(),
             )
             for seed in suite.seeds:
-                specs.append(RunSpec(len(specs), f"{ei}.{li}.{seed}", e.path, (), fixed, seed))
+                specs.append(
+                    RunSpec(len(specs), f"{ei}.{li}.{seed}", e.path, (), fixed, seed, slo=e.slo)
+                )
                 where.append((ei, li))
     points = sum(len(e.loads) for e in suite.entries)
     log(
@@ -81,6 +84,7 @@ def measure(
                     )
                 row[m] = v
             values.setdefault((ei, li), []).append(row)
+    judged = {ei: parse_slo(e.slo) for ei, e in enumerate(suite.entries) if e.slo is not None}
     doc_entries = []
     for ei, e in enumerate(suite.entries):
         points = []
@@ -99,9 +103,10 @@ def measure(
                     mean = lo = hi = math.nan
                 metrics[m] = {"mean": mean, "lo": lo, "hi": hi, "values": vals}
             # (the time it took, for the reports: never compared)
-            points.append(
-                {"load": load, "metrics": metrics, "seconds": round(seconds[(ei, li)], 3)}
-            )
+            point = {"load": load, "metrics": metrics, "seconds": round(seconds[(ei, li)], 3)}
+            if ei in judged:  # the entry's SLO on the means over seeds (kvsim check)
+                point["slo"] = slo_point(judged[ei], rows_here)
+            points.append(point)
         doc_entries.append(
             {
                 "id": e.id,
@@ -110,6 +115,7 @@ def measure(
                 "files": dict(e.files),
                 "overrides": dict(e.overrides),
                 "points": points,
+                **({"slo": e.slo} if e.slo is not None else {}),  # (kvsim check compares it)
             }
         )
     return {
@@ -123,6 +129,13 @@ def measure(
         "provenance": environment(),
         "entries": doc_entries,
     }
+
+
+def slo_point(slo: SLO, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """An entry's SLO at one load point: each term's metric as the mean over the seeds'
+    runs (``values``), and whether every term holds on those means (``met``)."""
+    means = {t.metric: sum(_number(t.value(r)) for r in rows) / len(rows) for t in slo.terms}
+    return {"text": str(slo), "met": slo.met(means), "values": means}
 
 
 WALL = "_wall_s"  # a row's wall-clock seconds (timed_run), taken out of it by measure

@@ -18,7 +18,7 @@ from kvsim.config.dump import scenario_identity
 from kvsim.config.loader import load_record, with_sets
 from kvsim.config.schema import Record, prompt_bounds
 from kvsim.errors import InputError, clean
-from kvsim.experiments.slo import OUTCOMES
+from kvsim.experiments.slo import DECODE, OUTCOMES, check_slo, parse_slo
 from kvsim.experiments.sweep.files import absolute_paths, digest, scenario_files
 from kvsim.experiments.sweep.spec import MAX_RUNS, Seed, counted, load_sweep
 
@@ -46,7 +46,7 @@ class Tolerance(Record):
 
 
 # higher is better for these; lower for times, costs and lost work (default_direction)
-_HIGHER = ("hit_ratio", "requests_per_s", "tokens_per_s")
+_HIGHER = ("hit_ratio", "requests_per_s", "tokens_per_s", "goodput_rps")
 
 
 _LOWER = ("dropped", "recompute", "unfinished", "stalled", "timeouts", "blocked")
@@ -57,8 +57,8 @@ _EITHER = ("duration_s", "warmup_s")  # a run's own span: no better way
 
 def default_direction(metric: str) -> Direction:
     """Which way a metric is better when the suite does not say: higher for the hit ratio
-    and rates (``requests_per_s``, ``*tokens_per_s``); lower for times (``_s``), costs
-    (``usd_*``) and lost work (dropped, recomputed, unfinished, stalled, timed out,
+    and rates (``requests_per_s``, ``*tokens_per_s``, ``goodput_rps``); lower for times
+    (``_s``), costs (``usd_*``) and lost work (dropped, recomputed, unfinished, stalled, timed out,
     blocked); otherwise both (a significant change either way fails: ``gpu_busy_frac``
     moves both ways for good reasons)."""
     if metric.endswith(_HIGHER):
@@ -96,6 +96,12 @@ class EntrySpec(Record):
         description="only measured requests whose prompt lies in LO..HI tokens count, e.g. "
         "0..32k (the override run.prompt_range)",
     )
+    slo: str | None = Field(
+        None,
+        description="an SLO its runs must meet, e.g. 'ttft_p99<=2s,tpot_p99<=50ms': kvsim "
+        "check fails when the mean over seeds of a term misses it at a load point; its runs "
+        "have goodput_rps (a metric the suite may gate)",
+    )
 
 
 class SuiteSpec(Record):
@@ -118,6 +124,7 @@ class Entry:
     # digest of the content of each file it reads by name (a trace, plugin files), by its
     # path relative to the suite's folder (kvsim.experiments.sweep.files.scenario_files)
     files: tuple[tuple[str, str], ...] = ()
+    slo: str | None = None  # the SLO its runs must meet (kvsim check), if any
 
 
 @dataclass
@@ -134,7 +141,13 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     p = Path(path)
     spec = load_record(SuiteSpec, p, "suite")
     for m in spec.metrics:
-        if m not in OUTCOMES:
+        if m == "goodput_rps" and any(e.slo is None for e in spec.entries):
+            raise InputError(
+                "metrics.goodput_rps: every entry needs an slo: (goodput counts the requests "
+                "within its bounds)",
+                where=str(p),
+            )
+        if m not in OUTCOMES and m not in DECODE and m != "goodput_rps":
             raise InputError(
                 f"metrics.{clean(m)}: not an outcome metric; choose from {', '.join(OUTCOMES)}",
                 where=str(p),
@@ -173,6 +186,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
             except ValueError as bad:
                 raise InputError(f"prompt_range: {bad}", where=where) from None
             entry_set["run.prompt_range"] = e.prompt_range
+        slo = None if e.slo is None else parse_slo(e.slo, f"{where}.slo {e.slo}")
         if e.scenario is not None:
             sp = (p.parent / e.scenario).resolve()
             configs.append((str(sp), entry_set, e.name or ""))
@@ -198,6 +212,8 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
         for spath, overrides, label in configs:
             merged = with_sets(overrides, extra)  # --set over the entry's own
             sc = api.load(spath, merged)
+            if slo is not None:  # a term its runs cannot have: refused before any run
+                check_slo(slo, sc)
             files = {_portable_path(f, p.parent): d for f, d in scenario_files(sc).items()}
             entries.append(
                 Entry(
@@ -208,6 +224,7 @@ def load_suite(path: str | os.PathLike[str], extra: dict[str, Any] | None = None
                     tuple(e.loads),
                     digest(_portable(scenario_identity(sc), p.parent)),
                     tuple(sorted(files.items())),
+                    e.slo,
                 )
             )
     ids = [e.id for e in entries]

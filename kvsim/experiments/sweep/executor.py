@@ -18,6 +18,7 @@ import pandas as pd
 from kvsim import api
 from kvsim.errors import InputError, clean
 from kvsim.experiments.replicate import stop_pool, worker_pool
+from kvsim.experiments.slo import parse_slo, with_slo
 from kvsim.experiments.sweep.cluster import connect
 from kvsim.experiments.sweep.journal import (
     JOURNAL,
@@ -38,6 +39,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     row = _row(spec)
     try:
         res = api.run(spec.base, spec.overrides(), spec.seed)
+        with_slo(res, parse_slo(spec.slo) if spec.slo is not None else None)
         row.update(flat_summary(res.summary))
     except InputError as e:
         row.update(status="error", error=str(relabel(e, spec.overrides(), dict(spec.labels))))

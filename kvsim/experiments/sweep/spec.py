@@ -24,6 +24,7 @@ from kvsim.config.loader import load_record
 from kvsim.config.schema import ClosedArrivals, PosInt, Record, Scenario, SyntheticWorkload
 from kvsim.errors import InputError, clean
 from kvsim.experiments.replicate import replication_overrides, scaled_windows
+from kvsim.experiments.slo import check_slo, parse_slo
 from kvsim.experiments.sweep.fields import check_key, policy_and_its_parts
 from kvsim.experiments.sweep.files import absolute_paths, config_files, digest
 from kvsim.files import check_regular
@@ -62,6 +63,11 @@ class SweepSpec(Record):
         "per seed): swept field -> value, matching exactly one configuration; default: the "
         "first",
     )
+    slo: str | None = Field(
+        None,
+        description="judge every run against an SLO, e.g. 'ttft_p99<=2s,tpot_p99<=50ms' "
+        "(kvsim sweep --slo wins): columns slo_met, slo_met_<metric> per term, goodput_rps",
+    )
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class RunSpec:
     last: tuple[str, ...] = ()
     # how an error names each override (the sweep file's section); `--set` otherwise
     labels: tuple[tuple[str, str], ...] = ()
+    slo: str | None = None  # the SLO each run is judged against (goodput_rps), if any
 
     def overrides(self) -> dict[str, Any]:
         fixed = dict(self.fixed)
@@ -135,9 +142,11 @@ def _params_key(params: tuple[tuple[str, Any], ...]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Sweep:
+def load_sweep(
+    path: str | os.PathLike[str], plugins: Sequence[str] = (), slo: str | None = None
+) -> Sweep:
     """Read and expand a sweep file (InputError on a malformed one); ``plugins`` (from
-    ``--plugin``) are added to every run's.
+    ``--plugin``) are added to every run's; ``slo`` (from ``--slo``) replaces the file's.
 
     Everything that does not depend on a run is checked before any run exists: the keys
     (scenario fields, not ``seed`` or a result column), the values (no empty list, no value
@@ -145,6 +154,10 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
     p = Path(path)
     where = str(p)
     spec = load_record(SweepSpec, p, "sweep")
+    slo_text = slo if slo is not None else spec.slo
+    judged = None
+    if slo_text is not None:  # refused before any run
+        judged = parse_slo(slo_text, None if slo is not None else f"{where}: slo {slo_text}")
     lengths = {len(v) for v in spec.zip.values()}
     if len(lengths) > 1:
         raise InputError(
@@ -248,6 +261,9 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
         assert set_error is not None
         raise set_error
     ref = sc0 if sc0 is not None else loaded[0]  # the load the scenario's windows fit
+    if judged is not None:  # a term no run can have (tpot of a prefill-mode run)
+        for sc in loaded:
+            check_slo(judged, sc)
     seeds = spec.seeds or [ref.seed + i for i in range(n_seeds)]
     # a base that is not valid alone: each run is identified by its resolved scenario
     base_hash = digest(scenario_identity(sc0)) if sc0 is not None else digest(str(base))
@@ -271,9 +287,19 @@ def load_sweep(path: str | os.PathLike[str], plugins: Sequence[str] = ()) -> Swe
             key: dict[str, Any] = {"base": base_hash, "set": both, "params": params, "seed": seed}
             if files:  # (a sweep that reads no file keeps the run ids it had)
                 key["files"] = files
+            if slo_text is not None:  # (a sweep without an SLO keeps the run ids it had)
+                key["slo"] = slo_text
             runs.append(
                 RunSpec(
-                    len(runs), digest(key), str(base), params, both, seed, tuple(after), labelled
+                    len(runs),
+                    digest(key),
+                    str(base),
+                    params,
+                    both,
+                    seed,
+                    tuple(after),
+                    labelled,
+                    slo_text,
                 )
             )
     return Sweep(spec.name or p.stem, p, grid_keys + zip_keys, runs, fixed_set, refused, reference)
