@@ -186,9 +186,9 @@ class ColocatedEngine(Engine):
         if chunks is not None:
             chunks.back_in_line(aside, now)
         else:
-            for job in aside:
-                job.enqueued = now
-                waiting.push(job)
+            for back in aside:
+                back.enqueued = now
+                waiting.push(back)
         self._spare = budget
         if preempted and not batch:
             self._again = True
@@ -246,13 +246,16 @@ class ColocatedEngine(Engine):
             self._swap_in(self.env._now)
 
     def _swap_in(self, now: float) -> None:
-        """Bring swapped requests back, oldest first, while the pool has room for each
-        (over the host-to-GPU link; it decodes again once its KV is in)."""
+        """Bring swapped requests back, oldest first, while the pool has room for each and
+        for the next decode token of it and of every running request (a watermark, as vLLM
+        v0 keeps one, so that it is not swapped out again at once); over the host-to-GPU
+        link, it decodes again once its KV is in."""
         kv = self.ctx.run.kv_bytes
         while self.swapped:
             job = self.swapped[0]
             need = job.swap_tokens * kv
-            if job.swap_ready > now or not self.pool.fits(need):
+            room = need + (1 + len(self.running) + len(self._swapping)) * kv
+            if job.swap_ready > now or not self.pool.fits(room):
                 return
             self.swapped.pop(0)
             self.pool.take(job, need, self.ctx.metrics)
