@@ -89,7 +89,7 @@ def test_one_decode_step_is_the_roofline_of_one_token_on_its_whole_context():
     nbytes = 19e9 + 725e9 * (1 - (1 - 8 / 256)) + 1001 * 51168
     by_hand = 0.020 + max(flops / 7.218669e15, nbytes / (8 * 8e12))
     assert by_hand == pytest.approx(0.0206517, abs=1e-6)
-    res, r, chunks = run(sc, [ask(0, 0.0, 1000, 2, 0)])
+    _, r, chunks = run(sc, [ask(0, 0.0, 1000, 2, 0)])
     assert chunks == [[(1000, 0)], [(1, 1000)]]  # the prompt, then one decode token
     assert r[0].e2e_s - r[0].ttft_s == pytest.approx(by_hand, rel=1e-12)
     assert r[0].tpot_s == pytest.approx(by_hand, rel=1e-12)
