@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_batching import Recorder, rows
 
 from kvsim import api
@@ -22,7 +24,7 @@ from kvsim.physics.step import Roofline
 from kvsim.sim.simulation import Simulation
 from kvsim.workload.request import Request
 
-from conftest import toy
+from conftest import examples, toy
 
 PARTS = ["lost_s", "frontend_s", "queue_wait_s", "load_s", "compute_s", "store_s"]
 
@@ -241,3 +243,57 @@ def test_littles_law_holds_on_a_colocated_run(seed):
     assert s["preemptions"] > 0  # the pool did fill
     little = s["requests_per_s"] * s["e2e_mean_s"]
     assert s["mean_resident_requests"] == pytest.approx(little, rel=0.02)
+
+
+# ---- invariants ---------------------------------------------------------------------------
+
+
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    preemption=st.sampled_from(["hold", "recompute", "swap"]),
+    kv=st.sampled_from(["150 kB", "250 kB", "1 MB"]),
+    gpu=st.sampled_from(["0 B", "100 kB"]),
+    budget=st.sampled_from([200, 1000]),
+    seqs=st.sampled_from([2, 8, 32]),
+    policy=st.sampled_from(["sync", "async"]),
+    shapes=st.lists(
+        st.tuples(st.integers(1, 900), st.integers(0, 60), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_every_request_ends_and_its_records_hold(preemption, kv, gpu, budget, seqs, policy, shapes):
+    """Any pool, budget, preemption rule and load policy: every request ends (none stuck),
+    its tokens all out, e2e at or after TTFT, TTFT still its parts' sum, Little's law
+    exact up to rounding; hold never preempts, swap loses no decode work."""
+    reqs = []
+    t = 0.0
+    for i, (tokens, out, gap) in enumerate(shapes):
+        t += gap * 0.1
+        reqs.append(ask(i, t, tokens, out, 100 * (i % 3)))  # some share prefixes
+    sc = toy(
+        node={"kv_per_gpu": kv},
+        tiers={"gpu": {"capacity": gpu}, "host": {"enabled": True, "capacity": "10 MB"}},
+        cluster={"load_policy": policy},
+        engine=coloc(max_batched_tokens=budget, max_batch_requests=seqs, preemption=preemption),
+    )
+    res, _, chunks = run(sc, reqs)
+    df = res.requests
+    s = res.summary
+    assert len(df) == len(reqs) and s["requests_unfinished"] == 0
+    assert (df["output_tokens"] == [max(q.output_tokens, 1) for q in reqs]).all()
+    assert (df["e2e_s"] >= df["ttft_s"] - 1e-12).all()
+    one = df["output_tokens"] == 1
+    assert df.loc[one, "tpot_s"].isna().all() and df.loc[~one, "tpot_s"].notna().all()
+    decomposes(df)
+    # one-token chunks in the steps: every token after the first is a decode step's, but
+    # the one a recomputed request's refill samples (at most one per preemption)
+    decode = sum(1 for c in chunks for n, _ in c if n == 1)
+    assert decode + s["preemptions"] >= int((df["output_tokens"] - 1).sum())
+    assert s["mean_resident_requests"] == pytest.approx(
+        s["requests_per_s"] * s["e2e_mean_s"], rel=1e-6
+    )
+    if preemption == "hold":
+        assert s["preemptions"] == 0
+    if preemption != "swap":
+        assert s["swapped_bytes"] == 0
