@@ -219,9 +219,22 @@ class ColocatedEngine(Engine):
         if self.ctx.run.swap and job.decoded > 0 and job.left() == 1:
             self._swap_out(job, now)
             return
+        self._send_puts(job)  # a re-run staged them again: they leave, not leak
         chunks = self.chunks
         assert chunks is not None
         chunks.preempt(job, now)
+
+    def _send_puts(self, job: DecodeJob) -> None:
+        """The remote puts the request staged leave now (dropped if its tenant is gone)."""
+        puts = job.puts
+        if not puts:
+            return
+        job.puts = None
+        ctx = self.ctx
+        if ctx.listener.keeps(job):
+            self.puts.put(puts)
+        elif ctx.remote is not None:
+            ctx.remote.release(puts)
 
     # ---- swap -----------------------------------------------------------------------------
 
@@ -316,13 +329,7 @@ class ColocatedEngine(Engine):
         job.finish = stage_end + out
         job.frontend_s += out
         job.first_t = job.last_t = stage_end
-        puts = job.puts
-        job.puts = None
-        if puts:
-            if ctx.listener.keeps(job):
-                self.puts.put(puts)
-            elif ctx.remote is not None:
-                ctx.remote.release(puts)
+        self._send_puts(job)
         job.snapshot()
 
     def _end(self, job: DecodeJob, now: float) -> None:
