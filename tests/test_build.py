@@ -36,7 +36,7 @@ CASES = [
     ("benchmarks/scale.yaml", {"workload.requests": 3000}),
     (  # co-located decoding, swapping KV out and in when its small pool fills
         "scenarios/colocated.yaml",
-        {"workload.requests": 300, "engine.preemption": "swap", "node.kv_per_gpu": "1.5 GB"},
+        {"workload.requests": 300, "engine.preemption": "swap", "node.kv_per_gpu": "1 GB"},
     ),
 ]
 
