@@ -160,6 +160,28 @@ def _handoff_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return [("P/D hand-off", text)]
 
 
+def _decode_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """Co-located serving (engine.mode colocated): decode latencies and output rate; none
+    in prefill mode."""
+    if "tpot_p50_s" not in s:
+        return []
+    rows = [
+        (
+            "decode",
+            f"TPOT p50 {_t(s['tpot_p50_s'])}   p99 {_t(s['tpot_p99_s'])}   "
+            f"ITL p99 {_t(s['itl_p99_s'])}   {s['output_tokens_per_s']:,.0f} output tokens/s",
+        ),
+        (
+            "end to end",
+            f"mean {_t(s['e2e_mean_s'])}   p50 {_t(s['e2e_p50_s'])}   p99 {_t(s['e2e_p99_s'])}"
+            f"   {s['mean_resident_requests']:.3g} requests resident (mean)",
+        ),
+    ]
+    if s.get("swapped_bytes"):
+        rows.append(("swapped", f"{fmt_bytes(s['swapped_bytes'])} of KV out to host and back"))
+    return rows
+
+
 def _ranges_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The prediction ranges of a run on a composed profile (kvsim/experiments/predict.py):
     a row per figure, its range over the catalogue's assumptions and what it is sensitive
@@ -225,6 +247,7 @@ def summary_table(s: dict[str, Any]) -> str:
         ("hit ratio", _pct(s["hit_ratio"]) + _pct_interval(s, "hit_ratio")),
         *_restore_rows(s),
         *_handoff_rows(s),
+        *_decode_rows(s),
         *_cost_row(s),
         *_slo_rows(s),
         ("tokens by source", "   ".join(f"{k} {_pct(v)}" for k, v in src.items())),

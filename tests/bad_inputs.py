@@ -2718,6 +2718,62 @@ CASES: list[Case] = [
         "cluster.handoff.bandwith",
         "bandwidth",
     ),
+    # ---- issue 42: co-located serving (engine.mode colocated) ----
+    S(
+        "colocated: negative output tokens",
+        "engine: {mode: colocated}\nworkload:\n  output_tokens: {dist: fixed, value: -5}\n",
+        "workload.output_tokens.value",
+        "greater than 0",
+    ),
+    M(
+        "negative output_length",
+        ['{"timestamp": 0, "input_length": 4, "output_length": -3, "hash_ids": [1]}'],
+        "output_length",
+        ">= 0",
+    ),
+    Case(
+        "Azure: negative GeneratedTokens",
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,12,-3\n",
+        ("GeneratedTokens",),
+    ),
+    S(
+        "colocated: a token budget below max_batch_requests",
+        "engine: {mode: colocated, max_batched_tokens: 512, max_batch_requests: 1024}\n",
+        "engine.max_batched_tokens",
+        "max_batch_requests",
+    ),
+    S(
+        "colocated: serial batching",
+        "engine: {mode: colocated, batching: serial}\n",
+        "engine.batching",
+        "chunked",
+    ),
+    S(
+        "swap in prefill mode",
+        "engine: {preemption: swap}\n",
+        "engine.preemption",
+        "colocated",
+    ),
+    S(
+        "colocated with a P/D hand-off",
+        "engine: {mode: colocated}\ncluster:\n  handoff: {enabled: true, bandwidth: 50 GB/s}\n",
+        "cluster.handoff.enabled",
+        "colocated",
+    ),
+    S(
+        "unknown engine mode",
+        "engine: {mode: decode}\n",
+        "engine.mode",
+        "colocated",
+    ),
+    S(
+        "colocated: prompt and output outgrow the KV pool",
+        "engine: {mode: colocated}\nnode: {kv_per_gpu: 10 GB}\n"
+        "workload:\n  output_tokens: {dist: fixed, value: 2000000}\n",
+        "workload",
+        "output tokens need more KV",
+    ),
     # ---- kvsim calibrate (issue 43) ----
     CAL(
         "calibrate: a scenario given as measurements",

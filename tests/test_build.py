@@ -23,7 +23,8 @@ from conftest import ROOT
 
 # Scenarios that reach the paths where compiled code could diverge: lockstep remote GETs,
 # per-rank shards, stalls and client timeouts, tenant namespacing with quotas, TTL and
-# deletions, the multi-turn generator, and P/D hand-offs queueing on the decode link.
+# deletions, the multi-turn generator, P/D hand-offs queueing on the decode link, and
+# co-located decoding with swaps.
 CASES = [
     ("scenarios/paper/sharded-async.yaml", {"workload.requests": 600}),
     ("scenarios/paper/client-bugs.yaml", {"workload.requests": 600}),
@@ -33,6 +34,10 @@ CASES = [
         {"workload.requests": 600, "cluster.handoff.bandwidth": "5 GB/s"},
     ),
     ("benchmarks/scale.yaml", {"workload.requests": 3000}),
+    (  # co-located decoding, swapping KV out and in when its small pool fills
+        "scenarios/colocated.yaml",
+        {"workload.requests": 300, "engine.preemption": "swap", "node.kv_per_gpu": "1 GB"},
+    ),
 ]
 
 # prints which core it ran on, then one digest of rows, tiers and links per case

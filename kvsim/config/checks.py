@@ -315,6 +315,43 @@ def _timing_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     return []
 
 
+def _colocated_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
+    """engine.mode colocated (docs/engine-model.md, "Co-located serving"): vLLM's rule that
+    a step's token budget holds a token for every request it may take; swap only there."""
+    e = sc.engine
+    if e.mode != "colocated":
+        if e.preemption == "swap":
+            return [
+                (
+                    ("engine", "preemption"),
+                    "swap moves decoding requests' KV to host memory: it needs engine.mode "
+                    "colocated (prefill mode: hold | recompute)",
+                )
+            ]
+        return []
+    out: list[tuple[tuple[Any, ...], str]] = []
+    if e.batching == "serial":
+        out.append((("engine", "batching"), "colocated decoding needs chunked batching"))
+    elif e.max_batched_tokens < e.max_batch_requests:
+        out.append(
+            (
+                ("engine", "max_batched_tokens"),
+                f"{e.max_batched_tokens} is smaller than engine.max_batch_requests "
+                f"({e.max_batch_requests}): under engine.mode colocated every request in a "
+                "step takes at least one token of the budget (vLLM refuses this too)",
+            )
+        )
+    if sc.cluster.handoff.enabled:
+        out.append(
+            (
+                ("cluster", "handoff", "enabled"),
+                "a P/D hand-off ships the KV to a decode pool: not with engine.mode "
+                "colocated, which decodes on the same engine",
+            )
+        )
+    return out
+
+
 def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
     out: list[tuple[tuple[Any, ...], str]] = []
     e = sc.engine
@@ -326,6 +363,7 @@ def _engine_checks(sc: Scenario) -> list[tuple[tuple[Any, ...], str]]:
                 f"is smaller than a block ({block} tokens, workload.block_tokens)",
             )
         )
+    out += _colocated_checks(sc)
     tiers = [("tiers", "host"), ("tiers", "nvme"), ("remote",)]
     for where in tiers:
         tier = sc.remote if where == ("remote",) else getattr(sc.tiers, where[1])

@@ -25,7 +25,7 @@ import pandas as pd
 
 from kvsim.config.schema import Scenario
 from kvsim.errors import InputError
-from kvsim.results.metrics import NUMERIC, ratio
+from kvsim.results.metrics import COLOCATED_METRICS, NUMERIC, ratio
 from kvsim.results.records import in_prompt_range, rows_where, window
 from kvsim.units import parse_duration
 
@@ -39,15 +39,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 OUTCOMES = tuple(m for m in NUMERIC if m not in {"seed", "engines"})
 # outcomes of co-located serving (engine.mode: colocated, issue 42): an SLO may name them;
 # a run without decode (prefill mode) has none, and an SLO on one is refused at its run
-DECODE = (
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "itl_p99_s",
-    "e2e_p50_s",
-    "e2e_p99_s",
-    "output_tokens_per_s",
-    "mean_resident_requests",
-)
+DECODE = COLOCATED_METRICS
 SLO_METRICS = OUTCOMES + tuple(m for m in DECODE if m not in OUTCOMES)
 # a term's metric family -> the per-request column its threshold bounds (for goodput)
 PER_REQUEST = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_p99_s", "e2e": "e2e_s"}

@@ -37,7 +37,8 @@ METRICS: dict[str, str] = {
     "requests_unfinished": "requests still in the system at run.max_time",
     "requests_held": "with workload.concurrency only: requests due by the end of the run "
     "(run.max_time) that were never sent, waiting for one of the requests in flight to finish",
-    "duration_s": "first arrival to the last request's first token",
+    "duration_s": "first arrival to the last request's first token (engine.mode colocated: its "
+    "last token)",
     "warmup_s": "seconds of warm-up left out: run.warmup, or with auto the transient "
     "MSER-5 found (on TTFT and hit fraction in arrival order)",
     "ttft_mean_s": "mean time to first token (prefill end - arrival)",
@@ -90,6 +91,24 @@ METRICS: dict[str, str] = {
     "the decode pool (each the prompt's whole KV)",
     "handoff_incomplete": "cluster.handoff only: measured requests whose hand-off did not "
     "complete (lost with a failed engine, or in flight when run.max_time stopped the run)",
+    "tpot_mean_s": "engine.mode colocated only: mean time per output token after the first "
+    "(tpot_s: (last token - first token) / (output_tokens - 1)) over the measured requests "
+    "with two output tokens or more",
+    "tpot_p50_s": "engine.mode colocated only: median tpot_s (as tpot_mean_s)",
+    "tpot_p99_s": "engine.mode colocated only: 99th percentile of tpot_s (as tpot_mean_s)",
+    "e2e_mean_s": "engine.mode colocated only: mean end-to-end latency of the measured "
+    "requests (e2e_s: arrival to the last token out)",
+    "e2e_p50_s": "engine.mode colocated only: median e2e_s",
+    "e2e_p99_s": "engine.mode colocated only: 99th percentile of e2e_s",
+    "itl_p99_s": "engine.mode colocated only: 99th percentile of the inter-token latencies "
+    "(gaps between successive tokens) of every measured request, pooled",
+    "output_tokens_per_s": "engine.mode colocated only: output tokens the cluster made (the "
+    "first included) / the measurement window, which runs to the last token out",
+    "mean_resident_requests": "engine.mode colocated only: time-average of requests on the "
+    "engines (arrived, last token not out), from the first arrival to the last token, "
+    "integrated by the engines (Little's L: requests_per_s x e2e_mean_s)",
+    "swapped_bytes": "engine.mode colocated only: bytes of the measured requests' KV swapped "
+    "to host memory and back (engine.preemption swap; both directions counted)",
     "mean_queue_length": "time-average requests waiting in engine queues (summed over engines, "
     "from time 0, warm-up included), integrated by the engines",
     "engine_busy_frac": "time engines spend in steps (waits for synchronous restores, "
@@ -180,6 +199,19 @@ METRICS: dict[str, str] = {
 INTERVALS: dict[str, tuple[str, str]] = {
     v: (f"{v}_lo", f"{v}_hi") for v in ("ttft_p50_s", "ttft_p99_s", "hit_ratio")
 }
+# the summary keys only a co-located run has (engine.mode colocated)
+COLOCATED_METRICS = (
+    "tpot_mean_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "e2e_mean_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
+    "itl_p99_s",
+    "output_tokens_per_s",
+    "mean_resident_requests",
+    "swapped_bytes",
+)
 # an older kvsim's summary key of each: a [low, high] list (read back, never written)
 LEGACY_INTERVALS = {
     "ttft_p50_ci_s": "ttft_p50_s",
@@ -216,6 +248,7 @@ NUMERIC = tuple(
         "handoff_p99_s",
         "handoff_bytes",
         "handoff_incomplete",
+        *COLOCATED_METRICS,  # (only with engine.mode colocated)
     }
 )
 

@@ -151,6 +151,7 @@ def summarize(
         "frontend_mean_s": float(m["frontend_s"].mean()) if len(m) else float("nan"),
         **restore_parts(m),
         **handoff_summary(m),
+        **colocated_summary(m, everyone, out, first, hi, span),
         "mean_queue_length": ratio(sum(e["queue_area"] for e in out.engines), hi),
         "engine_busy_frac": ratio(stepping, engines * span),
         "gpu_busy_frac": ratio(busy, engines * span),
@@ -212,9 +213,13 @@ def summarize(
 def window(df: pd.DataFrame, warmup: float) -> tuple[float, float, float]:
     """The measured window of a run's rows that were not dropped: (first arrival, start,
     end); it starts at max(warm-up, first arrival) and ends at the last first token
-    (background puts may run on after it)."""
+    (background puts may run on after it), or, when the requests decode (engine.mode
+    colocated: an ``e2e_s`` column), at the last token out."""
     first = float(df["arrival_s"].min()) if len(df) else 0.0
-    return first, max(warmup, first), float(df["finish_s"].max()) if len(df) else first
+    hi = float(df["finish_s"].max()) if len(df) else first
+    if "e2e_s" in df.columns and len(df):
+        hi = max(hi, float((df["arrival_s"] + df["e2e_s"]).max()))
+    return first, max(warmup, first), hi
 
 
 def in_prompt_range(df: pd.DataFrame, sc: Scenario) -> Any:
@@ -277,6 +282,37 @@ def handoff_summary(m: pd.DataFrame) -> dict[str, Any]:
         "handoff_p99_s": percentile(done, 99),
         "handoff_bytes": float(m["handoff_bytes"].sum()),
         "handoff_incomplete": int(t.size - done.size),
+    }
+
+
+def colocated_summary(
+    m: pd.DataFrame, everyone: pd.DataFrame, out: SimOutput, first: float, hi: float, span: float
+) -> dict[str, Any]:
+    """engine.mode colocated only (its columns are there): the measured requests' time per
+    output token (over those with two tokens or more), end-to-end latency and inter-token
+    latency (p99 over every gap of every measured request), the output tokens the cluster
+    made per second, the time-average of requests on the engines (arrived, last token not
+    out: Little's law's L, from the first arrival to the last token) and the KV swapped."""
+    if "e2e_s" not in m.columns:
+        return {}
+    tpot = m["tpot_s"].to_numpy(dtype=float)
+    tpot = tpot[~np.isnan(tpot)]
+    e2e = m["e2e_s"].to_numpy(dtype=float)
+    itl = np.empty(0)
+    if out.itl_s is not None and len(out.itl_s):
+        itl = out.itl_s[np.isin(out.itl_ids, m["id"].to_numpy())]
+    area = sum(e.get("resident_area", 0.0) for e in out.engines)
+    return {
+        "tpot_mean_s": float(tpot.mean()) if tpot.size else float("nan"),
+        "tpot_p50_s": percentile(tpot, 50),
+        "tpot_p99_s": percentile(tpot, 99),
+        "e2e_mean_s": float(e2e.mean()) if e2e.size else float("nan"),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p99_s": percentile(e2e, 99),
+        "itl_p99_s": percentile(itl, 99),
+        "output_tokens_per_s": ratio(float(everyone["output_tokens"].sum()), span),
+        "mean_resident_requests": ratio(area, hi - first),
+        "swapped_bytes": float(m["swapped_bytes"].sum()),
     }
 
 

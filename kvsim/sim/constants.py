@@ -104,7 +104,11 @@ class Constants:
         self.max_inflight: int = e.max_inflight_restores or 2**62
         # engine.preemption: recompute allocates working KV chunk by chunk and preempts
         # (kvsim.sim.preempt); hold reserves a request's whole prompt when it is admitted
-        self.preempts: bool = e.preemption == "recompute"
+        self.preempts: bool = e.preemption != "hold"
+        # engine.mode colocated: requests decode on the engine after their prefill
+        # (kvsim.sim.colocated); swap: a decoding request preempted goes to host memory
+        self.colocated: bool = e.mode == "colocated"
+        self.swap: bool = e.preemption == "swap"
         # HBM as pools (kvsim.config.pools): the node's KV pool bounds the working KV
         # (running requests' prompts and restores in flight); beyond ``cache_slack`` of it
         # the working KV evicts the prefix cache (tiers.gpu.capacity)

@@ -568,7 +568,8 @@ class Engine(Node):
         stage = 0.0
         if ctx.remote is not None and ctx.run.max_pending_puts and ctx.run.put_policy != BACK:
             for job, n in batch:
-                if job.done + n >= job.req.input_tokens - job.cached:
+                left = job.req.input_tokens - job.cached - job.done  # (colocated: decode <= 0)
+                if 0 < left <= n:
                     job.puts = self.puts.stage(job)
                     stage += job.puts.total_bytes()
         if stage <= 0:

@@ -103,7 +103,8 @@ class Preemption:
         """Free the request's working KV, keep its full blocks in the prefix cache, and put
         it at the front of the queue to be computed again."""
         ctx = self.ctx
-        full = (job.cached + job.done) // self.block_tokens  # its full blocks
+        # its full blocks (engine.mode colocated: of its prompt; decoded tokens have no keys)
+        full = min((job.cached + job.done) // self.block_tokens, len(job.keys))
         self.pool.release(job)  # first: the room goes back to the prefix cache
         job.kv_tokens = 0
         if full > 0 and ctx.listener.keeps(job):

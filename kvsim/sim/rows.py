@@ -262,10 +262,54 @@ HANDOFF: tuple[Column, ...] = (
 )
 
 
-def columns(tiers: Sequence[str], handoff: bool = False) -> tuple[Column, ...]:
+#: engine.mode colocated: the decode's columns, after the others (and output_tokens reads
+#: the tokens the request made)
+COLOCATED: tuple[Column, ...] = (
+    Column(
+        "e2e_s",
+        "d",
+        "engine.mode colocated: end-to-end latency, its last token out - arrival_s (= ttft_s "
+        "for a single output token)",
+        "e2e",
+    ),
+    Column(
+        "tpot_s",
+        "d",
+        "engine.mode colocated: time per output token after the first, (last token - first "
+        "token) / (output_tokens - 1); NaN for a single output token",
+        "tpot",
+    ),
+    Column(
+        "itl_p99_s",
+        "d",
+        "engine.mode colocated: p99 of its inter-token latencies (the gaps between its "
+        "successive tokens; NaN for a single output token)",
+        "itl_p99",
+    ),
+    Column(
+        "swapped_bytes",
+        "d",
+        "engine.preemption swap: bytes of its KV copied to host memory and back over the "
+        "GPU-to-host and host-to-GPU links (both directions counted); 0 otherwise",
+        "swapped_bytes",
+    ),
+)
+_OUTPUT_MADE = Column(
+    "output_tokens",
+    "q",
+    "engine.mode colocated: output tokens it made, the first (from its prefill) included: "
+    "its trace's or distribution's output length, at least 1",
+    "out_target",
+)
+
+
+def columns(
+    tiers: Sequence[str], handoff: bool = False, colocated: bool = False
+) -> tuple[Column, ...]:
     """The per-request columns of a run whose tiers are named ``tiers`` (by tier code:
     gpu first). Per lower tier: its restore time, tokens and bytes read. ``handoff``: the
-    hand-off's columns last (:data:`HANDOFF`)."""
+    hand-off's columns last (:data:`HANDOFF`); ``colocated``: the decode's
+    (:data:`COLOCATED`)."""
     lower = list(enumerate(tiers))[1:]
 
     def what(name: str) -> str:
@@ -293,15 +337,19 @@ def columns(tiers: Sequence[str], handoff: bool = False) -> tuple[Column, ...]:
         )
         for t, n in lower
     )
+    after_loads = _AFTER_LOADS
+    if colocated:  # output_tokens: what it made
+        after_loads = tuple(_OUTPUT_MADE if c.name == "output_tokens" else c for c in after_loads)
     return (
         *_HEAD,
         *loads,
-        *_AFTER_LOADS,
+        *after_loads,
         *tokens,
         *_AFTER_TOKENS,
         *read,
         *_TAIL,
         *(HANDOFF if handoff else ()),
+        *(COLOCATED if colocated else ()),
     )
 
 

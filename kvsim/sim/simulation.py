@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 import simpy
 
 from kvsim.cache.eviction import POLICIES, BlockStore, Gate, Key, make_store
@@ -41,7 +42,9 @@ from kvsim.errors import InputError
 from kvsim.kernel.fabric import Fabric, Link
 from kvsim.kernel.pipe import Pipe
 from kvsim.sim import faults
+from kvsim.sim.colocated import ColocatedEngine
 from kvsim.sim.constants import Constants
+from kvsim.sim.decoding import DecodeJob
 from kvsim.sim.engine import Engine
 from kvsim.sim.hooks import Hooks
 from kvsim.sim.job import Job
@@ -157,6 +160,10 @@ class SimOutput:
     tier_kinds: dict[str, str] = field(default_factory=dict)
     # workload.concurrency: requests due by the end that were never sent (no slot freed)
     held: int = 0
+    # engine.mode colocated: every finished request's gaps between tokens, with its id
+    # (each engine's residency and swaps are in ``engines``); None in prefill mode
+    itl_ids: Any = None
+    itl_s: Any = None
 
 
 class Simulation(Listener):
@@ -239,7 +246,9 @@ class Simulation(Listener):
         # listeners: the access log (``run --record-accesses``), which hears them from
         # before the remote store is prestored, once the stores are watched
         tiers = run.tiers
-        self.metrics = Metrics(columns([t.name for t in tiers], run.handoff is not None))
+        self.metrics = Metrics(
+            columns([t.name for t in tiers], run.handoff is not None, run.colocated)
+        )
         self.metrics.add(OnRecords(self._records))
         self.recorder: AccessRecorder | None = None
         if record_accesses:
@@ -253,6 +262,7 @@ class Simulation(Listener):
             assert run.handoff.bandwidth is not None  # (kvsim.config.checks)
             decode = self.fabric.link("decode", run.handoff.bandwidth)
         self._record_at_finish = decode is None
+        self._colocated = run.colocated  # engine.mode colocated (kvsim.sim.colocated)
         # the engines as the parts below them see them (by index, once all are built)
         nodes: list[Node] = []
         ctx = self.shared = Shared(
@@ -390,7 +400,8 @@ class Simulation(Listener):
         if self.remote is not None and self.remote.shards == 1 and node.gpus > 1:
             nvlink = Pipe(f"e{i}.nvlink", node.nvlink_per_gpu)
             self.pipes.append(nvlink)
-        return Engine(ctx, i, local, Links(h2d, own, nic_in, nic_out, client, d2h, nvlink))
+        kind = ColocatedEngine if run.colocated else Engine  # (engine.mode)
+        return kind(ctx, i, local, Links(h2d, own, nic_in, nic_out, client, d2h, nvlink))
 
     def _prestore(self, sc: Scenario) -> None:
         """Fill the remote store with the workload's shared prefixes, if it asks for that."""
@@ -428,7 +439,14 @@ class Simulation(Listener):
         return self.tenancy.keeps(job)
 
     def finished(self, engine: Node, job: Job) -> None:
-        """A request's first token is out: record it; a session may end here."""
+        """A request's first token is out: record it; a session may end here. (Co-located
+        mode: its last token is out; the engine stamped its first.)"""
+        if self._colocated:
+            self.metrics.request(job)
+            self.tenancy.session_ended(job)
+            if self.cap:
+                self._release()
+            return
         job.served_by = engine.index
         out = self.shared.run.output_s  # the first token's way out (engine.frontend)
         job.finish = self.env._now + out
@@ -508,6 +526,10 @@ class Simulation(Listener):
         most = per * MAX_PROMPT_STEPS if capped else -1
         # a prompt over this many tokens cannot fit the node's KV pool (kvsim.config.pools)
         fits = int(self.shared.run.kv_pool // self.shared.run.kv_bytes)
+        # engine.mode colocated: the request's KV grows by its output (the last token's
+        # KV is never computed); the job records its decode
+        colocated = self.shared.run.colocated
+        kind = DecodeJob if colocated else Job
         blocks = 0  # prompt blocks since the last memory check
         # cold or warm (Job.warm): sessions seen, and the first block of each prompt seen
         # (dicts of ints: the garbage collector leaves them alone, unlike sets)
@@ -535,6 +557,13 @@ class Simulation(Listener):
             if req.input_tokens > fits:
                 why = too_large(self.scenario, req.input_tokens)
                 raise InputError(f"request {req.id}: {why}", where="workload")
+            if colocated and req.input_tokens + req.output_tokens - 1 > fits:
+                raise InputError(
+                    f"request {req.id}: its {req.input_tokens:,} prompt and "
+                    f"{req.output_tokens:,} output tokens need more KV than the node's pool "
+                    f"holds ({fits:,} tokens) under engine.mode colocated",
+                    where="workload",
+                )
             blocks += len(req.hash_ids)
             if blocks >= GUARD_BLOCKS or not self.arrived & 1023:
                 blocks = 0
@@ -563,7 +592,7 @@ class Simulation(Listener):
             else:  # warm: a later request on a prefix (its first block) seen before
                 warm = first in firsts
             firsts[first] = None
-            job = Job(req, req.arrival < warmup, ks, tiers, warm)
+            job = kind(req, req.arrival < warmup, ks, tiers, warm)
             self._route(job)
 
     def run(self) -> SimOutput:
@@ -631,6 +660,7 @@ class Simulation(Listener):
                 "queue_area": e.queue_area + e.queued * (end - e._queue_t),
                 "queued_at_end": e.queued,
                 "outstanding_at_end": e.outstanding,
+                **_colocated_output(e, end),
             }
             for e in self.engines
         ]
@@ -690,4 +720,28 @@ class Simulation(Listener):
                 if type(t) not in KINDS
             },
             held,
+            *_itls(self.engines),
         )
+
+
+def _colocated_output(e: Engine, end: float) -> dict[str, float]:
+    """An engine's co-located figures (none in prefill mode): the integral of requests on
+    it over time (to the end of the run), and the bytes it swapped out and in."""
+    if not isinstance(e, ColocatedEngine):
+        return {}
+    return {
+        "resident_area": e.resident_area + e.outstanding * (end - e._res_t),
+        "swapped_out_bytes": e.swapped_out_bytes,
+        "swapped_in_bytes": e.swapped_in_bytes,
+    }
+
+
+def _itls(engines: Sequence[Engine]) -> tuple[Any, Any]:
+    """Every finished request's gaps between tokens, and its id (None, None in prefill
+    mode)."""
+    coloc = [e for e in engines if isinstance(e, ColocatedEngine)]
+    if not coloc:
+        return None, None
+    ids = np.fromiter((i for e in coloc for i in e.itl_ids), np.int64)
+    values = np.fromiter((v for e in coloc for v in e.itl_values), np.float64)
+    return ids, values

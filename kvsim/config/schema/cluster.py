@@ -163,14 +163,23 @@ class Engine(Record):
     max_inflight_restores: PosInt | None = Field(
         None, description="restores in flight per engine (null: bounded by GPU HBM only)"
     )
-    preemption: Literal["hold", "recompute"] = Field(
+    mode: Literal["prefill", "colocated"] = Field(
+        "prefill",
+        description="prefill: the engine serves prompts only (disaggregated prefill; every "
+        "result as before); colocated: after its prefill a request decodes one token a step "
+        "on the same engine until its output_tokens are out, its KV held in the pool "
+        '(docs/engine-model.md, "Co-located serving")',
+    )
+    preemption: Literal["hold", "recompute", "swap"] = Field(
         "hold",
         description="when prompts in flight outgrow the KV pool. hold: a request reserves "
-        "its whole prompt's KV when admitted, and one that does not fit waits (SGLang); "
+        "its whole prompt's KV when admitted (colocated: prompt and output), and one that "
+        "does not fit waits (SGLang); "
         "recompute: admitted as its whole prompt fits the free pool, a request allocates "
         "KV chunk by chunk, and when a running request's next chunk does not fit the last "
         "running request is preempted (its blocks freed into the prefix cache, recomputed "
-        "later; vLLM V1)",
+        "later; vLLM V1); swap (colocated only): as recompute, but a decoding request "
+        "preempted has its KV copied to host memory and back (vLLM v0's swap)",
     )
     cuda_graphs: bool = Field(
         True,

@@ -1,0 +1,159 @@
+"""A request that decodes after its prefill (``engine.mode: colocated``): its record.
+
+What this module owns: :class:`DecodeJob`, a :class:`~kvsim.sim.job.Job` with the state
+of its decode: tokens out so far (the first one included), the time of each token, its
+swap (``engine.preemption: swap``), and what its TTFT was made of when its first token
+came out. A request preempted after its first token is looked up, restored and queued
+again (recompute) or swapped out and in; its record keeps the TTFT parts as they were at
+the first token (``snapshot``, put back by ``restore_first``), so ``ttft_s`` still
+decomposes, and counts the later work in ``e2e_s``, ``preemptions``, ``preempted_tokens``
+and ``swapped_bytes``. The step loop that drives it is :mod:`kvsim.sim.colocated`.
+
+Token accounting (docs/engine-model.md, "Co-located serving"): ``done`` counts every token
+whose KV an attempt computed (prompt chunks, then one a decode step), so ``cached + done``
+is the context a decode step's attention reads. A token is sampled when ``cached + done``
+reaches ``input_tokens + decoded``: the prompt's end gives the first token, each decode
+step one more; after a recompute the prompt and the ``decoded`` tokens are computed again
+(the refill), and the step that ends it samples the next.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, NamedTuple
+
+from kvsim.cache.eviction import Key
+from kvsim.cache.local import TIERS
+from kvsim.sim.job import Job
+from kvsim.workload.request import Request
+
+_NAN: Final = math.nan
+
+
+class TtftParts(NamedTuple):
+    """A request's record fields that make up its TTFT, as they were at its first token."""
+
+    queue_wait: float
+    load_s: float
+    prefetch_s: float
+    compute_s: float
+    store_s: float
+    frontend_s: float
+    remote_get_s: float
+    remote_ssd_s: float
+    remote_ssd_tokens: int
+    restore_lookup: float
+    restore_queue: float
+    restore_read: float
+    restore_h2d: float
+    tier_s: list[float]
+    tokens: list[int]
+    decision: str
+    recomputed: int
+    stalled: bool
+    timed_out: bool
+
+
+class DecodeJob(Job):
+    """A request served in co-located mode (see the module docstring)."""
+
+    __slots__ = (
+        "decoded",
+        "e2e",
+        "first_t",
+        "itl_p99",
+        "itls",
+        "last_t",
+        "out_target",
+        "saved",
+        "swap_ready",
+        "swap_tokens",
+        "swapped_bytes",
+        "tpot",
+    )
+
+    def __init__(
+        self,
+        req: Request,
+        warmup: bool,
+        keys: tuple[Key, ...],
+        tiers: int = TIERS,
+        warm: bool = False,
+    ) -> None:
+        # tokens it makes: its output, at least the first token its prefill samples
+        self.out_target = req.output_tokens if req.output_tokens > 1 else 1
+        super().__init__(req, warmup, keys, tiers, warm)
+        self.swapped_bytes = 0.0  # KV copied to host and back (swap), both ways counted
+        self.e2e = _NAN  # last token out - arrival
+        self.tpot = _NAN  # (last token - first token) / (tokens - 1)
+        self.itl_p99 = _NAN  # p99 of its gaps between tokens
+
+    def reset(self) -> None:
+        """A fresh attempt (on arrival, or after its engine failed): its output too."""
+        super().reset()
+        self.decoded = 0  # tokens out so far (the first included)
+        self.first_t = _NAN  # when its first token was sampled (before engine.frontend.output)
+        self.last_t = _NAN  # when its last token so far was sampled
+        self.itls: list[float] = []  # gaps between its tokens, in order
+        self.saved: TtftParts | None = None  # TTFT parts at its first token
+        self.swap_ready = 0.0  # swapped out: when the copy to host ends
+        self.swap_tokens = 0  # swapped out: the KV tokens it has in host memory
+
+    def left(self) -> int:
+        """Tokens to compute before its next token is sampled (1 while decoding)."""
+        return self.req.input_tokens + self.decoded - self.cached - self.done
+
+    def snapshot(self) -> None:
+        """Its first token is out: keep what its TTFT was made of."""
+        self.saved = TtftParts(
+            self.queue_wait,
+            self.load_s,
+            self.prefetch_s,
+            self.compute_s,
+            self.store_s,
+            self.frontend_s,
+            self.remote_get_s,
+            self.remote_ssd_s,
+            self.remote_ssd_tokens,
+            self.restore_lookup,
+            self.restore_queue,
+            self.restore_read,
+            self.restore_h2d,
+            list(self.tier_s),
+            list(self.tokens),
+            self.decision,
+            self.recomputed,
+            self.stalled,
+            self.timed_out,
+        )
+
+    def restore_first(self) -> None:
+        """Its last token is out: the TTFT parts as they were at its first token (a
+        re-run's lookup, restore and queue wait are after it)."""
+        s = self.saved
+        if s is None:
+            return
+        self.queue_wait = s.queue_wait
+        self.load_s = s.load_s
+        self.prefetch_s = s.prefetch_s
+        self.compute_s = s.compute_s
+        self.store_s = s.store_s
+        self.frontend_s = s.frontend_s
+        self.remote_get_s = s.remote_get_s
+        self.remote_ssd_s = s.remote_ssd_s
+        self.remote_ssd_tokens = s.remote_ssd_tokens
+        self.restore_lookup = s.restore_lookup
+        self.restore_queue = s.restore_queue
+        self.restore_read = s.restore_read
+        self.restore_h2d = s.restore_h2d
+        self.tier_s = s.tier_s
+        self.tokens = s.tokens
+        self.decision = s.decision
+        self.recomputed = s.recomputed
+        self.stalled = s.stalled
+        self.timed_out = s.timed_out
+
+    def drop(self, reason: str) -> None:
+        """No attempt will finish: no decode times either."""
+        super().drop(reason)
+        self.e2e = self.tpot = self.itl_p99 = _NAN
