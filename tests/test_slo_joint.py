@@ -284,23 +284,32 @@ def _colocated_known() -> bool:
     return True
 
 
-@pytest.mark.skipif(
-    not _colocated_known(), reason="needs engine.mode colocated (issue 42, other branch)"
-)
 def test_capacity_under_a_joint_slo_falls_when_outputs_grow():
-    """The same prompts with 16 and then 256 output tokens each: longer outputs keep
-    requests resident longer (decode shares the engine's steps), so fewer requests per
-    second meet p99 TTFT and p99 TPOT together."""
+    """Llama-3.1-8B on one H100 (the catalogue's composed profile), 2,048-token prompts
+    with 32 and then 512 output tokens each: longer outputs keep requests resident longer
+    (at 8 requests/s about 3 against 72 on the engine), their decode tokens take each
+    step's token budget and their KV the pool, so fewer requests per second meet p99 TTFT
+    and p99 TPOT together. Probed before writing the test (seed 0, 300 requests): TTFT p99
+    0.21 s at 12/s with 32 outputs, 5.3 s with 512; the capacities are asserted apart by
+    more than the search's 5% tolerance."""
+    assert _colocated_known()
     slo = parse_slo("ttft_p99<=2s,tpot_p99<=50ms")
     caps = {}
-    for out in (16, 256):
-        data = {**COLOCATED, "workload": {**COLOCATED["workload"]}}
-        data["workload"]["output_tokens"] = {"dist": "fixed", "value": out}
+    for out in (32, 512):
+        data = {
+            **COLOCATED,
+            "profile": {"model": "llama-3.1-8b", "gpu": "H100-SXM", "gpus": 1},
+            "workload": {
+                **COLOCATED["workload"],
+                "prompt_tokens": {"dist": "fixed", "value": 2048},
+                "output_tokens": {"dist": "fixed", "value": out},
+            },
+        }
         sc = scenario_from_dict(data)
         res = api.run(sc)
         assert "tpot_p99_s" in res.summary  # the mode measures what the SLO bounds
         caps[out] = search(sc, slo, reps=1, tol=0.05).mean
-    assert caps[256] < caps[16] / 1.05, caps
+    assert caps[512] < caps[32] / 1.05, caps
 
 
 def test_a_failure_is_explained_by_the_term_it_misses(capsys):
