@@ -18,7 +18,8 @@ kind):
 The summary counts, per study and overall, the figures with a published value whose kind
 is **predicted** (calibrated, derived and input figures leave it: matching them shows a
 fit or an input, not the model): how many lie inside kvsim's 95% interval, how many within
-25% of it, and the median absolute error ``|kvsim / published - 1|``.
+a factor 1.25 and 1.5 of it (``max(r, 1/r)`` with ``r = kvsim / published``), and the
+median absolute error ``|kvsim / published - 1|``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ DEFAULT_PROFILE_LINE = "profile: b300-pcp8-glm5"
 UNCALIBRATED_IN_CATALOGUE = ("recompute_16k_s",)
 
 STUDIES = ("paper", "paper-catalogue", "vllm-offload", "central-nvme")
-WITHIN = 0.25  # "within 25%": |kvsim / published - 1| <= this
+# "within 1.25x" and "within 1.5x": the ratio r = kvsim / published with max(r, 1/r) at most
+# this (a factor either way: 1.25x over or 1/1.25 = 0.8x under)
+WITHIN = (1.25, 1.5)
 
 COLUMNS = [
     "study",
@@ -71,7 +74,8 @@ COLUMNS = [
     "unit",
     "kind",
     "inside",
-    "within_25pct",
+    "within_1_25x",
+    "within_1_5x",
     "abs_error",
 ]
 FILES = ("validation.csv", "validation.md")
@@ -84,20 +88,37 @@ def _num(x: object) -> float | None:
     return None if math.isnan(v) else v
 
 
+def factor(kvsim: float, published: float) -> float:
+    """How far apart two values are as a factor: max(r, 1/r) with r = kvsim / published
+    (infinite when they differ in sign or one is 0 and the other not)."""
+    if kvsim == published:
+        return 1.0
+    r = kvsim / published if published else math.inf
+    if not r > 0 or math.isinf(r):
+        return math.inf
+    return max(r, 1.0 / r)
+
+
+def within(kvsim: float, published: float, bound: float) -> bool:
+    """kvsim within a factor ``bound`` of the published value (max(r, 1/r) <= bound)."""
+    return factor(kvsim, published) <= bound
+
+
 def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """A validation.csv row from a study's record (``paper``: the published value):
-    inside (the published value lies in [kvsim_lo, kvsim_hi]), within_25pct and
-    abs_error = |kvsim / published - 1|, empty without a published value."""
+    inside (the published value lies in [kvsim_lo, kvsim_hi]), within_1_25x and
+    within_1_5x (:func:`within`) and abs_error = |kvsim / published - 1|, empty without a
+    published value."""
     pub = _num(record.get("paper"))
     kv = float(record["kvsim"])
     lo, hi = _num(record.get("kvsim_lo")), _num(record.get("kvsim_hi"))
     if lo is None or hi is None:  # one value: the interval is the point
         lo = hi = kv
-    inside = within = err = None
+    inside = w125 = w15 = err = None
     if pub is not None and pub != 0:
         err = abs(kv / pub - 1.0)
         inside = bool(lo <= pub <= hi)
-        within = bool(err <= WITHIN)
+        w125, w15 = (within(kv, pub, b) for b in WITHIN)
     return {
         "study": study,
         "figure": record["figure"],
@@ -108,14 +129,15 @@ def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
         "unit": record["unit"],
         "kind": record["kind"],
         "inside": inside,
-        "within_25pct": within,
+        "within_1_25x": w125,
+        "within_1_5x": w15,
         "abs_error": err,
     }
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """figures (all rows), scored (predicted with a published value), inside, within_25pct
-    and median_abs_error over the scored ones (NaN when none)."""
+    """figures (all rows), scored (predicted with a published value), inside, within_1_25x,
+    within_1_5x and median_abs_error over the scored ones (NaN when none)."""
     rows = list(rows)
     scored = [r for r in rows if r["kind"] == "predicted" and r["abs_error"] is not None]
     errors = [float(r["abs_error"]) for r in scored]
@@ -123,7 +145,8 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "figures": len(rows),
         "scored": len(scored),
         "inside": sum(1 for r in scored if r["inside"]),
-        "within_25pct": sum(1 for r in scored if r["within_25pct"]),
+        "within_1_25x": sum(1 for r in scored if r["within_1_25x"]),
+        "within_1_5x": sum(1 for r in scored if r["within_1_5x"]),
         "median_abs_error": statistics.median(errors) if errors else math.nan,
     }
 
@@ -144,8 +167,8 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
         med = "-" if math.isnan(s["median_abs_error"]) else f"{s['median_abs_error']:.0%}"
         out.append(
             f"  {name:<{width}}  figures {s['figures']:>2}  scored {s['scored']:>2}  "
-            f"inside interval {s['inside']:>2}  within 25% {s['within_25pct']:>2}  "
-            f"median |kvsim/published - 1| {med}"
+            f"inside interval {s['inside']:>2}  within 1.25x {s['within_1_25x']:>2}  "
+            f"within 1.5x {s['within_1_5x']:>2}  median |kvsim/published - 1| {med}"
         )
     return out
 
