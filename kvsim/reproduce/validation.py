@@ -24,11 +24,8 @@ median absolute error ``|kvsim / published - 1|``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -36,30 +33,30 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.errors import InputError
 from kvsim.report import columns
-from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
+from kvsim.reproduce import (
+    central_nvme,
+    lmcache_longdoc,
+    paper_catalogue,
+    remote_kv_tiers,
+    vllm_offload,
+)
 from kvsim.reproduce.checks import check_files
+from kvsim.reproduce.paper_catalogue import (  # re-exported: the catalogue run's definition
+    CATALOGUE_PROFILE,
+    DEFAULT_PROFILE_LINE,
+    UNCALIBRATED_IN_CATALOGUE,
+    catalogue_folder,
+)
 from kvsim.results.writers import Writer, write_folder
 
-# the GLM-5-class model on an 8xB300 node with the study's PCP8 (and EP8 for its experts);
-# the calibrated profile's host, links, storage and KV stack kept (base), so that only what
-# the cards determine differs between the two runs
-CATALOGUE_PROFILE: dict[str, Any] = {
-    "model": "glm-5",
-    "gpu": "B300",
-    "gpus": 8,
-    "pcp": 8,
-    "ep": 8,
-    "base": "b300-pcp8-glm5",
-}
-DEFAULT_PROFILE_LINE = "profile: b300-pcp8-glm5"
-
-# figures of the paper study fitted to it in the calibrated profile that the composed
-# profile predicts instead
-UNCALIBRATED_IN_CATALOGUE = ("recompute_16k_s",)
-
-STUDIES = ("paper", "paper-catalogue", "vllm-offload", "central-nvme")
+STUDIES = ("paper", "paper-catalogue", "vllm-offload", "lmcache-longdoc", "central-nvme")
+__all__ = [
+    "CATALOGUE_PROFILE",
+    "DEFAULT_PROFILE_LINE",
+    "UNCALIBRATED_IN_CATALOGUE",
+    "catalogue_folder",
+]
 # "within 1.25x" and "within 1.5x": the ratio r = kvsim / published with max(r, 1/r) at most
 # this (a factor either way: 1.25x over or 1/1.25 = 0.8x under)
 WITHIN = (1.25, 1.5)
@@ -173,31 +170,16 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def catalogue_folder(paper: Path, into: Path) -> Path:
-    """A copy of the paper scenarios whose base names the composed catalogue profile
-    instead of the calibrated one (every other file extends base.yaml)."""
-    dst = into / "paper-catalogue"
-    shutil.copytree(paper, dst)
-    base = dst / "base.yaml"
-    text = base.read_text(encoding="utf-8")
-    if text.count(DEFAULT_PROFILE_LINE + "\n") != 1:
-        raise InputError(
-            f"expected one line {DEFAULT_PROFILE_LINE!r}", where=str(paper / "base.yaml")
-        )
-    flow = ", ".join(f"{k}: {v}" for k, v in CATALOGUE_PROFILE.items())
-    base.write_text(
-        text.replace(DEFAULT_PROFILE_LINE + "\n", f"profile: {{{flow}}}\n"), encoding="utf-8"
-    )
-    return dst
-
-
 def run_all(
     log: Callable[[str], None] = lambda _msg: None,
     paper_folder: str | Path | None = None,
     vllm_folder: str | Path | None = None,
     paper_seeds: int | None = None,
+    ranges: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run every study; return the validation rows and each study's reproduction."""
+    """Run every study; return the validation rows and each study's reproduction.
+    ``ranges``: the catalogue ranges of paper-catalogue, vllm-offload and lmcache-longdoc
+    (the paper study runs without its ranges, central-nvme without its sensitivity)."""
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
@@ -209,6 +191,7 @@ def run_all(
         [
             *remote_kv_tiers.scenario_files(paper),
             *vllm_offload.scenario_files(vllm_folder),
+            *lmcache_longdoc.scenario_files(),
             *central_nvme.scenario_files(),
         ]
     )
@@ -227,20 +210,26 @@ def run_all(
         "paper",
         lambda: remote_kv_tiers.reproduce(paper, log=sub("paper"), seeds=seeds, range_seeds=0),
     )
-    with tempfile.TemporaryDirectory(prefix="kvsim-validation-") as tmp:
-        folder = catalogue_folder(paper, Path(tmp))
-        rep = timed(
-            "paper-catalogue",
-            lambda: remote_kv_tiers.reproduce(
-                folder, log=sub("paper-catalogue"), seeds=seeds, range_seeds=0
-            ),
-        )
-    for r in rep.rows:
-        if r.figure.name in UNCALIBRATED_IN_CATALOGUE:
-            r.figure = dataclasses.replace(r.figure, kind="predicted")
-    reps["paper-catalogue"] = rep
+    reps["paper-catalogue"] = timed(
+        "paper-catalogue",
+        lambda: paper_catalogue.reproduce(
+            paper,
+            log=sub("paper-catalogue"),
+            seeds=seeds,
+            range_seeds=paper_catalogue.RANGE_SEEDS if ranges else 0,
+        ),
+    )
     reps["vllm-offload"] = timed(
-        "vllm-offload", lambda: vllm_offload.reproduce(vllm_folder, log=sub("vllm-offload"))
+        "vllm-offload",
+        lambda: vllm_offload.reproduce(
+            vllm_folder, log=sub("vllm-offload"), range_seeds=1 if ranges else 0
+        ),
+    )
+    reps["lmcache-longdoc"] = timed(
+        "lmcache-longdoc",
+        lambda: lmcache_longdoc.reproduce(
+            log=sub("lmcache-longdoc"), range_seeds=1 if ranges else 0
+        ),
     )
     reps["central-nvme"] = timed(
         "central-nvme",
