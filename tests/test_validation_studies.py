@@ -37,23 +37,36 @@ def test_the_new_studies_are_known_and_in_reproduce_all():
 
 def test_lmcache_figures_are_the_pages_and_the_scenarios_are_its_setup():
     published = {f.name: f.paper for f in lmcache_longdoc.FIGURES if f.paper is not None}
-    assert published == {
-        "warmup_ttft_vllm_s": 2.767,
-        "query_ttft_vllm_s": 2.783,
-        "warmup_ttft_lmcache_s": 2.862,
-        "query_ttft_lmcache_s": 0.353,
-        "query_ttft_speedup": pytest.approx(2.783 / 0.353),
+    pages = {
+        # the pages' "Warmup round mean TTFT" and "Query round mean TTFT", vLLM then LMCache
+        "llama-3.1-8b": (2.767, 2.783, 2.862, 0.353),
+        "qwen3-8b": (2.933, 2.956, 3.073, 0.393),
+        "mistral-7b": (2.479, 2.518, 2.616, 0.322),
     }
+    want = {}
+    for m, (w, q, lw, lq) in pages.items():
+        want |= {
+            f"warmup_ttft_vllm_s.{m}": w,
+            f"query_ttft_vllm_s.{m}": q,
+            f"warmup_ttft_lmcache_s.{m}": lw,
+            f"query_ttft_lmcache_s.{m}": lq,
+            f"query_ttft_speedup.{m}": pytest.approx(q / lq),
+        }
+    assert published == want
     assert {f.kind for f in lmcache_longdoc.FIGURES} == {"predicted"}  # nothing fitted
-    base, lmc = (api.load(LM / f"{n}.yaml") for n in lmcache_longdoc.CONFIGS)
-    assert base.profile.model == "llama-3.1-8b" and base.profile.gpu == "A40"
-    assert not base.tiers.host.enabled and lmc.tiers.host.enabled
-    assert lmc.tiers.host.capacity == 66 * 2**30  # LMCACHE_MAX_LOCAL_CPU_SIZE=66 (GiB)
-    # the benchmark's KV (46 x 10,000 tokens x 131,072 B = 60.3 GB) fits the CPU cache
-    # but not HBM's KV pool: no GPU hit in the query round, every one a CPU hit
-    assert base.model.kv_bytes == 131_072
-    kv = lmcache_longdoc.DOCUMENTS * lmcache_longdoc.DOC_TOKENS * base.model.kv_bytes
-    assert base.tiers.gpu.capacity < kv <= lmc.tiers.host.capacity
+    for model, page in lmcache_longdoc.PAGES.items():
+        base, lmc = (api.load(LM / f"{n}.yaml") for n in (page.vllm, page.lmcache))
+        assert base.profile.model == lmc.profile.model == model
+        assert base.profile.gpu == lmc.profile.gpu == "A40" and base.profile.gpus == 1
+        assert not base.tiers.host.enabled and lmc.tiers.host.enabled
+        assert lmc.tiers.host.capacity == 66 * 2**30  # LMCACHE_MAX_LOCAL_CPU_SIZE=66 (GiB)
+        # the benchmark's KV (46 x 10,000 tokens x 131,072 B = 60.3 GB; Qwen3-8B's 36
+        # layers: 67.8 GB) fits the CPU cache but not HBM's KV pool: no GPU hit in the
+        # query round, every one a CPU hit
+        kv = lmcache_longdoc.DOCUMENTS * lmcache_longdoc.DOC_TOKENS * base.model.kv_bytes
+        assert base.tiers.gpu.capacity < kv <= lmc.tiers.host.capacity
+    assert api.load(LM / "base.yaml").model.kv_bytes == 131_072
+    assert api.load(LM / "qwen3-8b.yaml").model.kv_bytes == 36 * 2 * 8 * 128 * 2
 
 
 def test_lmcache_study_by_mechanism_and_regression():
@@ -64,18 +77,20 @@ def test_lmcache_study_by_mechanism_and_regression():
     values at the commit that added the study."""
     rep = lmcache_longdoc.reproduce(range_seeds=0)
     v = {r.figure.name: r.kvsim for r in rep.rows}
-    assert v["query_gpu_hit_frac_vllm"] == 0.0
-    assert v["query_ttft_vllm_s"] == pytest.approx(v["warmup_ttft_vllm_s"], rel=1e-9)
-    assert v["warmup_ttft_lmcache_s"] == pytest.approx(v["warmup_ttft_vllm_s"], rel=1e-9)
-    assert v["query_ttft_lmcache_s"] < v["warmup_ttft_lmcache_s"] / 10
-    assert v["query_ttft_speedup"] == pytest.approx(
-        v["query_ttft_vllm_s"] / v["query_ttft_lmcache_s"]
-    )
+    for m in lmcache_longdoc.PAGES:
+        assert v[f"query_gpu_hit_frac_vllm.{m}"] == 0.0
+        cold = v[f"warmup_ttft_vllm_s.{m}"]
+        assert v[f"query_ttft_vllm_s.{m}"] == pytest.approx(cold, rel=1e-9)
+        assert v[f"warmup_ttft_lmcache_s.{m}"] == pytest.approx(cold, rel=1e-9)
+        assert v[f"query_ttft_lmcache_s.{m}"] < cold / 10
+        assert v[f"query_ttft_speedup.{m}"] == pytest.approx(
+            v[f"query_ttft_vllm_s.{m}"] / v[f"query_ttft_lmcache_s.{m}"]
+        )
     # regression: the composed Llama-3.1-8B / A40 profile's lone 10k prefill and CPU hit
-    assert v["warmup_ttft_vllm_s"] == pytest.approx(1.5057, rel=1e-3)
-    assert v["query_ttft_lmcache_s"] == pytest.approx(0.09952, rel=1e-3)
+    assert v["warmup_ttft_vllm_s.llama-3.1-8b"] == pytest.approx(1.5057, rel=1e-3)
+    assert v["query_ttft_lmcache_s.llama-3.1-8b"] == pytest.approx(0.09952, rel=1e-3)
     rows = [validation.row("lmcache-longdoc", rec) for rec in rep.records()]
-    assert validation.summarize(rows)["scored"] == 5  # the hit fraction has no page value
+    assert validation.summarize(rows)["scored"] == 15  # the hit fractions have no value
 
 
 def test_paper_catalogue_ranges_bracket_the_lone_recompute(tmp_path):

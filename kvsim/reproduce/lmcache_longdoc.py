@@ -1,11 +1,12 @@
-"""Validate kvsim against LMCache's "Cookbook: Llama 3.1 8B" (LMCache documentation,
-``docs/source/getting_started/quickstart/llama_usage_guide.rst``, published on
-docs.lmcache.ai) from the scenarios in ``scenarios/validation/lmcache-longdoc/``: the
-page's Long Doc QA TTFTs next to kvsim's, made from the model and GPU catalogue (the A40
-card: its datasheet) with no constant fitted to them.
+"""Validate kvsim against LMCache's cookbook pages for Llama-3.1-8B, Qwen3-8B and
+Mistral-7B-Instruct-v0.2 (LMCache documentation, ``docs/source/getting_started/
+quickstart/{llama,qwen,mistral}_usage_guide.rst``, published on docs.lmcache.ai) from the
+scenarios in ``scenarios/validation/lmcache-longdoc/``: each page's Long Doc QA TTFTs next
+to kvsim's, made from the model and GPU catalogue (the A40 card: its datasheet) with no
+constant fitted to them.
 
-The page's setup: Meta-Llama-3.1-8B-Instruct on one NVIDIA A40, ``vllm serve`` (TP 1)
-alone and with LMCache's CPU offloading (``LMCACHE_MAX_LOCAL_CPU_SIZE=66``); LMCache's
+Each page's setup: the model on one NVIDIA A40, ``vllm serve`` (TP 1) alone and with
+LMCache's CPU offloading (``LMCACHE_MAX_LOCAL_CPU_SIZE=66``); LMCache's
 ``long_doc_qa.py`` with 46 documents of 10,000 tokens, 100 output tokens, repeat count 1,
 ``tile`` mode (every document once in a warm-up round, then once more in the same order in
 the query round), at most 4 requests in flight. It reports each round's mean TTFT and
@@ -16,14 +17,16 @@ Interpretations adopted (L; docs/validation.md says why):
 - kvsim simulates prefill only: a request ends at its first token, so the 100 decode
   tokens and the 4-in-flight limit are not simulated. The requests are put one at a time
   on the engine (each arrives when the one before has long finished): TTFT is one prompt's
-  own prefill (or load) on an otherwise idle engine. The page's durations (which include
+  own prefill (or load) on an otherwise idle engine. The pages' durations (which include
   the decode) are not predicted.
 - A prompt is the document's 10,000 tokens (the benchmark's template adds a few dozen).
+- The Qwen page's ``qwen/Qwen-3-8B-Instruct`` is Qwen3-8B (no model of that id exists).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,44 +43,74 @@ from kvsim.reproduce.vllm_offload import KINDS, Validation
 from kvsim.results.writers import write_reproduction
 from kvsim.workload.request import Request
 
-STUDY = "LMCache cookbook (Llama 3.1 8B): Long Doc QA on one A40, vLLM alone and with LMCache"
+STUDY = "LMCache cookbooks: Long Doc QA on one A40, vLLM alone and with LMCache"
 SOURCE = (
-    "LMCache documentation, 'Cookbook: Llama 3.1 8B', Benchmark Results (LMCache/LMCache "
-    "docs/source/getting_started/quickstart/llama_usage_guide.rst; docs.lmcache.ai)"
+    "LMCache documentation, 'Cookbook' pages for Llama 3.1 8B, Qwen3-8B and Mistral-7B, "
+    "their benchmark sections (LMCache/LMCache docs/source/getting_started/quickstart/"
+    "llama_usage_guide.rst, qwen_usage_guide.rst, mistral_usage_guide.rst; docs.lmcache.ai)"
 )
+
+
+@dataclass(frozen=True)
+class Page:
+    """One cookbook page: its model's two scenario files (vLLM alone, with LMCache) and
+    its published mean TTFTs (warm-up and query round, each mode), in seconds."""
+
+    page: str
+    vllm: str
+    lmcache: str
+    published: tuple[float, float, float, float]
+
+
+PAGES = {
+    "llama-3.1-8b": Page("llama_usage_guide.rst", "base", "lmcache", (2.767, 2.783, 2.862, 0.353)),
+    "qwen3-8b": Page(
+        "qwen_usage_guide.rst", "qwen3-8b", "qwen3-8b-lmcache", (2.933, 2.956, 3.073, 0.393)
+    ),
+    "mistral-7b": Page(
+        "mistral_usage_guide.rst", "mistral-7b", "mistral-7b-lmcache", (2.479, 2.518, 2.616, 0.322)
+    ),
+}
 
 # the configurations, each a scenario file in scenarios/validation/lmcache-longdoc/
 CONFIGS = {
-    "base": "Llama-3.1-8B on one A40, vLLM alone (GPU prefix cache)",
-    "lmcache": "Llama-3.1-8B on one A40, vLLM with LMCache CPU offloading (66 GiB)",
+    c: f"{model} on one A40, {mode}"
+    for model, p in PAGES.items()
+    for c, mode in ((p.vllm, "vLLM alone (GPU prefix cache)"), (p.lmcache, "with LMCache (66 GiB)"))
 }
 
 DOCUMENTS = 46  # S: --num-documents 46
 DOC_TOKENS = 10_000  # S: --document-length 10000 (L: the template's few tokens left out)
 
-FIGURES: tuple[Figure, ...] = (
-    Figure("warmup_ttft_vllm_s", 2.767, "s", "warm-up round mean TTFT, vLLM alone (cold)"),
-    Figure("query_ttft_vllm_s", 2.783, "s", "query round mean TTFT, vLLM alone"),
-    Figure("warmup_ttft_lmcache_s", 2.862, "s", "warm-up round mean TTFT, with LMCache"),
-    Figure("query_ttft_lmcache_s", 0.353, "s", "query round mean TTFT, with LMCache"),
-    Figure(
-        "query_ttft_speedup",
-        2.783 / 0.353,
-        "x",
-        "query round mean TTFT, vLLM alone / with LMCache (the page's 87% reduction)",
-    ),
-    Figure(
-        "query_gpu_hit_frac_vllm",
-        None,
-        "fraction",
-        "query round: prompt tokens found in HBM, vLLM alone (the page: no improvement)",
-    ),
-)
+
+def _figures(model: str, p: Page) -> tuple[Figure, ...]:
+    w, q, lw, lq = p.published
+    return (
+        Figure(f"warmup_ttft_vllm_s.{model}", w, "s", "warm-up round mean TTFT, vLLM alone"),
+        Figure(f"query_ttft_vllm_s.{model}", q, "s", "query round mean TTFT, vLLM alone"),
+        Figure(f"warmup_ttft_lmcache_s.{model}", lw, "s", "warm-up round mean TTFT, LMCache"),
+        Figure(f"query_ttft_lmcache_s.{model}", lq, "s", "query round mean TTFT, LMCache"),
+        Figure(
+            f"query_ttft_speedup.{model}",
+            q / lq,
+            "x",
+            "query round mean TTFT, vLLM alone / with LMCache",
+        ),
+        Figure(
+            f"query_gpu_hit_frac_vllm.{model}",
+            None,
+            "fraction",
+            "query round: prompt tokens found in HBM, vLLM alone (the pages: no improvement)",
+        ),
+    )
+
+
+FIGURES: tuple[Figure, ...] = tuple(f for m, p in PAGES.items() for f in _figures(m, p))
 
 NOT_MODELLED = {
-    "round_durations": "warm-up and query round times (121.3, 121.7 s vLLM; 124.2, 51.0 s "
-    "LMCache): they include 100 decode tokens per request at 4 in flight, and kvsim "
-    "simulates prefill only",
+    "round_durations": "warm-up and query round times (Llama-3.1-8B: 121.3, 121.7 s vLLM; "
+    "124.2, 51.0 s LMCache): they include 100 decode tokens per request at 4 in flight, "
+    "and kvsim simulates prefill only",
 }
 
 COLUMNS = remote_kv_tiers.COLUMNS
@@ -145,16 +178,19 @@ def values(
     d: Path, overrides: list[str] | None = None, documents: int = DOCUMENTS
 ) -> dict[str, float]:
     """kvsim's value of every figure (``overrides``: ``--set``-style, for every file)."""
-    vllm = round_means(d / "base.yaml", overrides, documents)
-    lmc = round_means(d / "lmcache.yaml", overrides, documents)
-    return {
-        "warmup_ttft_vllm_s": vllm["warmup"],
-        "query_ttft_vllm_s": vllm["query"],
-        "warmup_ttft_lmcache_s": lmc["warmup"],
-        "query_ttft_lmcache_s": lmc["query"],
-        "query_ttft_speedup": vllm["query"] / lmc["query"],
-        "query_gpu_hit_frac_vllm": vllm["query_gpu_frac"],
-    }
+    out: dict[str, float] = {}
+    for model, p in PAGES.items():
+        vllm = round_means(d / f"{p.vllm}.yaml", overrides, documents)
+        lmc = round_means(d / f"{p.lmcache}.yaml", overrides, documents)
+        out |= {
+            f"warmup_ttft_vllm_s.{model}": vllm["warmup"],
+            f"query_ttft_vllm_s.{model}": vllm["query"],
+            f"warmup_ttft_lmcache_s.{model}": lmc["warmup"],
+            f"query_ttft_lmcache_s.{model}": lmc["query"],
+            f"query_ttft_speedup.{model}": vllm["query"] / lmc["query"],
+            f"query_gpu_hit_frac_vllm.{model}": vllm["query_gpu_frac"],
+        }
+    return out
 
 
 def reproduce(
@@ -169,7 +205,7 @@ def reproduce(
     Deterministic: one run gives each figure exactly (``seeds``: the CLI's, ignored)."""
     d = find_scenarios(folder)
     check_files(scenario_files(d))
-    log(f"running {DOCUMENTS} documents twice (tile), vLLM alone and with LMCache")
+    log(f"running {DOCUMENTS} documents twice (tile) per model, vLLM alone and with LMCache")
     got = values(d)
     rows = [Row(f, got[f.name], got[f.name], got[f.name], [got[f.name]]) for f in FIGURES]
     rep = Validation(rows, {}, [api.load(d / "base.yaml").seed])
