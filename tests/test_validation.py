@@ -186,6 +186,9 @@ def test_validation_csv_has_the_issues_columns(tmp_path):
         "within_1_25x",
         "within_1_5x",
         "abs_error",
+        "range_lo",
+        "range_hi",
+        "sensitive_to",
     ]
     assert df["abs_error"].iloc[0] == 0.25 and pd.isna(df["abs_error"].iloc[1])
     assert "| s | `a` | predicted | 2 | 1.5 |" in (tmp_path / "v" / "validation.md").read_text()

@@ -88,3 +88,35 @@ def sensitive_lines(rep: Any) -> list[str]:
     if not lines:
         return []
     return ["sensitive to (moved by more than 10% over the assumption's range):", *lines]
+
+
+def ranges_markdown(rep: Any) -> list[str]:
+    """The catalogue ranges as a Markdown section: each screened figure's range, the
+    assumptions moving it by more than 10% and the one moving it most."""
+    ranges = getattr(rep, "ranges", None)
+    if ranges is None:
+        return ["", "Catalogue ranges were not run (`--no-ranges`)."]
+    lines = [
+        "",
+        "## Ranges over the catalogue's assumptions",
+        "",
+        "Each assumption of the composed profile with a documented range "
+        "(kvsim/catalogue/assumptions.py; docs/catalogue.md) that can change the study's "
+        "runs, at each end alone, then every corner of the two moving a figure most "
+        "(kvsim/reproduce/catalogue_ranges.py). **sensitive to**: an end moves the figure "
+        "by more than 10%.",
+        "",
+        "| figure | range | sensitive to | moved most by (low / high end) |",
+        "|---|---|---|---|",
+    ]
+    for name, rg in ranges.items():
+        sizes = {n: max(abs(m) for m in mv) for n, mv in rg.moves.items()}
+        top = max(sizes, key=lambda n: sizes[n]) if sizes else ""
+        most = (
+            f"`{top}` ({rg.moves[top][0]:+.0%} / {rg.moves[top][1]:+.0%})"
+            if top and sizes[top] > 0
+            else "-"
+        )
+        sens = ", ".join(f"`{n}`" for n in rg.sensitive_to) or "-"
+        lines.append(f"| `{name}` | {range_cell(rep, name)} | {sens} | {most} |")
+    return lines

@@ -26,7 +26,7 @@ import numpy as np
 
 from kvsim.errors import InputError
 from kvsim.reproduce import remote_kv_tiers
-from kvsim.reproduce.catalogue_ranges import study_ranges
+from kvsim.reproduce.catalogue_ranges import ranges_markdown, study_ranges
 from kvsim.reproduce.remote_kv_tiers import (
     STREAM_FIGURES,
     UNSCREENED,
@@ -34,10 +34,8 @@ from kvsim.reproduce.remote_kv_tiers import (
     _run_config,
     _single_requests,
     find_scenarios,
-    markdown,
     scenario_files,
     text_table,
-    write,
 )
 
 __all__ = ["find_scenarios", "markdown", "scenario_files", "text_table", "write"]
@@ -62,6 +60,17 @@ UNCALIBRATED_IN_CATALOGUE = ("recompute_16k_s",)
 SEEDS = remote_kv_tiers.SEEDS
 RANGE_SEEDS = 1  # seeds per range setting (each setting reruns every stream configuration)
 COLD = ["remote.enabled=false", "workload.prestored=false"]  # the lone 16k recompute
+
+
+def markdown(rep: Reproduction, plots: list[str] | None = None) -> str:
+    """The paper study's table (kvsim.reproduce.remote_kv_tiers.markdown) with the catalogue
+    ranges' section instead of the study's own inputs'."""
+    return remote_kv_tiers.markdown(rep, plots, ranges_markdown)
+
+
+def write(rep: Reproduction, out: str | Path) -> list[Path]:
+    """reproduction.csv, reproduction.md (:func:`markdown`) and the TTFT CDF plots."""
+    return remote_kv_tiers.write(rep, out, ranges_markdown)
 
 
 def catalogue_folder(paper: Path, into: Path) -> Path:

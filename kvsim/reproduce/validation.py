@@ -74,6 +74,9 @@ COLUMNS = [
     "within_1_25x",
     "within_1_5x",
     "abs_error",
+    "range_lo",
+    "range_hi",
+    "sensitive_to",
 ]
 FILES = ("validation.csv", "validation.md")
 
@@ -105,7 +108,8 @@ def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """A validation.csv row from a study's record (``paper``: the published value):
     inside (the published value lies in [kvsim_lo, kvsim_hi]), within_1_25x and
     within_1_5x (:func:`within`) and abs_error = |kvsim / published - 1|, empty without a
-    published value."""
+    published value; range_lo, range_hi and sensitive_to as the study's record gives them
+    (its figure over the documented ranges; empty when not screened)."""
     pub = _num(record.get("paper"))
     kv = float(record["kvsim"])
     lo, hi = _num(record.get("kvsim_lo")), _num(record.get("kvsim_hi"))
@@ -129,6 +133,9 @@ def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
         "within_1_25x": w125,
         "within_1_5x": w15,
         "abs_error": err,
+        "range_lo": _num(record.get("range_lo")),
+        "range_hi": _num(record.get("range_hi")),
+        "sensitive_to": record.get("sensitive_to") or "",
     }
 
 
@@ -248,6 +255,14 @@ def _interval_and_error(r: Mapping[str, Any]) -> tuple[str, str]:
     return iv, err
 
 
+def _range(r: Mapping[str, Any]) -> str:
+    """A row's range over the documented ranges ("-" when not screened)."""
+    lo, hi = r.get("range_lo"), r.get("range_hi")
+    if lo is None or hi is None:
+        return "-"
+    return _fmt(lo) if lo == hi else f"{_fmt(lo)} .. {_fmt(hi)}"
+
+
 def _fmt(x: object) -> str:
     if x is None:
         return "-"
@@ -268,6 +283,7 @@ def text_table(rows: list[dict[str, Any]]) -> str:
         "published",
         "kvsim",
         "95% interval",
+        "range",
         "unit",
         "kind",
         "inside",
@@ -283,13 +299,14 @@ def text_table(rows: list[dict[str, Any]]) -> str:
                 _fmt(r["published"]),
                 _fmt(r["kvsim"]),
                 iv,
+                _range(r),
                 r["unit"],
                 r["kind"],
                 _fmt(r["inside"]),
                 err,
             )
         )
-    lines = columns([head, *body], left=(0, 1, 5, 6, 7))
+    lines = columns([head, *body], left=(0, 1, 6, 7, 8))
     return "\n".join([*lines, "", *summary_lines(rows)])
 
 
@@ -299,16 +316,21 @@ def markdown(rows: list[dict[str, Any]], seconds: float | None = None) -> str:
         "",
         "`kvsim reproduce all`: every study, each figure's published value next to kvsim's "
         "(95% interval over seeds; the point where the seed moves nothing). error = "
-        "|kvsim / published - 1|.",
+        "|kvsim / published - 1|. range: the figure over the documented ranges of the "
+        "assumptions (the catalogue's, for studies on composed profiles), sensitive to: "
+        "those moving it by more than 10%.",
         "",
-        "| study | figure | kind | published | kvsim | 95% interval | unit | inside | error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| study | figure | kind | published | kvsim | 95% interval | range | sensitive to "
+        "| unit | inside | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         iv, err = _interval_and_error(r)
+        sens = ", ".join(f"`{n}`" for n in r.get("sensitive_to", "").split(";") if n) or "-"
         lines.append(
             f"| {r['study']} | `{r['figure']}` | {r['kind']} | {_fmt(r['published'])} "
-            f"| {_fmt(r['kvsim'])} | {iv} | {r['unit']} | {_fmt(r['inside'])} | {err} |"
+            f"| {_fmt(r['kvsim'])} | {iv} | {_range(r)} | {sens} | {r['unit']} "
+            f"| {_fmt(r['inside'])} | {err} |"
         )
     lines += ["", "```", *summary_lines(rows), "```"]
     if seconds is not None:
