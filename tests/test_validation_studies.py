@@ -130,15 +130,3 @@ def test_vllm_offload_ranges_bracket_every_predicted_figure():
     assert any(rg.sensitive_to for rg in rep.ranges.values())
     rec = {x["figure"]: x for x in rep.records()}
     assert rec["ttft_recompute_90k_s"]["range_lo"] is not None
-
-
-@pytest.mark.slow
-def test_paper_catalogue_reproduce_gives_ranges():
-    rep = paper_catalogue.reproduce(seeds=2, range_seeds=1)
-    assert rep.ranges
-    fields = _catalogue_fields(paper_catalogue.CATALOGUE_PROFILE)
-    for r in rep.rows:
-        rg = rep.range_of(r.figure.name)
-        if rg is not None:
-            assert rg.lo <= r.kvsim <= rg.hi or rg.lo <= rg.shipped <= rg.hi
-            assert set(rg.sensitive_to) <= fields
