@@ -69,6 +69,17 @@ DATASHEET = {
         300 * GBs,
         200 * Gbs,
     ),
+    # A40 datasheet: BF16 149.7 | 299.4* TFLOPS; 48 GB GDDR6 at 696 GB/s; PCIe Gen4 64 GB/s and
+    # NVLink 112.5 GB/s (both ways); no network in the datasheet (L: 200 Gb/s)
+    "A40": (
+        "ampere",
+        {"bf16": 149.7 * T},
+        48 * GiB,
+        696 * GBs,
+        32 * GBs,
+        56.25 * GBs,
+        200 * Gbs,
+    ),
     # H100 SXM datasheet: BF16 1,979* / FP8 3,958* TFLOPS (*sparse); 80 GB at 3.35 TB/s;
     # PCIe Gen5 128 GB/s and NVLink 900 GB/s (both ways); DGX H100: ConnectX-7 400 Gb/s
     "H100-SXM": (
@@ -184,7 +195,7 @@ DATASHEET = {
 # GPUs per NVLink domain: 8 on every HGX/DGX board and AMD 8-OAM platform (DGX A100/H100/
 # H200/B200/B300 datasheets, MI300X/MI355X platforms; HGX H20/H800: 8-way servers), 72 in
 # GB200 NVL72, 1 for the L20 (a PCIe card without NVLink)
-NVLINK_DOMAIN = {name: 8 for name in DATASHEET} | {"GB200": 72, "L20": 1}
+NVLINK_DOMAIN = {name: 8 for name in DATASHEET} | {"GB200": 72, "L20": 1, "A40": 2}
 
 
 def close(a: float, b: float) -> bool:

@@ -103,13 +103,14 @@ def _rec(name, paper, kvsim, lo, hi, kind="predicted"):
     }
 
 
-def test_summary_counts_inside_within_25pct_and_the_median_error_by_hand():
+def test_summary_counts_inside_within_a_factor_and_the_median_error_by_hand():
     rows = [
-        # published 2, kvsim 1.5 in [1.4, 1.6]: outside; |1.5/2 - 1| = 0.25: within 25%
+        # published 2, kvsim 1.5 in [1.4, 1.6]: outside; r = 0.75, 1/r = 1.333: within
+        # 1.5x, not 1.25x; |1.5/2 - 1| = 0.25
         validation.row("s", _rec("a", 2.0, 1.5, 1.4, 1.6)),
-        # published 10, kvsim 11 in [9, 12]: inside; error 0.1
+        # published 10, kvsim 11 in [9, 12]: inside; r = 1.1: within both; error 0.1
         validation.row("s", _rec("b", 10.0, 11.0, 9.0, 12.0)),
-        # published 1, kvsim 3 (one value: the interval is the point): error 2
+        # published 1, kvsim 3 (one value: the interval is the point): r = 3; error 2
         validation.row("s", _rec("c", 1.0, 3.0, None, None)),
         # no published value: not scored
         validation.row("s", _rec("d", None, 5.0, 4.0, 6.0)),
@@ -117,39 +118,59 @@ def test_summary_counts_inside_within_25pct_and_the_median_error_by_hand():
         validation.row("t", _rec("e", 0.31, 0.31, 0.31, 0.31, "calibrated")),
         # input: left out too
         validation.row("t", _rec("f", 50.0, 50.0, 50.0, 50.0, "input")),
-        # predicted, published 4, kvsim 3 in [2, 5]: inside, error 0.25: within
-        validation.row("t", _rec("g", 4.0, 3.0, 2.0, 5.0)),
+        # predicted, published 4, kvsim 5 in [2, 5]: inside, r = 1.25 exactly: within
+        # 1.25x (the bound is inclusive); error 0.25
+        validation.row("t", _rec("g", 4.0, 5.0, 2.0, 5.0)),
     ]
-    a, b, c, d, e, f, _g = rows
-    assert (a["inside"], a["within_25pct"], a["abs_error"]) == (False, True, 0.25)
-    assert (b["inside"], b["within_25pct"]) == (True, True)
+    a, b, c, d, e, f, g = rows
+    assert (a["inside"], a["within_1_25x"], a["within_1_5x"], a["abs_error"]) == (
+        False,
+        False,
+        True,
+        0.25,
+    )
+    assert (b["inside"], b["within_1_25x"], b["within_1_5x"]) == (True, True, True)
     assert b["abs_error"] == pytest.approx(0.1)
-    assert (c["kvsim_lo"], c["kvsim_hi"], c["inside"], c["within_25pct"]) == (
+    assert (c["kvsim_lo"], c["kvsim_hi"], c["inside"], c["within_1_25x"], c["within_1_5x"]) == (
         3.0,
         3.0,
+        False,
         False,
         False,
     )
     assert c["abs_error"] == pytest.approx(2.0)
-    assert d["inside"] is d["within_25pct"] is d["abs_error"] is None
+    assert d["inside"] is d["within_1_25x"] is d["within_1_5x"] is d["abs_error"] is None
+    assert (g["inside"], g["within_1_25x"], g["within_1_5x"]) == (True, True, True)
     assert e["inside"] is True and e["abs_error"] == 0.0  # shown, but not scored
     s = validation.summarize(rows[:4])  # study s: a, b, c scored
     assert s == {
         "figures": 4,
         "scored": 3,
         "inside": 1,
-        "within_25pct": 2,
+        "within_1_25x": 1,  # b
+        "within_1_5x": 2,  # a, b
         "median_abs_error": pytest.approx(0.25),  # median of 0.25, 0.1, 2
     }
     overall = validation.summarize(rows)  # a, b, c, g: errors 0.25, 0.1, 2, 0.25
     assert overall["figures"] == 7 and overall["scored"] == 4
-    assert overall["inside"] == 2 and overall["within_25pct"] == 3
+    assert overall["inside"] == 2
+    assert (overall["within_1_25x"], overall["within_1_5x"]) == (2, 3)
     assert overall["median_abs_error"] == pytest.approx(statistics.median([0.25, 0.1, 2, 0.25]))
     assert math.isnan(validation.summarize([e, f])["median_abs_error"])  # nothing scored
     lines = validation.summary_lines(rows)
     assert "calibrated, derived and input figures leave the error summary" in lines[0]
     assert lines[1].split()[0] == "s" and lines[-1].split()[0] == "overall"
-    assert "inside interval  1" in lines[1] and "within 25%  2" in lines[1]
+    assert "inside interval  1" in lines[1] and "within 1.25x  1" in lines[1]
+    assert "within 1.5x  2" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("kvsim", "published", "factor"),
+    [(1.0, 1.0, 1.0), (2.0, 1.0, 2.0), (1.0, 2.0, 2.0), (0.8, 1.0, 1.25), (-1.0, 1.0, math.inf)],
+)
+def test_the_factor_is_the_ratio_either_way(kvsim, published, factor):
+    assert validation.factor(kvsim, published) == pytest.approx(factor)
+    assert validation.within(kvsim, published, 1.25) is (factor <= 1.25 + 1e-12)
 
 
 def test_validation_csv_has_the_issues_columns(tmp_path):
@@ -169,8 +190,12 @@ def test_validation_csv_has_the_issues_columns(tmp_path):
         "unit",
         "kind",
         "inside",
-        "within_25pct",
+        "within_1_25x",
+        "within_1_5x",
         "abs_error",
+        "range_lo",
+        "range_hi",
+        "sensitive_to",
     ]
     assert df["abs_error"].iloc[0] == 0.25 and pd.isna(df["abs_error"].iloc[1])
     assert "| s | `a` | predicted | 2 | 1.5 |" in (tmp_path / "v" / "validation.md").read_text()

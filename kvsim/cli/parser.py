@@ -511,8 +511,10 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("reproduce", help="reproduce a published study's figures")
     rp.add_argument(
         "study",
-        help="paper: the remote-KV-tier study (arXiv 2610.21500); vllm-offload: vLLM's KV "
-        "offloading connector blog; central-nvme: a shared NVMe KV store's vendor claims "
+        help="paper: the remote-KV-tier study (arXiv 2610.21500); paper-catalogue: its "
+        "scenarios on the catalogue-composed profile; vllm-offload: vLLM's KV "
+        "offloading connector blog; lmcache-longdoc: LMCache's Llama-3.1-8B cookbook (A40); "
+        "central-nvme: a shared NVMe KV store's vendor claims "
         "(a scenario study); all: every study and a validation summary",
     )
     rp.add_argument(
@@ -532,7 +534,7 @@ def _parser() -> argparse.ArgumentParser:
         "--no-ranges",
         action="store_true",
         help="skip the range runs (sensitive_to, range_lo, range_hi left empty; ~3x faster; "
-        "central-nvme: no sensitivity runs)",
+        "central-nvme: no sensitivity runs; all: no catalogue ranges)",
     )
     rp.add_argument(
         "--quick",

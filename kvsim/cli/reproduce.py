@@ -41,7 +41,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _reproduce_all(args: argparse.Namespace) -> int:
-    """Every study (the paper's without ranges), then the validation summary."""
+    """Every study (the paper's without its ranges; ``--no-ranges``: no catalogue ranges
+    either), then the validation summary."""
 
     if args.scenarios is not None:
         raise InputError(
@@ -50,7 +51,9 @@ def _reproduce_all(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_folder(args.out, flag="--out", owned=validation.FILES)
     start = time.monotonic()
-    rows, _reps = validation.run_all(log=lambda msg: print(msg, file=sys.stderr))
+    rows, _reps = validation.run_all(
+        log=lambda msg: print(msg, file=sys.stderr), ranges=not args.no_ranges
+    )
     seconds = time.monotonic() - start
     if args.out is not None:  # before printing: a refused folder prints no figures
         paths = validation.write(rows, args.out, seconds)

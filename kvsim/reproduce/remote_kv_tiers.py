@@ -527,7 +527,11 @@ def ranges_markdown(rep: Reproduction) -> list[str]:
     return lines
 
 
-def markdown(rep: Reproduction, plots: list[str] | None = None) -> str:
+def markdown(
+    rep: Reproduction,
+    plots: list[str] | None = None,
+    ranges_section: Callable[[Reproduction], list[str]] | None = None,
+) -> str:
     """The same table as Markdown, with what each figure is, its range and verdict, then
     the inputs' ranges and the screening."""
     lines = [
@@ -551,7 +555,7 @@ def markdown(rep: Reproduction, plots: list[str] | None = None) -> str:
             f"| {_fmt(r.kvsim)} | {_interval(r)} | {r.figure.unit} | {_fmt(r.ratio)} "
             f"| {sens} | {_range(rep, r)} | {rep.verdict(r) or '-'} |"
         )
-    lines += ranges_markdown(rep)
+    lines += (ranges_section or ranges_markdown)(rep)
     if plots:
         lines += ["", "TTFT CDFs (every seed's requests pooled):", ""]
         lines += [f"- [{p}]({p})" for p in plots]
@@ -727,7 +731,11 @@ def _evaluator(
     return evaluate
 
 
-def write(rep: Reproduction, out: str | Path) -> list[Path]:
+def write(
+    rep: Reproduction,
+    out: str | Path,
+    ranges_section: Callable[[Reproduction], list[str]] | None = None,
+) -> list[Path]:
     """reproduction.csv, reproduction.md and a TTFT CDF plot per configuration, written
     as the folder ``out`` all or nothing."""
 
@@ -758,7 +766,9 @@ def write(rep: Reproduction, out: str | Path) -> list[Path]:
     figures = [overview, *(n for n in plots if n != overview)]
     files: dict[str, Writer] = {
         "reproduction.csv": lambda p: table.to_csv(p, index=False),
-        "reproduction.md": lambda p: p.write_text(markdown(rep, figures), encoding="utf-8"),
+        "reproduction.md": lambda p: p.write_text(
+            markdown(rep, figures, ranges_section), encoding="utf-8"
+        ),
         **plots,
     }
     return write_folder(out, files, flag="--out", owned=REPRODUCTION_FILES)

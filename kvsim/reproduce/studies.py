@@ -6,14 +6,24 @@ from __future__ import annotations
 from types import ModuleType
 
 from kvsim.errors import InputError
-from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
+from kvsim.reproduce import (
+    central_nvme,
+    lmcache_longdoc,
+    paper_catalogue,
+    remote_kv_tiers,
+    vllm_offload,
+)
 
 #: ``paper`` is the remote-KV-tier study, ``vllm-offload`` vLLM's KV offloading connector
-#: blog, ``central-nvme`` the central NVMe KV store's vendor claims
+#: blog, ``central-nvme`` the central NVMe KV store's vendor claims, ``paper-catalogue``
+#: the paper's scenarios on the catalogue-composed profile, ``lmcache-longdoc`` LMCache's
+#: Llama-3.1-8B cookbook (Long Doc QA on one A40)
 STUDIES: dict[str, ModuleType] = {
     "paper": remote_kv_tiers,
     "remote-kv-tiers": remote_kv_tiers,
+    "paper-catalogue": paper_catalogue,
     "vllm-offload": vllm_offload,
+    "lmcache-longdoc": lmcache_longdoc,
     "central-nvme": central_nvme,
 }
 

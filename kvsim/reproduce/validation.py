@@ -18,16 +18,14 @@ kind):
 The summary counts, per study and overall, the figures with a published value whose kind
 is **predicted** (calibrated, derived and input figures leave it: matching them shows a
 fit or an input, not the model): how many lie inside kvsim's 95% interval, how many within
-25% of it, and the median absolute error ``|kvsim / published - 1|``.
+a factor 1.25 and 1.5 of it (``max(r, 1/r)`` with ``r = kvsim / published``), and the
+median absolute error ``|kvsim / published - 1|``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -35,31 +33,33 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.errors import InputError
 from kvsim.report import columns
-from kvsim.reproduce import central_nvme, remote_kv_tiers, vllm_offload
+from kvsim.reproduce import (
+    central_nvme,
+    lmcache_longdoc,
+    paper_catalogue,
+    remote_kv_tiers,
+    vllm_offload,
+)
 from kvsim.reproduce.checks import check_files
+from kvsim.reproduce.paper_catalogue import (  # re-exported: the catalogue run's definition
+    CATALOGUE_PROFILE,
+    DEFAULT_PROFILE_LINE,
+    UNCALIBRATED_IN_CATALOGUE,
+    catalogue_folder,
+)
 from kvsim.results.writers import Writer, write_folder
 
-# the GLM-5-class model on an 8xB300 node with the study's PCP8 (and EP8 for its experts);
-# the calibrated profile's host, links, storage and KV stack kept (base), so that only what
-# the cards determine differs between the two runs
-CATALOGUE_PROFILE: dict[str, Any] = {
-    "model": "glm-5",
-    "gpu": "B300",
-    "gpus": 8,
-    "pcp": 8,
-    "ep": 8,
-    "base": "b300-pcp8-glm5",
-}
-DEFAULT_PROFILE_LINE = "profile: b300-pcp8-glm5"
-
-# figures of the paper study fitted to it in the calibrated profile that the composed
-# profile predicts instead
-UNCALIBRATED_IN_CATALOGUE = ("recompute_16k_s",)
-
-STUDIES = ("paper", "paper-catalogue", "vllm-offload", "central-nvme")
-WITHIN = 0.25  # "within 25%": |kvsim / published - 1| <= this
+STUDIES = ("paper", "paper-catalogue", "vllm-offload", "lmcache-longdoc", "central-nvme")
+__all__ = [
+    "CATALOGUE_PROFILE",
+    "DEFAULT_PROFILE_LINE",
+    "UNCALIBRATED_IN_CATALOGUE",
+    "catalogue_folder",
+]
+# "within 1.25x" and "within 1.5x": the ratio r = kvsim / published with max(r, 1/r) at most
+# this (a factor either way: 1.25x over or 1/1.25 = 0.8x under)
+WITHIN = (1.25, 1.5)
 
 COLUMNS = [
     "study",
@@ -71,8 +71,12 @@ COLUMNS = [
     "unit",
     "kind",
     "inside",
-    "within_25pct",
+    "within_1_25x",
+    "within_1_5x",
     "abs_error",
+    "range_lo",
+    "range_hi",
+    "sensitive_to",
 ]
 FILES = ("validation.csv", "validation.md")
 
@@ -84,20 +88,38 @@ def _num(x: object) -> float | None:
     return None if math.isnan(v) else v
 
 
+def factor(kvsim: float, published: float) -> float:
+    """How far apart two values are as a factor: max(r, 1/r) with r = kvsim / published
+    (infinite when they differ in sign or one is 0 and the other not)."""
+    if kvsim == published:
+        return 1.0
+    r = kvsim / published if published else math.inf
+    if not r > 0 or math.isinf(r):
+        return math.inf
+    return max(r, 1.0 / r)
+
+
+def within(kvsim: float, published: float, bound: float) -> bool:
+    """kvsim within a factor ``bound`` of the published value (max(r, 1/r) <= bound)."""
+    return factor(kvsim, published) <= bound
+
+
 def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """A validation.csv row from a study's record (``paper``: the published value):
-    inside (the published value lies in [kvsim_lo, kvsim_hi]), within_25pct and
-    abs_error = |kvsim / published - 1|, empty without a published value."""
+    inside (the published value lies in [kvsim_lo, kvsim_hi]), within_1_25x and
+    within_1_5x (:func:`within`) and abs_error = |kvsim / published - 1|, empty without a
+    published value; range_lo, range_hi and sensitive_to as the study's record gives them
+    (its figure over the documented ranges; empty when not screened)."""
     pub = _num(record.get("paper"))
     kv = float(record["kvsim"])
     lo, hi = _num(record.get("kvsim_lo")), _num(record.get("kvsim_hi"))
     if lo is None or hi is None:  # one value: the interval is the point
         lo = hi = kv
-    inside = within = err = None
+    inside = w125 = w15 = err = None
     if pub is not None and pub != 0:
         err = abs(kv / pub - 1.0)
         inside = bool(lo <= pub <= hi)
-        within = bool(err <= WITHIN)
+        w125, w15 = (within(kv, pub, b) for b in WITHIN)
     return {
         "study": study,
         "figure": record["figure"],
@@ -108,14 +130,18 @@ def row(study: str, record: Mapping[str, Any]) -> dict[str, Any]:
         "unit": record["unit"],
         "kind": record["kind"],
         "inside": inside,
-        "within_25pct": within,
+        "within_1_25x": w125,
+        "within_1_5x": w15,
         "abs_error": err,
+        "range_lo": _num(record.get("range_lo")),
+        "range_hi": _num(record.get("range_hi")),
+        "sensitive_to": record.get("sensitive_to") or "",
     }
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """figures (all rows), scored (predicted with a published value), inside, within_25pct
-    and median_abs_error over the scored ones (NaN when none)."""
+    """figures (all rows), scored (predicted with a published value), inside, within_1_25x,
+    within_1_5x and median_abs_error over the scored ones (NaN when none)."""
     rows = list(rows)
     scored = [r for r in rows if r["kind"] == "predicted" and r["abs_error"] is not None]
     errors = [float(r["abs_error"]) for r in scored]
@@ -123,7 +149,8 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "figures": len(rows),
         "scored": len(scored),
         "inside": sum(1 for r in scored if r["inside"]),
-        "within_25pct": sum(1 for r in scored if r["within_25pct"]),
+        "within_1_25x": sum(1 for r in scored if r["within_1_25x"]),
+        "within_1_5x": sum(1 for r in scored if r["within_1_5x"]),
         "median_abs_error": statistics.median(errors) if errors else math.nan,
     }
 
@@ -144,28 +171,10 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
         med = "-" if math.isnan(s["median_abs_error"]) else f"{s['median_abs_error']:.0%}"
         out.append(
             f"  {name:<{width}}  figures {s['figures']:>2}  scored {s['scored']:>2}  "
-            f"inside interval {s['inside']:>2}  within 25% {s['within_25pct']:>2}  "
-            f"median |kvsim/published - 1| {med}"
+            f"inside interval {s['inside']:>2}  within 1.25x {s['within_1_25x']:>2}  "
+            f"within 1.5x {s['within_1_5x']:>2}  median |kvsim/published - 1| {med}"
         )
     return out
-
-
-def catalogue_folder(paper: Path, into: Path) -> Path:
-    """A copy of the paper scenarios whose base names the composed catalogue profile
-    instead of the calibrated one (every other file extends base.yaml)."""
-    dst = into / "paper-catalogue"
-    shutil.copytree(paper, dst)
-    base = dst / "base.yaml"
-    text = base.read_text(encoding="utf-8")
-    if text.count(DEFAULT_PROFILE_LINE + "\n") != 1:
-        raise InputError(
-            f"expected one line {DEFAULT_PROFILE_LINE!r}", where=str(paper / "base.yaml")
-        )
-    flow = ", ".join(f"{k}: {v}" for k, v in CATALOGUE_PROFILE.items())
-    base.write_text(
-        text.replace(DEFAULT_PROFILE_LINE + "\n", f"profile: {{{flow}}}\n"), encoding="utf-8"
-    )
-    return dst
 
 
 def run_all(
@@ -173,8 +182,11 @@ def run_all(
     paper_folder: str | Path | None = None,
     vllm_folder: str | Path | None = None,
     paper_seeds: int | None = None,
+    ranges: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run every study; return the validation rows and each study's reproduction."""
+    """Run every study; return the validation rows and each study's reproduction.
+    ``ranges``: the catalogue ranges of paper-catalogue, vllm-offload and lmcache-longdoc
+    (the paper study runs without its ranges, central-nvme without its sensitivity)."""
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
@@ -186,6 +198,7 @@ def run_all(
         [
             *remote_kv_tiers.scenario_files(paper),
             *vllm_offload.scenario_files(vllm_folder),
+            *lmcache_longdoc.scenario_files(),
             *central_nvme.scenario_files(),
         ]
     )
@@ -204,20 +217,26 @@ def run_all(
         "paper",
         lambda: remote_kv_tiers.reproduce(paper, log=sub("paper"), seeds=seeds, range_seeds=0),
     )
-    with tempfile.TemporaryDirectory(prefix="kvsim-validation-") as tmp:
-        folder = catalogue_folder(paper, Path(tmp))
-        rep = timed(
-            "paper-catalogue",
-            lambda: remote_kv_tiers.reproduce(
-                folder, log=sub("paper-catalogue"), seeds=seeds, range_seeds=0
-            ),
-        )
-    for r in rep.rows:
-        if r.figure.name in UNCALIBRATED_IN_CATALOGUE:
-            r.figure = dataclasses.replace(r.figure, kind="predicted")
-    reps["paper-catalogue"] = rep
+    reps["paper-catalogue"] = timed(
+        "paper-catalogue",
+        lambda: paper_catalogue.reproduce(
+            paper,
+            log=sub("paper-catalogue"),
+            seeds=seeds,
+            range_seeds=paper_catalogue.RANGE_SEEDS if ranges else 0,
+        ),
+    )
     reps["vllm-offload"] = timed(
-        "vllm-offload", lambda: vllm_offload.reproduce(vllm_folder, log=sub("vllm-offload"))
+        "vllm-offload",
+        lambda: vllm_offload.reproduce(
+            vllm_folder, log=sub("vllm-offload"), range_seeds=1 if ranges else 0
+        ),
+    )
+    reps["lmcache-longdoc"] = timed(
+        "lmcache-longdoc",
+        lambda: lmcache_longdoc.reproduce(
+            log=sub("lmcache-longdoc"), range_seeds=1 if ranges else 0
+        ),
     )
     reps["central-nvme"] = timed(
         "central-nvme",
@@ -234,6 +253,14 @@ def _interval_and_error(r: Mapping[str, Any]) -> tuple[str, str]:
     iv = "-" if lo == hi else f"{_fmt(lo)} .. {_fmt(hi)}"
     err = "-" if r["abs_error"] is None else f"{r['abs_error']:.0%}"
     return iv, err
+
+
+def _range(r: Mapping[str, Any]) -> str:
+    """A row's range over the documented ranges ("-" when not screened)."""
+    lo, hi = r.get("range_lo"), r.get("range_hi")
+    if lo is None or hi is None:
+        return "-"
+    return _fmt(lo) if lo == hi else f"{_fmt(lo)} .. {_fmt(hi)}"
 
 
 def _fmt(x: object) -> str:
@@ -256,6 +283,7 @@ def text_table(rows: list[dict[str, Any]]) -> str:
         "published",
         "kvsim",
         "95% interval",
+        "range",
         "unit",
         "kind",
         "inside",
@@ -271,13 +299,14 @@ def text_table(rows: list[dict[str, Any]]) -> str:
                 _fmt(r["published"]),
                 _fmt(r["kvsim"]),
                 iv,
+                _range(r),
                 r["unit"],
                 r["kind"],
                 _fmt(r["inside"]),
                 err,
             )
         )
-    lines = columns([head, *body], left=(0, 1, 5, 6, 7))
+    lines = columns([head, *body], left=(0, 1, 6, 7, 8))
     return "\n".join([*lines, "", *summary_lines(rows)])
 
 
@@ -287,16 +316,21 @@ def markdown(rows: list[dict[str, Any]], seconds: float | None = None) -> str:
         "",
         "`kvsim reproduce all`: every study, each figure's published value next to kvsim's "
         "(95% interval over seeds; the point where the seed moves nothing). error = "
-        "|kvsim / published - 1|.",
+        "|kvsim / published - 1|. range: the figure over the documented ranges of the "
+        "assumptions (the catalogue's, for studies on composed profiles), sensitive to: "
+        "those moving it by more than 10%.",
         "",
-        "| study | figure | kind | published | kvsim | 95% interval | unit | inside | error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| study | figure | kind | published | kvsim | 95% interval | range | sensitive to "
+        "| unit | inside | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         iv, err = _interval_and_error(r)
+        sens = ", ".join(f"`{n}`" for n in r.get("sensitive_to", "").split(";") if n) or "-"
         lines.append(
             f"| {r['study']} | `{r['figure']}` | {r['kind']} | {_fmt(r['published'])} "
-            f"| {_fmt(r['kvsim'])} | {iv} | {r['unit']} | {_fmt(r['inside'])} | {err} |"
+            f"| {_fmt(r['kvsim'])} | {iv} | {_range(r)} | {sens} | {r['unit']} "
+            f"| {_fmt(r['inside'])} | {err} |"
         )
     lines += ["", "```", *summary_lines(rows), "```"]
     if seconds is not None:

@@ -38,7 +38,9 @@ from kvsim.errors import InputError
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
+from kvsim.reproduce.catalogue_ranges import range_cell, sensitive_lines, study_ranges
 from kvsim.reproduce.checks import check_files
+from kvsim.reproduce.ranges import Range
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
 from kvsim.results.records import Results
 from kvsim.results.writers import write_reproduction
@@ -153,7 +155,8 @@ class Validation:
     rows: list[Row]
     runs: dict[str, Results] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
-    ranges: None = None  # no range runs for this study
+    # each predicted figure over the catalogue's assumptions (None: --no-ranges)
+    ranges: dict[str, Range] | None = None
 
     def value(self, name: str) -> float:
         return self.row(name).kvsim
@@ -170,12 +173,28 @@ class Validation:
 
     def records(self) -> list[dict[str, object]]:
         """One dict per figure, :data:`COLUMNS`: as ``kvsim reproduce paper``'s CSV
-        (``paper`` is the post's value) with no range columns filled."""
-        return [remote_kv_tiers.record(r, self.verdict(r)) for r in self.rows]
+        (``paper`` is the post's value); sensitive_to, range_lo and range_hi over the
+        catalogue's assumptions (empty when not screened)."""
+        out = []
+        for r in self.rows:
+            rg = (self.ranges or {}).get(r.figure.name)
+            out.append(
+                remote_kv_tiers.record(
+                    r,
+                    self.verdict(r),
+                    ";".join(rg.sensitive_to) if rg else "",
+                    rg.lo if rg else None,
+                    rg.hi if rg else None,
+                )
+            )
+        return out
 
 
 COLUMNS = remote_kv_tiers.COLUMNS  # the same reproduction.csv columns as every study
-RANGE_SEEDS = 0  # no range runs: the figures' inputs are catalogue and setup values
+RANGE_SEEDS = 1  # the CLI's: ranges on (deterministic runs; --no-ranges: 0, none)
+# prompts of a range run's throughput benchmarks (the study's 10,000 / 10: each of some 60
+# settings runs 15 of them); the range's base is the same smaller run (paired)
+RANGE_REQUESTS = 1_000
 
 
 def find_scenarios(folder: str | Path | None = None) -> Path:
@@ -233,10 +252,12 @@ def batch_requests(sc: Scenario, hit_blocks: int, n: int = REQUESTS) -> tuple[li
     return reqs, at
 
 
-def throughput(path: Path, hit_blocks: int, n: int = REQUESTS) -> Results:
+def throughput(
+    path: Path, hit_blocks: int, n: int = REQUESTS, overrides: list[str] | None = None
+) -> Results:
     """One run of the throughput benchmark on a configuration: the warm-up left out
     (``run.warmup`` = when the batch arrives)."""
-    sc = api.load(path)
+    sc = api.load(path, overrides)
     reqs, at = batch_requests(sc, hit_blocks, n)
     res = api.run(sc, {"run.warmup": f"{at!r} s"} if at else None, requests=reqs)
     w = res.requests[res.requests["warmup"]]
@@ -245,9 +266,9 @@ def throughput(path: Path, hit_blocks: int, n: int = REQUESTS) -> Results:
     return res
 
 
-def ttft_pair(path: Path, tokens: int) -> tuple[float, float]:
+def ttft_pair(path: Path, tokens: int, overrides: list[str] | None = None) -> tuple[float, float]:
     """(recompute, CPU hit) TTFT of one prompt alone on the configuration's engine."""
-    sc = api.load(path)
+    sc = api.load(path, overrides)
     res = api.run(sc, requests=single_requests(sc, tokens))
     t = res.requests["ttft_s"]
     return float(t.iloc[0]), float(t.iloc[1])
@@ -262,32 +283,29 @@ def scenario_files(folder: str | Path | None = None) -> list[Path]:
     return [d / f"{name}.yaml" for name in CONFIGS]
 
 
-def reproduce(
-    folder: str | Path | None = None,
-    log: Callable[[str], None] = lambda _msg: None,
-    seeds: int = 1,
-    range_seeds: int = 0,
+def values(
+    d: Path,
     requests: int = REQUESTS,
-) -> Validation:
-    """Run every configuration and compute kvsim's value of every figure. Every run here
-    is deterministic (requests built here, all at fixed times; no random stream is drawn),
-    so one seed gives each figure exactly: its interval is the point. ``seeds`` and
-    ``range_seeds`` are accepted for the CLI's sake and ignored."""
-    d = find_scenarios(folder)
+    overrides: list[str] | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+    runs: dict[str, Results] | None = None,
+) -> dict[str, float]:
+    """kvsim's value of every figure from the scenarios in ``d``, with ``--set``-style
+    ``overrides`` on every file and ``requests`` prompts per throughput benchmark;
+    ``runs``: where to keep the throughput runs."""
     path = {name: d / f"{name}.yaml" for name in CONFIGS}
-    check_files(path.values())  # every file checked before the first run
-    base = api.load(path["base"])
-    values: dict[str, float] = {
+    base = api.load(path["base"], overrides)
+    out: dict[str, float] = {
         "h2d_one_way": base.node.h2d_per_gpu / 1e9,
         "copy_both_ways": (base.node.h2d_per_gpu + base.node.d2h_per_gpu) / 1e9,
     }
     for tokens, tag in ((PROMPT, "512"), (LONG, "90k")):
         log(f"running single requests of {tokens:,} tokens (Llama-3.1-8B)")
-        cold, hit = ttft_pair(path["base"], tokens)
-        values[f"ttft_recompute_{tag}_s"] = cold
-        values[f"ttft_cpu_hit_{tag}_s"] = hit
-        values[f"ttft_speedup_{tag}"] = cold / hit
-    runs: dict[str, Results] = {}
+        cold, hit = ttft_pair(path["base"], tokens, overrides)
+        out[f"ttft_recompute_{tag}_s"] = cold
+        out[f"ttft_cpu_hit_{tag}_s"] = hit
+        out[f"ttft_speedup_{tag}"] = cold / hit
+    kept = runs if runs is not None else {}
 
     def tput(config: str, hit_blocks: int) -> float:
         key = f"{config}@{hit_blocks}"
@@ -295,28 +313,56 @@ def reproduce(
             f"running {requests:,} prompts of {PROMPT} tokens: {CONFIGS[config]}, "
             f"{100 * hit_blocks / 32:.4g}% CPU hits"
         )
-        runs[key] = throughput(path[config], hit_blocks, requests)
-        return float(runs[key].summary["prompt_tokens_per_s"])
+        kept[key] = throughput(path[config], hit_blocks, requests, overrides)
+        return float(kept[key].summary["prompt_tokens_per_s"])
 
     dma = {b: tput("base", b) for b in HIT_BLOCKS}
     kernel = {b: tput("kernel", b) for b in HIT_BLOCKS}
-    values["throughput_0pct"] = dma[0]
+    out["throughput_0pct"] = dma[0]
     for b in HIT_BLOCKS[1:]:
-        values[f"throughput_gain_{round(100 * b / 32)}pct"] = dma[b] / dma[0]
-    values["dma_over_kernel_max_8b"] = max(dma[b] / kernel[b] for b in HIT_BLOCKS)
+        out[f"throughput_gain_{round(100 * b / 32)}pct"] = dma[b] / dma[0]
+    out["dma_over_kernel_max_8b"] = max(dma[b] / kernel[b] for b in HIT_BLOCKS)
     small = {
         (c, b): tput(c, b) for c in ("llama-3.2-1b", "llama-3.2-1b-kernel") for b in (0, HIT_80)
     }
     none = tput("llama-3.2-1b-no-offload", 0)
-    values["dma_over_kernel_0pct_1b"] = small["llama-3.2-1b", 0] / small["llama-3.2-1b-kernel", 0]
-    values["dma_over_kernel_80pct_1b"] = (
+    out["dma_over_kernel_0pct_1b"] = small["llama-3.2-1b", 0] / small["llama-3.2-1b-kernel", 0]
+    out["dma_over_kernel_80pct_1b"] = (
         small["llama-3.2-1b", HIT_80] / small["llama-3.2-1b-kernel", HIT_80]
     )
-    values["kernel_over_no_offload_0pct_1b"] = small["llama-3.2-1b-kernel", 0] / none
-    rows = [
-        Row(f, values[f.name], values[f.name], values[f.name], [values[f.name]]) for f in FIGURES
-    ]
-    return Validation(rows, runs, [base.seed])
+    out["kernel_over_no_offload_0pct_1b"] = small["llama-3.2-1b-kernel", 0] / none
+    return out
+
+
+def reproduce(
+    folder: str | Path | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+    seeds: int = 1,
+    range_seeds: int = 0,
+    requests: int = REQUESTS,
+    range_requests: int = RANGE_REQUESTS,
+) -> Validation:
+    """Run every configuration and compute kvsim's value of every figure. Every run here
+    is deterministic (requests built here, all at fixed times; no random stream is drawn),
+    so one seed gives each figure exactly: its interval is the point. ``range_seeds`` > 0
+    (the CLI without ``--no-ranges``): then each predicted figure over the catalogue's
+    assumptions (:func:`kvsim.reproduce.catalogue_ranges.study_ranges`), its throughput
+    benchmarks with ``range_requests`` prompts (the base too: paired). ``seeds`` is
+    accepted for the CLI's sake and ignored."""
+    d = find_scenarios(folder)
+    check_files(scenario_files(d))  # every file checked before the first run
+    runs: dict[str, Results] = {}
+    got = values(d, requests, None, log, runs)
+    rows = [Row(f, got[f.name], got[f.name], got[f.name], [got[f.name]]) for f in FIGURES]
+    rep = Validation(rows, runs, [api.load(d / "base.yaml").seed])
+    if range_seeds:
+        rep.ranges = study_ranges(
+            scenario_files(d),
+            {f.name: got[f.name] for f in FIGURES if f.kind == "predicted"},
+            lambda sets: values(d, range_requests, sets),
+            log,
+        )
+    return rep
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -324,12 +370,14 @@ def reproduce(
 
 def text_table(rep: Validation) -> str:
     """The side-by-side table for a terminal."""
-    head = ("figure", "published", "kvsim", "unit", "kvsim/published", "error", "kind", "what")
+    head = ("figure", "published", "kvsim", "range", "unit", "kvsim/published", "error", "kind")
+    head = (*head, "what")
     body = [
         (
             r.figure.name,
             _fmt(r.figure.paper),
             _fmt(r.kvsim),
+            range_cell(rep, r.figure.name),
             r.figure.unit,
             _fmt(r.ratio),
             "-" if r.ratio is None else f"{abs(r.ratio - 1.0):.0%}",
@@ -341,7 +389,8 @@ def text_table(rep: Validation) -> str:
     lines = [
         f"validating against {STUDY}: deterministic runs (no random stream), so each "
         "value is exact and its interval the point; error = |kvsim / published - 1|",
-        *columns([head, *body], left=(0, 3, 6, 7)),
+        *columns([head, *body], left=(0, 4, 7, 8)),
+        *sensitive_lines(rep),
         f"not modelled (no mechanism in kvsim): {', '.join(NOT_MODELLED)}",
         "each figure's setup and what drives its error: docs/validation.md",
     ]
@@ -356,13 +405,17 @@ def markdown(rep: Validation) -> str:
         f"Source: {SOURCE}. kvsim: one deterministic run per value (the interval is the "
         "point). Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in KINDS.items()) + ".",
         "",
-        "| figure | what | kind | published | kvsim | unit | kvsim/published | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| figure | what | kind | published | kvsim | range | sensitive to | unit "
+        "| kvsim/published | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rep.rows:
+        rg = (rep.ranges or {}).get(r.figure.name)
+        sens = ", ".join(rg.sensitive_to) if rg and rg.sensitive_to else "-"
         lines.append(
             f"| `{r.figure.name}` | {r.figure.what} | {r.figure.kind} | {_fmt(r.figure.paper)} "
-            f"| {_fmt(r.kvsim)} | {r.figure.unit} | {_fmt(r.ratio)} | {rep.verdict(r) or '-'} |"
+            f"| {_fmt(r.kvsim)} | {range_cell(rep, r.figure.name)} | {sens} | {r.figure.unit} "
+            f"| {_fmt(r.ratio)} | {rep.verdict(r) or '-'} |"
         )
     lines += ["", "Not modelled:", ""]
     lines += [f"- `{k}`: {v}" for k, v in NOT_MODELLED.items()]

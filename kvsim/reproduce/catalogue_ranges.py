@@ -1,0 +1,122 @@
+"""Prediction ranges of a study run on composed profiles: each predicted figure over the
+catalogue's assumptions' documented ranges.
+
+What this module owns: :func:`study_ranges`, the one mechanism ``kvsim reproduce`` uses
+for studies whose scenarios compose their profile from the catalogue (``profile: {model,
+gpu, ...}``): ``paper-catalogue``, ``vllm-offload`` and ``lmcache-longdoc``. It is the
+screen ``kvsim run`` and ``kvsim profiles show`` run on a composed profile
+(:func:`kvsim.catalogue.ranges.prediction_ranges` over
+:func:`kvsim.catalogue.ranges.inputs`, filtered by
+:func:`kvsim.experiments.predict.applies`): every assumption moved to each end of its
+range alone (``--set profile.assume.NAME=VALUE`` on every scenario file of the study),
+then every corner of the two that move a figure most; a figure's range spans them all,
+and ``sensitive_to`` names the assumptions whose end moves it by more than 10%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvsim import api
+from kvsim.catalogue.ranges import inputs, prediction_ranges
+from kvsim.experiments.predict import applies, composition
+from kvsim.reproduce.ranges import Input, Range, Setting, setting_text
+
+RunWith = Callable[[list[str]], Mapping[str, float]]
+
+
+def study_inputs(files: Sequence[Path]) -> list[Input]:
+    """The catalogue assumptions that can change a run of any of ``files`` (each file's
+    composition; a file on a named profile adds none)."""
+    chosen: dict[str, Input] = {}
+    for path in files:
+        sc = api.load(path)
+        comp = composition(sc, Path(path).resolve().parent)
+        if comp is None:
+            continue
+        for i in inputs(comp):
+            if i.name not in chosen and applies(i.name, sc, comp):
+                chosen[i.name] = i
+    return list(chosen.values())
+
+
+def study_ranges(
+    files: Sequence[Path],
+    figures: Mapping[str, float],
+    run_with: RunWith,
+    log: Callable[[str], None] = lambda _msg: None,
+    base: Mapping[str, float] | None = None,
+    affects: Callable[[str, Input], bool] | None = None,
+) -> dict[str, Range]:
+    """``figures`` (name: kvsim's value as shipped) over the assumptions of ``files``.
+    ``run_with(overrides)`` gives every figure with ``--set``-style overrides applied to
+    each of the study's scenario files; ``base``: its values with none (the paired base;
+    None: ``run_with([])`` is run, as when the range runs are smaller than the study's);
+    ``affects(figure, input)``: whether an input can move a figure (default: all)."""
+    ins = study_inputs(files)
+    if not ins or not figures:
+        return {}
+    by_name = {i.name: i for i in ins}
+    cache: dict[Setting, Mapping[str, float]] = {}
+    if base is not None:
+        cache[()] = base
+
+    def evaluate(setting: Setting, wanted: Sequence[str]) -> Mapping[str, float]:
+        if setting not in cache:
+            if setting:
+                log(f"ranges [{len(cache)}]: {setting_text(setting, by_name)}")
+            cache[setting] = run_with([by_name[n].override(e) for n, e in setting])
+        return {f: float(cache[setting][f]) for f in wanted}
+
+    return prediction_ranges(figures, ins, affects or (lambda _f, _i: True), evaluate)
+
+
+def range_cell(rep: Any, name: str) -> str:
+    """A figure's range as a table cell ('-' when not screened)."""
+    rg = (getattr(rep, "ranges", None) or {}).get(name)
+    if rg is None:
+        return "-"
+    return f"{rg.lo:.3g}" if rg.lo == rg.hi else f"{rg.lo:.3g} .. {rg.hi:.3g}"
+
+
+def sensitive_lines(rep: Any) -> list[str]:
+    """'sensitive to' lines for a terminal: each screened figure's sensitive inputs."""
+    ranges = getattr(rep, "ranges", None) or {}
+    lines = [f"  {n}: {', '.join(r.sensitive_to)}" for n, r in ranges.items() if r.sensitive_to]
+    if not lines:
+        return []
+    return ["sensitive to (moved by more than 10% over the assumption's range):", *lines]
+
+
+def ranges_markdown(rep: Any) -> list[str]:
+    """The catalogue ranges as a Markdown section: each screened figure's range, the
+    assumptions moving it by more than 10% and the one moving it most."""
+    ranges = getattr(rep, "ranges", None)
+    if ranges is None:
+        return ["", "Catalogue ranges were not run (`--no-ranges`)."]
+    lines = [
+        "",
+        "## Ranges over the catalogue's assumptions",
+        "",
+        "Each assumption of the composed profile with a documented range "
+        "(kvsim/catalogue/assumptions.py; docs/catalogue.md) that can change the study's "
+        "runs, at each end alone, then every corner of the two moving a figure most "
+        "(kvsim/reproduce/catalogue_ranges.py). **sensitive to**: an end moves the figure "
+        "by more than 10%.",
+        "",
+        "| figure | range | sensitive to | moved most by (low / high end) |",
+        "|---|---|---|---|",
+    ]
+    for name, rg in ranges.items():
+        sizes = {n: max(abs(m) for m in mv) for n, mv in rg.moves.items()}
+        top = max(sizes, key=lambda n: sizes[n]) if sizes else ""
+        most = (
+            f"`{top}` ({rg.moves[top][0]:+.0%} / {rg.moves[top][1]:+.0%})"
+            if top and sizes[top] > 0
+            else "-"
+        )
+        sens = ", ".join(f"`{n}`" for n in rg.sensitive_to) or "-"
+        lines.append(f"| `{name}` | {range_cell(rep, name)} | {sens} | {most} |")
+    return lines

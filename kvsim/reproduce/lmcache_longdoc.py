@@ -1,0 +1,278 @@
+"""Validate kvsim against LMCache's cookbook pages for Llama-3.1-8B, Qwen3-8B and
+Mistral-7B-Instruct-v0.2 (LMCache documentation, ``docs/source/getting_started/
+quickstart/{llama,qwen,mistral}_usage_guide.rst``, published on docs.lmcache.ai) from the
+scenarios in ``scenarios/validation/lmcache-longdoc/``: each page's Long Doc QA TTFTs next
+to kvsim's, made from the model and GPU catalogue (the A40 card: its datasheet) with no
+constant fitted to them.
+
+Each page's setup: the model on one NVIDIA A40, ``vllm serve`` (TP 1) alone and with
+LMCache's CPU offloading (``LMCACHE_MAX_LOCAL_CPU_SIZE=66``); LMCache's
+``long_doc_qa.py`` with 46 documents of 10,000 tokens, 100 output tokens, repeat count 1,
+``tile`` mode (every document once in a warm-up round, then once more in the same order in
+the query round), at most 4 requests in flight. It reports each round's mean TTFT and
+duration.
+
+Interpretations adopted (L; docs/validation.md says why):
+
+- kvsim simulates prefill only: a request ends at its first token, so the 100 decode
+  tokens and the 4-in-flight limit are not simulated. The requests are put one at a time
+  on the engine (each arrives when the one before has long finished): TTFT is one prompt's
+  own prefill (or load) on an otherwise idle engine. The pages' durations (which include
+  the decode) are not predicted.
+- A prompt is the document's 10,000 tokens (the benchmark's template adds a few dozen).
+- The Qwen page's ``qwen/Qwen-3-8B-Instruct`` is Qwen3-8B (no model of that id exists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from kvsim import api
+from kvsim.config.schema import Scenario
+from kvsim.errors import InputError
+from kvsim.physics.step import scenario_lone_seconds
+from kvsim.report import columns
+from kvsim.reproduce import catalogue_ranges, remote_kv_tiers
+from kvsim.reproduce.checks import check_files
+from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
+from kvsim.reproduce.vllm_offload import KINDS, Validation
+from kvsim.results.writers import write_reproduction
+from kvsim.workload.request import Request
+
+STUDY = "LMCache cookbooks: Long Doc QA on one A40, vLLM alone and with LMCache"
+SOURCE = (
+    "LMCache documentation, 'Cookbook' pages for Llama 3.1 8B, Qwen3-8B and Mistral-7B, "
+    "their benchmark sections (LMCache/LMCache docs/source/getting_started/quickstart/"
+    "llama_usage_guide.rst, qwen_usage_guide.rst, mistral_usage_guide.rst; docs.lmcache.ai)"
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One cookbook page: its model's two scenario files (vLLM alone, with LMCache) and
+    its published mean TTFTs (warm-up and query round, each mode), in seconds."""
+
+    page: str
+    vllm: str
+    lmcache: str
+    published: tuple[float, float, float, float]
+
+
+PAGES = {
+    "llama-3.1-8b": Page("llama_usage_guide.rst", "base", "lmcache", (2.767, 2.783, 2.862, 0.353)),
+    "qwen3-8b": Page(
+        "qwen_usage_guide.rst", "qwen3-8b", "qwen3-8b-lmcache", (2.933, 2.956, 3.073, 0.393)
+    ),
+    "mistral-7b": Page(
+        "mistral_usage_guide.rst", "mistral-7b", "mistral-7b-lmcache", (2.479, 2.518, 2.616, 0.322)
+    ),
+}
+
+# the configurations, each a scenario file in scenarios/validation/lmcache-longdoc/
+CONFIGS = {
+    c: f"{model} on one A40, {mode}"
+    for model, p in PAGES.items()
+    for c, mode in ((p.vllm, "vLLM alone (GPU prefix cache)"), (p.lmcache, "with LMCache (66 GiB)"))
+}
+
+DOCUMENTS = 46  # S: --num-documents 46
+DOC_TOKENS = 10_000  # S: --document-length 10000 (L: the template's few tokens left out)
+
+
+def _figures(model: str, p: Page) -> tuple[Figure, ...]:
+    w, q, lw, lq = p.published
+    return (
+        Figure(f"warmup_ttft_vllm_s.{model}", w, "s", "warm-up round mean TTFT, vLLM alone"),
+        Figure(f"query_ttft_vllm_s.{model}", q, "s", "query round mean TTFT, vLLM alone"),
+        Figure(f"warmup_ttft_lmcache_s.{model}", lw, "s", "warm-up round mean TTFT, LMCache"),
+        Figure(f"query_ttft_lmcache_s.{model}", lq, "s", "query round mean TTFT, LMCache"),
+        Figure(
+            f"query_ttft_speedup.{model}",
+            q / lq,
+            "x",
+            "query round mean TTFT, vLLM alone / with LMCache",
+        ),
+        Figure(
+            f"query_gpu_hit_frac_vllm.{model}",
+            None,
+            "fraction",
+            "query round: prompt tokens found in HBM, vLLM alone (the pages: no improvement)",
+        ),
+    )
+
+
+FIGURES: tuple[Figure, ...] = tuple(f for m, p in PAGES.items() for f in _figures(m, p))
+
+NOT_MODELLED = {
+    "round_durations": "warm-up and query round times (Llama-3.1-8B: 121.3, 121.7 s vLLM; "
+    "124.2, 51.0 s LMCache): they include 100 decode tokens per request at 4 in flight, "
+    "and kvsim simulates prefill only",
+}
+
+COLUMNS = remote_kv_tiers.COLUMNS
+RANGE_SEEDS = 1  # the CLI's: catalogue ranges on (deterministic runs; --no-ranges: 0)
+
+FAR = 10**12  # block ids far from any generated by a scenario's own workload
+
+
+def find_scenarios(folder: str | Path | None = None) -> Path:
+    """The study's scenarios: the given folder, ./scenarios/validation/lmcache-longdoc, or
+    the checkout's."""
+    rel = Path("scenarios") / "validation" / "lmcache-longdoc"
+    candidates = (
+        [Path(folder)] if folder else [Path.cwd() / rel, Path(__file__).resolve().parents[2] / rel]
+    )
+    for c in candidates:
+        if (c / "base.yaml").is_file():
+            return c
+    raise InputError(
+        "no scenarios/validation/lmcache-longdoc/ folder with base.yaml here; run from the "
+        "kvsim checkout or pass --scenarios DIR",
+        where=str(candidates[0]),
+    )
+
+
+def scenario_files(folder: str | Path | None = None) -> list[Path]:
+    """The scenario files the study runs (:func:`kvsim.reproduce.checks.check_files`)."""
+    d = find_scenarios(folder)
+    return [d / f"{name}.yaml" for name in CONFIGS]
+
+
+def rounds(sc: Scenario, documents: int = DOCUMENTS, tokens: int = DOC_TOKENS) -> list[Request]:
+    """The benchmark's two rounds in tile order: every document once (warm-up), then every
+    document again in the same order (query). One at a time: each arrives a gap after the
+    one before, the gap twice a cold document's time alone (at least 1 s)."""
+    bt = sc.workload.block_tokens
+    blocks = -(-tokens // bt)
+    gap = max(1.0, 2.0 * scenario_lone_seconds(sc)(tokens, 0))
+    reqs = []
+    for i in range(2 * documents):
+        doc = i % documents
+        ids = tuple(range(FAR + doc * blocks, FAR + (doc + 1) * blocks))
+        reqs.append(Request(i, i * gap, tokens, 1, ids))
+    return reqs
+
+
+def round_means(
+    path: Path, overrides: list[str] | None = None, documents: int = DOCUMENTS
+) -> dict[str, float]:
+    """warm-up and query rounds' mean TTFT, and the query round's share of prompt tokens
+    found in HBM, of one configuration."""
+    sc = api.load(path, overrides)
+    res = api.run(sc, requests=rounds(sc, documents))
+    r = res.requests.sort_values("id")
+    warm, query = r.iloc[:documents], r.iloc[documents:]
+    gpu = float(query["tokens_gpu"].sum())
+    return {
+        "warmup": float(warm["ttft_s"].mean()),
+        "query": float(query["ttft_s"].mean()),
+        "query_gpu_frac": gpu / float(query["input_tokens"].sum()),
+    }
+
+
+def values(
+    d: Path, overrides: list[str] | None = None, documents: int = DOCUMENTS
+) -> dict[str, float]:
+    """kvsim's value of every figure (``overrides``: ``--set``-style, for every file)."""
+    out: dict[str, float] = {}
+    for model, p in PAGES.items():
+        vllm = round_means(d / f"{p.vllm}.yaml", overrides, documents)
+        lmc = round_means(d / f"{p.lmcache}.yaml", overrides, documents)
+        out |= {
+            f"warmup_ttft_vllm_s.{model}": vllm["warmup"],
+            f"query_ttft_vllm_s.{model}": vllm["query"],
+            f"warmup_ttft_lmcache_s.{model}": lmc["warmup"],
+            f"query_ttft_lmcache_s.{model}": lmc["query"],
+            f"query_ttft_speedup.{model}": vllm["query"] / lmc["query"],
+            f"query_gpu_hit_frac_vllm.{model}": vllm["query_gpu_frac"],
+        }
+    return out
+
+
+def reproduce(
+    folder: str | Path | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+    seeds: int = 1,
+    range_seeds: int = RANGE_SEEDS,
+) -> Validation:
+    """Run both configurations and compute every figure; then, when ``range_seeds`` > 0
+    (the CLI without ``--no-ranges``), each predicted figure's range over the
+    catalogue's assumptions (:func:`kvsim.reproduce.catalogue_ranges.study_ranges`).
+    Deterministic: one run gives each figure exactly (``seeds``: the CLI's, ignored)."""
+    d = find_scenarios(folder)
+    check_files(scenario_files(d))
+    log(f"running {DOCUMENTS} documents twice (tile) per model, vLLM alone and with LMCache")
+    got = values(d)
+    rows = [Row(f, got[f.name], got[f.name], got[f.name], [got[f.name]]) for f in FIGURES]
+    rep = Validation(rows, {}, [api.load(d / "base.yaml").seed])
+    if range_seeds:
+        rep.ranges = catalogue_ranges.study_ranges(
+            scenario_files(d),
+            {f.name: got[f.name] for f in FIGURES if f.kind == "predicted"},
+            lambda sets: values(d, sets),
+            log,
+            base=got,
+        )
+    return rep
+
+
+# ---- output ------------------------------------------------------------------------------
+
+
+def text_table(rep: Validation) -> str:
+    """The side-by-side table for a terminal, with each figure's range."""
+    head = ("figure", "published", "kvsim", "range", "unit", "kvsim/published", "kind")
+    body = [
+        (
+            r.figure.name,
+            _fmt(r.figure.paper),
+            _fmt(r.kvsim),
+            catalogue_ranges.range_cell(rep, r.figure.name),
+            r.figure.unit,
+            _fmt(r.ratio),
+            r.figure.kind,
+        )
+        for r in rep.rows
+    ]
+    lines = [
+        f"validating against {STUDY}: deterministic runs (the interval is the point); range: "
+        "over the catalogue's assumptions (--no-ranges: not run)",
+        *columns([head, *body], left=(0, 4, 6)),
+        *catalogue_ranges.sensitive_lines(rep),
+        f"not modelled: {', '.join(NOT_MODELLED)} (docs/validation.md)",
+    ]
+    return "\n".join(lines)
+
+
+def markdown(rep: Validation) -> str:
+    """The same table as Markdown."""
+    lines = [
+        f"# Validation: {STUDY}",
+        "",
+        f"Source: {SOURCE}. Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in KINDS.items()) + ".",
+        "",
+        "| figure | what | kind | published | kvsim | range | sensitive to | unit "
+        "| kvsim/published |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rep.rows:
+        rg = (rep.ranges or {}).get(r.figure.name)
+        sens = ", ".join(rg.sensitive_to) if rg and rg.sensitive_to else "-"
+        lines.append(
+            f"| `{r.figure.name}` | {r.figure.what} | {r.figure.kind} | {_fmt(r.figure.paper)} "
+            f"| {_fmt(r.kvsim)} | {catalogue_ranges.range_cell(rep, r.figure.name)} | {sens} "
+            f"| {r.figure.unit} | {_fmt(r.ratio)} |"
+        )
+    lines += ["", "Not modelled:", ""]
+    lines += [f"- `{k}`: {v}" for k, v in NOT_MODELLED.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write(rep: Validation, out: str | Path) -> list[Path]:
+    """reproduction.csv and reproduction.md, written as the folder ``out`` all or nothing."""
+    table = pd.DataFrame(rep.records(), columns=COLUMNS)
+    return write_reproduction(table, markdown(rep), out)
