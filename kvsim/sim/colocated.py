@@ -35,10 +35,9 @@ import numpy as np
 from kvsim.cache.local import GPU, LocalCache
 from kvsim.kernel.fabric import Flow
 from kvsim.sim.decoding import DecodeJob
-from kvsim.sim.engine import Engine
-from kvsim.sim.job import LOADING, NEW, Job
+from kvsim.sim.engine import PLACE_WAIT, Engine
+from kvsim.sim.job import NEW, Job
 from kvsim.sim.node import Links
-from kvsim.sim.restore import Restore
 from kvsim.sim.shared import Shared
 
 SWAP: Final = "swap"  # the tag of a swap-in's flow
@@ -154,27 +153,13 @@ class ColocatedEngine(Engine):
                 if chunks is not None and (policy.blocking or job.cached <= tok[GPU]):
                     held = job.cached - tok[GPU] + min(min(job.left(), per), budget)
                     need = held * kv
-                if job.cached > tok[GPU]:  # a restore
-                    if aside or not self.pool.can_restore(need):
-                        aside.append(job)
-                        continue
-                    self.pool.take_slot()
-                    self.pool.take(job, need, ctx.metrics)
-                    if chunks is not None:
-                        job.kv_tokens = held
-                        job.requeued = False
-                    job.state = LOADING
-                    if not policy.blocking:
-                        lookups = max(lookups, self.lookup.cost(job))
-                        Restore(self, ctx, job, self._restored_async, self.lookup.fall_back)
-                        continue
-                    self._syncing.append(job)
-                else:
-                    self.pool.take(job, need, ctx.metrics)
-                    if chunks is not None:
-                        job.kv_tokens = held
-                        job.requeued = False
-                    job.begin = now
+                got = self._place(job, need, held, chunks is not None, bool(aside), now)
+                if got == PLACE_WAIT:
+                    aside.append(job)
+                    continue
+                if got >= 0.0:  # restoring in the background: a later step computes it
+                    lookups = max(lookups, got)
+                    continue
             else:
                 job.begin = now
             n = min(min(job.left(), per), budget)

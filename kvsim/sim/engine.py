@@ -48,7 +48,7 @@ as objects :mod:`kvsim.sim.tiers` (docs/extending.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import simpy
 
@@ -68,6 +68,11 @@ from kvsim.sim.puts import Puts
 from kvsim.sim.restore import Restore
 from kvsim.sim.scheduler import Waiting
 from kvsim.sim.shared import Shared
+
+# what Engine._place says of a request taken from the queue (else: an asynchronous
+# restore's lookup cost, >= 0)
+PLACE_WAIT: Final = -1.0  # it waits in line (no restore slot)
+PLACE_JOIN: Final = -2.0  # it joins the step's batch
 
 
 class Engine(Node):
@@ -426,28 +431,14 @@ class Engine(Node):
                     held = job.cached - tok[GPU]
                     held += min(min(job.req.input_tokens - job.cached, per), budget)
                     need = held * ctx.run.kv_bytes
-                if job.cached > tok[GPU]:  # a lower tier serves some: a restore
-                    # once one restore waits for a slot, later ones wait behind it
-                    if aside or not self.pool.can_restore(need):
-                        aside.append(job)
-                        continue
-                    self.pool.take_slot()
-                    self.pool.take(job, need, ctx.metrics)
-                    if chunks is not None:
-                        job.kv_tokens = held
-                        job.requeued = False
-                    job.state = LOADING
-                    if not policy.blocking:
-                        lookups = max(lookups, self.lookup.cost(job))
-                        Restore(self, ctx, job, self._restored_async, self.lookup.fall_back)
-                        continue
-                    self._syncing.append(job)
-                else:
-                    self.pool.take(job, need, ctx.metrics)
-                    if chunks is not None:
-                        job.kv_tokens = held
-                        job.requeued = False
-                    job.begin = now
+                # (once one restore waits for a slot, later ones wait behind it)
+                got = self._place(job, need, held, chunks is not None, bool(aside), now)
+                if got == PLACE_WAIT:
+                    aside.append(job)
+                    continue
+                if got >= 0.0:  # restoring in the background: a later step computes it
+                    lookups = max(lookups, got)
+                    continue
             else:
                 job.begin = now
             n = min(min(job.req.input_tokens - job.cached, per), budget)
@@ -466,6 +457,37 @@ class Engine(Node):
         if preempted and not batch:  # (form the next step at once: _loop)
             self._again = True
         return batch, lookups
+
+    def _place(
+        self, job: Job, need: float, held: int, tracked: bool, queued: bool, now: float
+    ) -> float:
+        """Give a request taken from the queue its HBM: ``need`` bytes (``held`` tokens,
+        recorded where the pool is tracked per chunk: ``tracked``) and, where a lower tier
+        serves some of its prefix, a restore slot. Returns :data:`PLACE_WAIT` where it must
+        wait (no restore slot, or a restore ahead of it waits: ``queued``),
+        :data:`PLACE_JOIN` where it joins this step's batch (its compute begins, or its
+        synchronous restore runs in the step), else the lookup's cost of the asynchronous
+        restore it started (a later step computes it)."""
+        ctx = self.ctx
+        restore = job.cached > job.tokens[GPU]
+        if restore:
+            if queued or not self.pool.can_restore(need):
+                return PLACE_WAIT
+            self.pool.take_slot()
+        self.pool.take(job, need, ctx.metrics)
+        if tracked:
+            job.kv_tokens = held
+            job.requeued = False
+        if not restore:
+            job.begin = now
+            return PLACE_JOIN
+        job.state = LOADING
+        if ctx.policy.blocking:
+            self._syncing.append(job)
+            return PLACE_JOIN
+        cost = self.lookup.cost(job)
+        Restore(self, ctx, job, self._restored_async, self.lookup.fall_back)
+        return cost
 
     def _restored_async(self, job: Job) -> None:
         """An asynchronous restore is in: the request re-joins the queue for its prefill."""
