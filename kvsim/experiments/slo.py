@@ -13,6 +13,7 @@ bound of the SLO's latency terms (ttft, tpot, itl, e2e), over the measured windo
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import operator
 import re
@@ -143,7 +144,15 @@ def _term(text: str, where: str) -> Term:
     ok = SLO_METRICS
     metric = name if name in ok else f"{name}_s" if f"{name}_s" in ok else None
     if metric is None:
-        raise InputError(f"unknown metric {name!r}; choose one of {', '.join(ok)}", where=where)
+        near = difflib.get_close_matches(name, ok, n=1) or difflib.get_close_matches(
+            f"{name}_s", ok, n=1
+        )
+        hint = f"did you mean {near[0].removesuffix('_s')!r}? " if near else ""
+        raise InputError(
+            f"unknown metric {name!r}; {hint}choose one of {', '.join(ok)} (a metric in "
+            "seconds may leave out its _s)",
+            where=where,
+        )
     try:
         value = parse_duration(raw) if metric.endswith("_s") else float(raw)
     except (ValueError, OverflowError) as e:
