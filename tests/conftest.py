@@ -14,6 +14,7 @@ import pytest
 
 from kvsim.config.loader import deep_merge, scenario_from_dict
 from kvsim.config.schema import Scenario
+from kvsim.sim.job import Job
 from kvsim.sim.rows import DEFAULT, Column
 from kvsim.workload.request import Request
 
@@ -130,6 +131,8 @@ def record(values: dict[str, Any]) -> SimpleNamespace:
         for p in parents:
             obj = getattr(obj, p)
         setattr(obj, last, v)
+    # what the row table reads: Job.record()'s fields (those not given: None)
+    rec.record = lambda: tuple(getattr(rec, f, None) for f in Job.RECORD)
     return rec
 
 

@@ -124,3 +124,26 @@ def test_a_dropped_request_has_no_parts():
     d = record(job)
     assert all(math.isnan(d[p]) for p in PARTS) and math.isnan(d["gpu_compute_s"])
     assert d["recomputed_tokens"] == 0
+
+
+def test_the_record_returns_its_declared_fields_in_order():
+    """Job.record() and DecodeJob.record() are the fields RECORD names, in its order (the
+    row table finds each column's source by name in RECORD): a field read off by getattr
+    equals the record's entry at its name's position, on jobs whose fields all differ."""
+    from kvsim.sim.decoding import DecodeJob
+
+    for kind in (Job, DecodeJob):
+        job = kind(req(7, 2.5, 1000, [4, 5]), True, (4, 5))
+        for i, name in enumerate(kind.RECORD):  # a distinct value in every plain field
+            value = getattr(job, name)
+            if isinstance(value, float):
+                setattr(job, name, 1000.0 + i)
+            elif isinstance(value, bool):
+                setattr(job, name, not value)
+            elif isinstance(value, int):
+                setattr(job, name, 1000 + i)
+        assert len(set(kind.RECORD)) == len(kind.RECORD)
+        got = job.record()
+        assert len(got) == len(kind.RECORD)
+        for name, value in zip(kind.RECORD, got, strict=True):
+            assert value is getattr(job, name) or value == getattr(job, name), name

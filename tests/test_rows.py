@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.sim.rows import COLUMN_NAMES, DEFAULT, SCHEMA, RowTable, columns
+from kvsim.sim.rows import COLUMN_NAMES, DEFAULT, SCHEMA, Column, RowTable, columns
 
 from conftest import examples, record, record_sources
 
@@ -124,8 +124,14 @@ def test_a_user_tier_kind_has_its_own_columns():
     assert by["tokens_compute"].source == ("tokens", -1)
 
 
-def test_a_record_lacking_a_declared_source_is_refused_by_name():
-    table = RowTable()
+def test_a_column_whose_source_is_no_field_of_the_record_is_refused_by_name():
+    """Each column's source must be a field Job.record() returns (or an attribute of its
+    request): one that is not is refused when the table is made, naming column and field."""
+    with pytest.raises(ValueError, match="column x: no field 'nosuch'"):
+        RowTable([Column("x", "d", "", "nosuch")])
+    with pytest.raises(ValueError, match="column y: no field 'nosuch'"):
+        RowTable([Column("y", "d", "", ("nosuch", 1))])
+    table = RowTable()  # a record without record(): named when the batch is read
     table.add(SimpleNamespace(req=SimpleNamespace(id=1)))
-    with pytest.raises(AttributeError, match="session"):
+    with pytest.raises(AttributeError, match="record"):
         table.column("id")

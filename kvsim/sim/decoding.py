@@ -20,7 +20,7 @@ step one more; after a recompute the prompt and the ``decoded`` tokens are compu
 from __future__ import annotations
 
 import math
-from typing import Final, NamedTuple
+from typing import ClassVar, Final, NamedTuple
 
 from kvsim.cache.eviction import Key
 from kvsim.cache.local import TIERS
@@ -87,6 +87,27 @@ class DecodeJob(Job):
         self.e2e = _NAN  # last token out - arrival
         self.tpot = _NAN  # (last token - first token) / (tokens - 1)
         self.itl_p99 = _NAN  # p99 of its gaps between tokens
+
+    #: Job's fields, then the decode's (kvsim.sim.rows: COLOCATED's columns)
+    RECORD: ClassVar[tuple[str, ...]] = (
+        *Job.RECORD,
+        "e2e",
+        "tpot",
+        "itl_p99",
+        "swapped_bytes",
+        "out_target",
+    )
+
+    def record(self) -> tuple:
+        """Job's record, then the decode's fields."""
+        return (
+            *Job.record(self),
+            self.e2e,
+            self.tpot,
+            self.itl_p99,
+            self.swapped_bytes,
+            self.out_target,
+        )
 
     def reset(self) -> None:
         """A fresh attempt (on arrival, or after its engine failed): its output too."""

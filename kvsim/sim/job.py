@@ -11,7 +11,7 @@ tokens last).
 from __future__ import annotations
 
 import math
-from typing import Final, Protocol
+from typing import ClassVar, Final, Protocol
 
 from kvsim.cache.eviction import Key
 from kvsim.cache.local import TIERS
@@ -183,6 +183,88 @@ class Job:
         self.restore_queue = 0.0
         self.restore_read = 0.0
         self.restore_h2d = 0.0
+
+    #: what :meth:`record` returns, in its order: the fields the per-request columns read
+    #: (kvsim.sim.rows names each column's source among them; tests/test_job.py checks the
+    #: two agree)
+    RECORD: ClassVar[tuple[str, ...]] = (
+        "req",
+        "served_by",
+        "start",
+        "finish",
+        "queue_wait",
+        "load_s",
+        "compute_s",
+        "store_s",
+        "lost_s",
+        "frontend_s",
+        "tier_s",
+        "prefetch_s",
+        "remote_get_s",
+        "remote_ssd_s",
+        "remote_ssd_tokens",
+        "restore_lookup",
+        "restore_queue",
+        "restore_read",
+        "restore_h2d",
+        "tokens",
+        "recomputed",
+        "preemptions",
+        "preempted_tokens",
+        "gpu_s",
+        "bytes",
+        "decision",
+        "stalled",
+        "timed_out",
+        "retries",
+        "drop_reason",
+        "warmup",
+        "warm",
+        "steps",
+        "handoff_s",
+        "handoff_bytes",
+    )
+
+    def record(self) -> tuple:
+        """The values of :attr:`RECORD`'s fields: the row table reads a finished request
+        with this one call (compiled: a native read per field), not a getattr a column."""
+        return (
+            self.req,
+            self.served_by,
+            self.start,
+            self.finish,
+            self.queue_wait,
+            self.load_s,
+            self.compute_s,
+            self.store_s,
+            self.lost_s,
+            self.frontend_s,
+            self.tier_s,
+            self.prefetch_s,
+            self.remote_get_s,
+            self.remote_ssd_s,
+            self.remote_ssd_tokens,
+            self.restore_lookup,
+            self.restore_queue,
+            self.restore_read,
+            self.restore_h2d,
+            self.tokens,
+            self.recomputed,
+            self.preemptions,
+            self.preempted_tokens,
+            self.gpu_s,
+            self.bytes,
+            self.decision,
+            self.stalled,
+            self.timed_out,
+            self.retries,
+            self.drop_reason,
+            self.warmup,
+            self.warm,
+            self.steps,
+            self.handoff_s,
+            self.handoff_bytes,
+        )
 
     def drop(self, reason: str) -> None:
         """No attempt will finish: no times, no tokens (bytes already read stay)."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kvsim.cache.local import REMOTE
-from kvsim.sim.rows import DEFAULT, Column, RowTable
+from kvsim.sim.rows import DEFAULT, RECORD, Column, RowTable
 
 _EVERY = 1000  # records between records() calls
 
@@ -84,9 +84,13 @@ class Metrics:
     """The run's records and its listeners (see the module docstring)."""
 
     def __init__(
-        self, columns: Sequence[Column] = DEFAULT, listeners: Sequence[MetricsListener] = ()
+        self,
+        columns: Sequence[Column] = DEFAULT,
+        listeners: Sequence[MetricsListener] = (),
+        fields: Sequence[str] = RECORD,
     ) -> None:
-        self.rows = RowTable(columns)
+        """``fields``: what the requests' ``record()`` returns (Job.RECORD, DecodeJob's)."""
+        self.rows = RowTable(columns, fields)
         self.listeners: list[MetricsListener] = []
         self._block: list[Any] = []  # the BlockListeners (they hear *event, as is)
         self.blocks = False  # some listener hears block events (the engines test this)

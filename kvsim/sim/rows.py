@@ -11,22 +11,27 @@ kind's own). :data:`SCHEMA`/:data:`COLUMNS`/:data:`COLUMN_NAMES` are the declara
 the built-in tiers; and :class:`RowTable`, the records kept column by column.
 
 A :class:`RowTable` takes finished requests (:meth:`RowTable.add`) and keeps each column
-as NumPy arrays (text: a list of shared strings): requests wait in a small batch, which is
-then read column by column, by the declared sources, into one array per column. A million
-requests take about 270 MB this way against about 1 GB as tuples of Python objects, and
-the columns become the results DataFrame without a conversion pass.
+as NumPy arrays (text: a list of shared strings): requests wait in a small batch, whose
+records (``Job.record()``: its fields in :attr:`Job.RECORD <kvsim.sim.job.Job.RECORD>`
+order, one call a request) are then read column by column, by the declared sources, into
+one array per column. A million requests take about 270 MB this way against about 1 GB as
+tuples of Python objects, and the columns become the results DataFrame without a
+conversion pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, Final, NamedTuple
 
 import numpy as np
 
+from kvsim.sim.job import Job
+
 _DTYPES: dict[str, Any] = {"q": np.int64, "d": np.float64, "?": np.bool_}
 _BATCH: Final = 1024  # requests read into the columns at a time
+RECORD: Final = Job.RECORD  # a finished request's fields (Job.record), by name
 
 
 class Column(NamedTuple):
@@ -361,38 +366,46 @@ COLUMNS: tuple[tuple[str, str], ...] = tuple((name, meaning) for name, _, meanin
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in SCHEMA)
 # a column the table reads but does not keep: the restore's own wall time (load_s's part)
 _RESTORE = Column("_restore_s", "d", "", "load_s")
+_RECORD = methodcaller("record")
 
 
 class RowTable:
     """Finished requests' records, kept column by column (see the module docstring)."""
 
-    __slots__ = ("_batch", "_get", "_parts", "_plan", "_rows", "columns", "names")
+    __slots__ = ("_batch", "_fields", "_parts", "_plan", "_req", "_rows", "columns", "names")
 
-    def __init__(self, columns: Sequence[Column] = DEFAULT) -> None:
+    def __init__(self, columns: Sequence[Column] = DEFAULT, fields: Sequence[str] = RECORD) -> None:
+        """``fields``: what a record's ``record()`` returns, by name (Job.RECORD): the
+        columns' sources are among them (``req.id``: the ``id`` of the ``req`` field)."""
         self.columns: tuple[Column, ...] = tuple(columns)
         self.names: tuple[str, ...] = tuple(c.name for c in self.columns)
-        # how a batch is read: one attribute getter for every source (an attribute path,
-        # or a per-tier list's name, each once), and per column where its values are
-        sources: list[str] = []
-        self._plan: list[tuple[int, int]] = []  # (source index, tier code or -2: scalar)
+        self._fields = tuple(fields)
+        # how a batch is read: per column, where its values are: (field index, tier code or
+        # -2: the field itself, or -3: an attribute of the request, by its index in _req)
+        req: list[str] = []  # the request's attributes read
+        self._plan: list[tuple[int, int]] = []
         for col in (*self.columns, _RESTORE):
-            src = col.source
             if col.derived is not None:
                 self._plan.append((-1, -2))
                 continue
-            path, t = (src, -2) if isinstance(src, str) else src
-            if path not in sources:
-                sources.append(path)
-            self._plan.append((sources.index(path), t))
-        # (a tuple of values per request, even for a single source)
-        self._get = attrgetter(*sources) if len(sources) > 1 else attrgetter(*sources * 2)
+            path, t = (col.source, -2) if isinstance(col.source, str) else col.source
+            head, _, attr = path.partition(".")
+            if head not in self._fields:
+                raise ValueError(f"column {col.name}: no field {head!r} in the record")
+            if attr:
+                if attr not in req:
+                    req.append(attr)
+                t = -3 - req.index(attr)
+            self._plan.append((self._fields.index(head), t))
+        # (a tuple of values per request, even for one attribute, or none)
+        self._req = attrgetter(*req) if len(req) > 1 else attrgetter(*(req or ["id"]) * 2)
         self._batch: list[Any] = []  # requests not read into the columns yet
         self._parts: list[list[Any]] = [[] for _ in self.columns]  # arrays, or str
         self._rows = 0  # rows in _parts
 
     def add(self, record: Any) -> None:
-        """A finished (or dropped) request: its values are read by the columns' sources
-        when the batch is full, or a column is read (the request must not change)."""
+        """A finished (or dropped) request: its ``record()`` is read when the batch is full,
+        or a column is read (the request must not change)."""
         self._batch.append(record)
         if len(self._batch) >= _BATCH:
             self._flush()
@@ -402,20 +415,24 @@ class RowTable:
         if not batch:
             return
         n = len(batch)
-        by_source = list(zip(*map(self._get, batch), strict=True))  # a tuple per source
-        tiers: dict[int, list[tuple[Any, ...]]] = {}  # a per-tier list's values, by tier
+        by_field = list(zip(*map(_RECORD, batch), strict=True))  # a tuple per field
+        nested: dict[int, list[tuple[Any, ...]]] = {}  # a field's entries, by field
         values: dict[str, Any] = {}
         cols = (*self.columns, _RESTORE)
         for col, (i, t) in zip(cols, self._plan, strict=True):
             if i < 0:
                 continue  # derived: below
             if t == -2:
-                got = by_source[i]
-            else:  # one entry of a per-tier list
-                per_tier = tiers.get(i)
-                if per_tier is None:
-                    per_tier = tiers[i] = list(zip(*by_source[i], strict=True))
-                got = per_tier[t]
+                got = by_field[i]
+            else:  # one entry of a per-tier list, or an attribute of the request
+                parts = nested.get(i)
+                if parts is None:
+                    if t >= -1:
+                        parts = list(zip(*by_field[i], strict=True))
+                    else:
+                        parts = list(zip(*map(self._req, by_field[i]), strict=True))
+                    nested[i] = parts
+                got = parts[t] if t >= -1 else parts[-3 - t]
             if col.code == "s":
                 values[col.name] = list(got)
             else:

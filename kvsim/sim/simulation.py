@@ -247,7 +247,8 @@ class Simulation(Listener):
         # before the remote store is prestored, once the stores are watched
         tiers = run.tiers
         self.metrics = Metrics(
-            columns([t.name for t in tiers], run.handoff is not None, run.colocated)
+            columns([t.name for t in tiers], run.handoff is not None, run.colocated),
+            fields=(DecodeJob if run.colocated else Job).RECORD,
         )
         self.metrics.add(OnRecords(self._records))
         self.recorder: AccessRecorder | None = None
