@@ -120,6 +120,19 @@ def test_a_small_step_in_eager_mode_waits_for_its_launches():
     assert big == pytest.approx(1e-3 + 0.032)
 
 
+def test_eager_mode_launches_at_its_own_cost_and_compiled_code_at_its():
+    """engine.cuda_graphs false runs the model's PyTorch code op by op (eager_s: 4,000
+    kernels at 30 us = 120 ms); with graphs on, a step too large for them launches from
+    compiled code (kernel_s: 4,000 at 8 us = 32 ms). Without eager_s, eager mode pays
+    kernel_s."""
+    both = dict(cpu_step=0.0, cpu_request=0.0, kernel_s=0.032, graph_s=0.0, graph_max_tokens=512)
+    eager = Launches(graphs=False, eager_s=0.120, **both)
+    graphs = Launches(graphs=True, eager_s=0.120, **both)
+    assert eager.launch_seconds(16) == eager.launch_seconds(1000) == 0.120
+    assert graphs.launch_seconds(16) == 0.0 and graphs.launch_seconds(1000) == 0.032
+    assert Launches(graphs=False, **both).launch_seconds(16) == 0.032
+
+
 def test_collectives_pay_their_latency_and_their_bytes():
     """160 collectives of 30 us, and 8 kB a new token over a 100 GB/s link: a 1,000-token
     step adds 4.8 ms + 80 us."""

@@ -21,9 +21,11 @@ WORKLOAD = {"kind": "synthetic", "requests": 1, "arrivals": {"process": "poisson
 
 def test_a_gpu_hit_pays_the_frontend_and_more_in_eager_mode():
     """Qwen3-4B on one H100 (launch-bound when eager: 36 layers x 11 + 30 = 426 kernels at
-    8 us, 3.4 ms, over its 16-token step's 2.8 ms of weight reads). A prompt all in HBM:
-    its last block recomputed, the frontend (API server, tokenizer, hashing, output) around
-    it. 64k tokens cost more than 1k (the tokenizer, ~1 us a token); eager more than graphs.
+    30 us, engine.yaml's launch.eager_kernel, 12.8 ms, over its 16-token step's 2.9 ms of
+    weight reads; with CUDA graphs the step replays them). A prompt all in HBM: its last
+    block recomputed, the frontend (API server, tokenizer, hashing, output) around it. 64k
+    tokens cost more than 1k (the tokenizer, ~1 us a token); eager more than graphs, and
+    over 10 ms at 1k (issue 41 quotes ~40 ms measured: not reached, see docs/validation.md).
     """
     comp = compose({"model": "qwen3-4b", "gpu": "H100", "gpus": 1})
     graphs, eager = lone_figures(comp), lone_figures(comp, cuda_graphs=False)
@@ -32,11 +34,15 @@ def test_a_gpu_hit_pays_the_frontend_and_more_in_eager_mode():
         assert 0.05 < figs["gpu_hit_64k_ttft_s"] < 0.2
     assert eager["gpu_hit_1k_ttft_s"] > graphs["gpu_hit_1k_ttft_s"]
     assert eager["gpu_hit_1k_ttft_s"] - graphs["gpu_hit_1k_ttft_s"] == pytest.approx(
-        426 * 8e-6 - comp.step_model().compute_share(((16, 1008),)), rel=1e-6
+        426 * 30e-6 - comp.step_model().compute_share(((16, 1008),)), rel=1e-6
     )
-    # at the launch cost's documented top (30 us a kernel) eager reaches tens of ms
+    assert 0.010 < eager["gpu_hit_1k_ttft_s"] < 0.020
+    # the compiled code's per-kernel cost (launch.kernel) leaves eager mode alone
     top = comp.with_assumptions(comp.assume.at("launch.kernel", "hi"))
-    assert lone_figures(top, cuda_graphs=False)["gpu_hit_1k_ttft_s"] > 0.014
+    assert lone_figures(top, cuda_graphs=False)["gpu_hit_1k_ttft_s"] == eager["gpu_hit_1k_ttft_s"]
+    # at the eager cost's documented top (40 us a kernel) the 1k hit takes 17 ms and more
+    top = comp.with_assumptions(comp.assume.at("launch.eager_kernel", "hi"))
+    assert lone_figures(top, cuda_graphs=False)["gpu_hit_1k_ttft_s"] > 0.017
 
 
 def test_the_frontend_grows_with_the_prompt_by_hand():

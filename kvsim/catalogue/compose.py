@@ -250,6 +250,7 @@ class Composition:
             "cpu_request": a.v("cpu.per_request"),
             "kernels": self.kernels,
             "kernel_launch": a.v("launch.kernel"),
+            "eager_launch": a.v("launch.eager_kernel"),
             "graph_replay": m.layers * a.v("launch.graph_per_layer"),
             "graph_max_tokens": facts["launch.graph_max_tokens"],
             "stage_bandwidth": stage_bw,
@@ -297,6 +298,7 @@ class Composition:
             "cpu_step",
             "cpu_request",
             "kernel_launch",
+            "eager_launch",
             "graph_replay",
             "stage_latency",
         ):
@@ -723,7 +725,8 @@ def describe(comp: Composition, per_step: int = 8192) -> list[tuple[str, str, st
         (
             "host per step",
             f"{o['cpu_step'] * 1e3:g} ms + {o['cpu_request'] * 1e6:g} us a request",
-            f"launches: {o['kernels']} kernels x {o['kernel_launch'] * 1e6:g} us eager, "
+            f"launches: {o['kernels']} kernels x {o['eager_launch'] * 1e6:g} us eager, "
+            f"x {o['kernel_launch'] * 1e6:g} us compiled, "
             f"{o['graph_replay'] * 1e3:.2f} ms graphs (steps <= {o['graph_max_tokens']} tokens)",
         ),
         (

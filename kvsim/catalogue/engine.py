@@ -33,7 +33,7 @@ DURATIONS: dict[str, tuple[str, ...]] = {
         "output",
     ),
     "cpu": ("per_step", "per_request"),
-    "launch": ("kernel", "graph_per_layer"),
+    "launch": ("kernel", "eager_kernel", "graph_per_layer"),
     "comm": ("nvlink_latency", "network_latency"),
     "transfer": ("setup", "per_batch", "per_op"),
 }

@@ -83,7 +83,15 @@ class Curve:
 class Launches:
     """The host's side of a step: CPU work and kernel launches (see the module docstring)."""
 
-    __slots__ = ("cpu_request", "cpu_step", "graph_max_tokens", "graph_s", "graphs", "kernel_s")
+    __slots__ = (
+        "cpu_request",
+        "cpu_step",
+        "eager_s",
+        "graph_max_tokens",
+        "graph_s",
+        "graphs",
+        "kernel_s",
+    )
 
     def __init__(
         self,
@@ -92,19 +100,25 @@ class Launches:
         cpu_request: float,
         kernel_s: float,
         graphs: bool,
+        eager_s: float | None = None,
         graph_s: float,
         graph_max_tokens: int,
     ) -> None:
         self.cpu_step = cpu_step  # scheduling, input preparation, sampling: per step
         self.cpu_request = cpu_request  # ... and per request in the step
-        self.kernel_s = kernel_s  # launching the step's kernels one by one (eager)
+        # launching the step's kernels one by one: compiled code too large a step for its
+        # graphs, and (eager_s) eager mode, which runs the model's PyTorch code op by op
+        self.kernel_s = kernel_s
+        self.eager_s = kernel_s if eager_s is None else eager_s
         self.graphs = graphs  # CUDA graphs (false: eager mode)
         self.graph_s = graph_s  # replaying a step's graphs
         self.graph_max_tokens = graph_max_tokens  # the largest step captured in graphs
 
     def launch_seconds(self, tokens: int) -> float:
         """Host time to launch a step of ``tokens`` tokens' kernels."""
-        if self.graphs and tokens <= self.graph_max_tokens:
+        if not self.graphs:
+            return self.eager_s
+        if tokens <= self.graph_max_tokens:
             return self.graph_s
         return self.kernel_s
 

@@ -206,7 +206,15 @@ class Ops(Record):
     cpu_request: Duration = Field("0 s", description="host CPU per request in a step")
     kernels: NonNegInt = Field(0, description="kernels one step launches (all layers)")
     kernel_launch: Duration = Field(
-        "0 s", description="host time to launch one kernel in eager mode (Python included)"
+        "0 s",
+        description="host time to launch one kernel of a step its CUDA graphs do not cover "
+        "(larger than graph_max_tokens), from the compiled model's code",
+    )
+    eager_launch: Duration | None = Field(
+        None,
+        description="engine.cuda_graphs false (eager mode, vLLM's --enforce-eager, which "
+        "also turns torch.compile off): host time per kernel as the model's PyTorch code "
+        "runs op by op, Python included (null: kernel_launch)",
     )
     graph_replay: Duration = Field(
         "0 s", description="host time to replay a step's CUDA graphs (engine.cuda_graphs)"
