@@ -81,6 +81,27 @@ def range_cell(rep: Any, name: str) -> str:
     return f"{rg.lo:.3g}" if rg.lo == rg.hi else f"{rg.lo:.3g} .. {rg.hi:.3g}"
 
 
+def figure_table(rep: Any, fmt: Callable[[Any], str], verdict: bool = False) -> list[str]:
+    """A study's figures as Markdown table lines (header included): what each is, its kind,
+    published and kvsim values, its range and what it is sensitive to, its unit and ratio;
+    ``verdict``: a last column with the study's verdict on the figure (``rep.verdict``)."""
+    lines = [
+        "| figure | what | kind | published | kvsim | range | sensitive to | unit "
+        "| kvsim/published |" + (" verdict |" if verdict else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if verdict else ""),
+    ]
+    for r in rep.rows:
+        rg = (rep.ranges or {}).get(r.figure.name)
+        sens = ", ".join(rg.sensitive_to) if rg and rg.sensitive_to else "-"
+        line = (
+            f"| `{r.figure.name}` | {r.figure.what} | {r.figure.kind} | {fmt(r.figure.paper)} "
+            f"| {fmt(r.kvsim)} | {range_cell(rep, r.figure.name)} | {sens} | {r.figure.unit} "
+            f"| {fmt(r.ratio)} |"
+        )
+        lines.append(line + (f" {rep.verdict(r) or '-'} |" if verdict else ""))
+    return lines
+
+
 def sensitive_lines(rep: Any) -> list[str]:
     """'sensitive to' lines for a terminal: each screened figure's sensitive inputs."""
     ranges = getattr(rep, "ranges", None) or {}

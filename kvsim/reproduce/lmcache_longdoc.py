@@ -255,18 +255,8 @@ def markdown(rep: Validation) -> str:
         "",
         f"Source: {SOURCE}. Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in KINDS.items()) + ".",
         "",
-        "| figure | what | kind | published | kvsim | range | sensitive to | unit "
-        "| kvsim/published |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *catalogue_ranges.figure_table(rep, _fmt),
     ]
-    for r in rep.rows:
-        rg = (rep.ranges or {}).get(r.figure.name)
-        sens = ", ".join(rg.sensitive_to) if rg and rg.sensitive_to else "-"
-        lines.append(
-            f"| `{r.figure.name}` | {r.figure.what} | {r.figure.kind} | {_fmt(r.figure.paper)} "
-            f"| {_fmt(r.kvsim)} | {catalogue_ranges.range_cell(rep, r.figure.name)} | {sens} "
-            f"| {r.figure.unit} | {_fmt(r.ratio)} |"
-        )
     lines += ["", "Not modelled:", ""]
     lines += [f"- `{k}`: {v}" for k, v in NOT_MODELLED.items()]
     return "\n".join(lines) + "\n"

@@ -38,7 +38,12 @@ from kvsim.errors import InputError
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
-from kvsim.reproduce.catalogue_ranges import range_cell, sensitive_lines, study_ranges
+from kvsim.reproduce.catalogue_ranges import (
+    figure_table,
+    range_cell,
+    sensitive_lines,
+    study_ranges,
+)
 from kvsim.reproduce.checks import check_files
 from kvsim.reproduce.ranges import Range
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
@@ -405,18 +410,8 @@ def markdown(rep: Validation) -> str:
         f"Source: {SOURCE}. kvsim: one deterministic run per value (the interval is the "
         "point). Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in KINDS.items()) + ".",
         "",
-        "| figure | what | kind | published | kvsim | range | sensitive to | unit "
-        "| kvsim/published | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *figure_table(rep, _fmt, verdict=True),
     ]
-    for r in rep.rows:
-        rg = (rep.ranges or {}).get(r.figure.name)
-        sens = ", ".join(rg.sensitive_to) if rg and rg.sensitive_to else "-"
-        lines.append(
-            f"| `{r.figure.name}` | {r.figure.what} | {r.figure.kind} | {_fmt(r.figure.paper)} "
-            f"| {_fmt(r.kvsim)} | {range_cell(rep, r.figure.name)} | {sens} | {r.figure.unit} "
-            f"| {_fmt(r.ratio)} | {rep.verdict(r) or '-'} |"
-        )
     lines += ["", "Not modelled:", ""]
     lines += [f"- `{k}`: {v}" for k, v in NOT_MODELLED.items()]
     return "\n".join(lines) + "\n"
