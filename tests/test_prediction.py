@@ -118,3 +118,25 @@ def test_a_bad_assumption_is_refused_by_name(tmp_path, capsys, assume, fragment)
     assert main(["validate", str(sc)]) == 2
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1, err
+
+
+def test_a_range_screen_leaves_out_launch_costs_the_mode_never_pays():
+    """kvsim.experiments.predict.applies: graph replay only with CUDA graphs on, eager
+    mode's per-kernel cost only with them off; the compiled code's per-kernel cost both
+    ways (a step larger than the graphs launches kernel by kernel)."""
+    from kvsim.experiments.predict import applies, composition
+
+    comp = compose({"model": "qwen3-4b", "gpu": "H100", "gpus": 1})
+    for graphs in (True, False):
+        sc = scenario_from_dict(
+            {
+                "name": "t",
+                "profile": {"model": "qwen3-4b", "gpu": "H100", "gpus": 1},
+                "engine": {"cuda_graphs": graphs},
+                "workload": WORKLOAD,
+            }
+        )
+        assert composition(sc, None) is not None
+        assert applies("launch.graph_per_layer", sc, comp) is graphs
+        assert applies("launch.eager_kernel", sc, comp) is not graphs
+        assert applies("launch.kernel", sc, comp)

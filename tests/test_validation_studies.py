@@ -11,6 +11,7 @@ import pytest
 from kvsim import api
 from kvsim.catalogue.compose import compose
 from kvsim.catalogue.ranges import inputs
+from kvsim.physics.step import scenario_lone_seconds
 from kvsim.reproduce import (
     catalogue_ranges,
     lmcache_longdoc,
@@ -52,6 +53,13 @@ def test_lmcache_figures_are_the_pages_and_the_scenarios_are_its_setup():
             f"query_ttft_lmcache_s.{m}": lq,
             f"query_ttft_speedup.{m}": pytest.approx(q / lq),
         }
+    # the Llama page's round durations (warm-up, query; vLLM then LMCache)
+    for (r, mode), v in zip(
+        (("warmup", "vllm"), ("query", "vllm"), ("warmup", "lmcache"), ("query", "lmcache")),
+        (121.3, 121.7, 124.2, 51.0),
+        strict=True,
+    ):
+        want[f"{r}_duration_{mode}_s.llama-3.1-8b"] = v
     assert published == want
     assert {f.kind for f in lmcache_longdoc.FIGURES} == {"predicted"}  # nothing fitted
     for model, page in lmcache_longdoc.PAGES.items():
@@ -59,6 +67,10 @@ def test_lmcache_figures_are_the_pages_and_the_scenarios_are_its_setup():
         assert base.profile.model == lmc.profile.model == model
         assert base.profile.gpu == lmc.profile.gpu == "A40" and base.profile.gpus == 1
         assert not base.tiers.host.enabled and lmc.tiers.host.enabled
+        # the benchmark as stated: 100 output tokens, 4 in flight, decode beside prefill
+        for sc in (base, lmc):
+            assert sc.engine.mode == "colocated" and sc.workload.concurrency == 4
+        assert {r.output_tokens for r in lmcache_longdoc.rounds(base)} == {100}
         assert lmc.tiers.host.capacity == 66 * 2**30  # LMCACHE_MAX_LOCAL_CPU_SIZE=66 (GiB)
         # the benchmark's KV (46 x 10,000 tokens x 131,072 B = 60.3 GB; Qwen3-8B's 36
         # layers: 67.8 GB) fits the CPU cache but not HBM's KV pool: no GPU hit in the
@@ -73,8 +85,10 @@ def test_lmcache_study_by_mechanism_and_regression():
     """Mechanism (by hand): without LMCache the query round finds nothing in HBM (LRU has
     evicted each document 45 documents later), so its TTFT is the warm-up's; with LMCache
     the warm-up is the same cold prefill (stores are asynchronous) and the query round
-    loads every document. Regression (labelled as such, not a published value): kvsim's
-    values at the commit that added the study."""
+    loads every document. With 4 requests in flight a prompt waits for the others' chunks
+    and shares steps with their decode: its TTFT is above a lone prefill's. Regression
+    (labelled as such, not a published value): kvsim's values at the commit that ran the
+    study in co-located mode (2026-12-07)."""
     rep = lmcache_longdoc.reproduce(range_seeds=0)
     v = {r.figure.name: r.kvsim for r in rep.rows}
     for m in lmcache_longdoc.PAGES:
@@ -86,11 +100,16 @@ def test_lmcache_study_by_mechanism_and_regression():
         assert v[f"query_ttft_speedup.{m}"] == pytest.approx(
             v[f"query_ttft_vllm_s.{m}"] / v[f"query_ttft_lmcache_s.{m}"]
         )
-    # regression: the composed Llama-3.1-8B / A40 profile's lone 10k prefill and CPU hit
-    assert v["warmup_ttft_vllm_s.llama-3.1-8b"] == pytest.approx(1.5057, rel=1e-3)
-    assert v["query_ttft_lmcache_s.llama-3.1-8b"] == pytest.approx(0.09952, rel=1e-3)
+    base = api.load(LM / "base.yaml")
+    lone = scenario_lone_seconds(base)(lmcache_longdoc.DOC_TOKENS, 0)
+    assert v["warmup_ttft_vllm_s.llama-3.1-8b"] > lone
+    # regression: the composed Llama-3.1-8B / A40 profile, 4 in flight, 100 output tokens
+    assert v["warmup_ttft_vllm_s.llama-3.1-8b"] == pytest.approx(3.3652, rel=1e-3)
+    assert v["query_ttft_lmcache_s.llama-3.1-8b"] == pytest.approx(0.24422, rel=1e-3)
+    assert v["warmup_duration_vllm_s.llama-3.1-8b"] == pytest.approx(115.76, rel=1e-3)
+    assert v["query_duration_lmcache_s.llama-3.1-8b"] == pytest.approx(51.418, rel=1e-3)
     rows = [validation.row("lmcache-longdoc", rec) for rec in rep.records()]
-    assert validation.summarize(rows)["scored"] == 15  # the hit fractions have no value
+    assert validation.summarize(rows)["scored"] == 19  # the hit fractions have no value
 
 
 def test_paper_catalogue_ranges_bracket_the_lone_recompute(tmp_path):

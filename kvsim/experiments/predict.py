@@ -53,6 +53,8 @@ def applies(name: str, sc: Scenario, comp: Composition) -> bool:
         return sc.engine.frontend is not None
     if name == "launch.graph_per_layer":
         return sc.engine.cuda_graphs
+    if name == "launch.eager_kernel":  # eager mode only
+        return not sc.engine.cuda_graphs
     if name == "launch.mla_kernels_per_layer":
         return comp.model.attention == "mla"
     if name == "launch.moe_kernels_per_layer":
