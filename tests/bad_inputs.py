@@ -1840,6 +1840,13 @@ CASES: list[Case] = [
         "base: {QS}\ngrid:\n  remote.client_bandwidth: [4 GiB/s, 8 GiB/s]\n",
         ("grid.remote.client_bandwidth", "remote.client"),
     ),
+    # ---- issue 41: the per-operation roofline ----
+    S(
+        "one per-operation field on a profile without a per-operation roofline",
+        "timing:\n  roofline:\n    ops:\n      eager_launch: 20 us\n",
+        "timing.roofline.ops.dense",
+        "composed profile",
+    ),
     # ---- issue 25: restores cost the GPU ----
     S("an unknown copy engine", "node:\n  copy_engine: nccl\n", "node.copy_engine"),
     S(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,13 @@ from kvsim.config.schema import Scenario
 from kvsim.sim.job import Job
 from kvsim.sim.rows import DEFAULT, Column
 from kvsim.workload.request import Request
+
+# A shell starts a background job (`cmd &`, nohup) with SIGINT ignored; every process it
+# starts inherits that, and kvsim respects it (kvsim/interrupts.py: an ignored SIGINT
+# stays ignored). The tests that send SIGINT stand for a user at a terminal: give this
+# process, and so the processes the tests start, a terminal's default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"

@@ -140,3 +140,19 @@ def test_a_range_screen_leaves_out_launch_costs_the_mode_never_pays():
         assert applies("launch.graph_per_layer", sc, comp) is graphs
         assert applies("launch.eager_kernel", sc, comp) is not graphs
         assert applies("launch.kernel", sc, comp)
+
+
+def test_run_on_a_composed_profile_keeps_its_range_progress_off_a_pipe(tmp_path, capsys):
+    """`kvsim run` on a composed profile screens the assumptions (range lines in its
+    summary); its progress line is for a terminal only (README: progress stays silent
+    when stderr is not a terminal, as under capsys)."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(
+        "name: t\nprofile: {model: qwen3-4b, gpu: H100, gpus: 1}\n"
+        "workload: {kind: synthetic, requests: 4, arrivals: {process: poisson, rate: 1/s},"
+        " prompt_tokens: {dist: fixed, value: 1000}}\n"
+    )
+    assert main(["run", str(sc)]) == 0
+    out, err = capsys.readouterr()
+    assert "range: ttft p50" in out
+    assert "ranges: run" not in err and "\r" not in err

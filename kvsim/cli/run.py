@@ -59,11 +59,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.overrides,
             args.seed,
             results.summary,
-            None if args.quiet else _ranges_progress,
+            None if args.quiet or not sys.stderr.isatty() else _ranges_progress,
         )
         if ranges:
             results.summary["prediction_ranges"] = ranges_json(ranges)
-            if not args.quiet and sys.stderr.isatty():
+            if not args.quiet and sys.stderr.isatty():  # end the progress line
                 print(file=sys.stderr)
     paths = write_results(results, args.out, args.format) if args.out is not None else []
     if args.json:
@@ -79,7 +79,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _ranges_progress(done: int, total: int, what: str) -> None:
-    """One line, rewritten, while the prediction ranges run."""
+    """One line, rewritten, while the prediction ranges run (a terminal only: README,
+    progress stays silent when stderr is not a terminal)."""
     print(
         f"\rranges: run {done} of about {total} ({what[:60]})".ljust(100), end="", file=sys.stderr
     )

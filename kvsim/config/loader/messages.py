@@ -233,6 +233,12 @@ def _describe(
         tagged = _tagged(annotation)
         if tagged is not None:
             return f"missing required field; allowed {_either([repr(v) for v in tagged[1]])}"
+        if tuple(path[:3]) == ("timing", "roofline", "ops"):  # one field of ops set alone
+            return (
+                "missing required field: a per-operation roofline (timing.roofline.ops) "
+                "needs every operation's curve; a composed profile (profile: {model, gpu}) "
+                "writes them, a named profile's ops is null"
+            )
         return "missing required field"
     if kind == "union_tag_not_found":
         tagged = _tagged(annotation)
