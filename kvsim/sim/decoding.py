@@ -20,7 +20,7 @@ step one more; after a recompute the prompt and the ``decoded`` tokens are compu
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from kvsim.cache.eviction import Key
 from kvsim.cache.local import TIERS
@@ -28,6 +28,11 @@ from kvsim.sim.job import Job
 from kvsim.workload.request import Request
 
 _NAN: Final = math.nan
+
+
+def _copied(value: Any) -> Any:
+    """A list copied (the per-tier lists change on a re-run); anything else as is."""
+    return list(value) if isinstance(value, list) else value
 
 
 class TtftParts(NamedTuple):
@@ -125,28 +130,9 @@ class DecodeJob(Job):
         return self.req.input_tokens + self.decoded - self.cached - self.done
 
     def snapshot(self) -> None:
-        """Its first token is out: keep what its TTFT was made of."""
-        self.saved = TtftParts(
-            self.queue_wait,
-            self.load_s,
-            self.prefetch_s,
-            self.compute_s,
-            self.store_s,
-            self.frontend_s,
-            self.remote_get_s,
-            self.remote_ssd_s,
-            self.remote_ssd_tokens,
-            self.restore_lookup,
-            self.restore_queue,
-            self.restore_read,
-            self.restore_h2d,
-            list(self.tier_s),
-            list(self.tokens),
-            self.decision,
-            self.recomputed,
-            self.stalled,
-            self.timed_out,
-        )
+        """Its first token is out: keep what its TTFT was made of (the per-tier lists
+        copied)."""
+        self.saved = TtftParts(*[_copied(getattr(self, f)) for f in TtftParts._fields])
 
     def restore_first(self) -> None:
         """Its last token is out: the TTFT parts as they were at its first token (a
@@ -154,25 +140,8 @@ class DecodeJob(Job):
         s = self.saved
         if s is None:
             return
-        self.queue_wait = s.queue_wait
-        self.load_s = s.load_s
-        self.prefetch_s = s.prefetch_s
-        self.compute_s = s.compute_s
-        self.store_s = s.store_s
-        self.frontend_s = s.frontend_s
-        self.remote_get_s = s.remote_get_s
-        self.remote_ssd_s = s.remote_ssd_s
-        self.remote_ssd_tokens = s.remote_ssd_tokens
-        self.restore_lookup = s.restore_lookup
-        self.restore_queue = s.restore_queue
-        self.restore_read = s.restore_read
-        self.restore_h2d = s.restore_h2d
-        self.tier_s = s.tier_s
-        self.tokens = s.tokens
-        self.decision = s.decision
-        self.recomputed = s.recomputed
-        self.stalled = s.stalled
-        self.timed_out = s.timed_out
+        for name, value in zip(TtftParts._fields, s, strict=True):
+            setattr(self, name, value)
 
     def drop(self, reason: str) -> None:
         """No attempt will finish: no decode times either."""
