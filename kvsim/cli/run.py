@@ -54,16 +54,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     if not getattr(args, "no_ranges", False):
+        progress = not args.quiet and sys.stderr.isatty()  # README: silent off a terminal
         ranges = run_ranges(
             args.scenario,
             args.overrides,
             args.seed,
             results.summary,
-            None if args.quiet or not sys.stderr.isatty() else _ranges_progress,
+            _ranges_progress if progress else None,
         )
         if ranges:
             results.summary["prediction_ranges"] = ranges_json(ranges)
-            if not args.quiet and sys.stderr.isatty():  # end the progress line
+            if progress:  # end the progress line
                 print(file=sys.stderr)
     paths = write_results(results, args.out, args.format) if args.out is not None else []
     if args.json:

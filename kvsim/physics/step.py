@@ -419,7 +419,7 @@ def op_roofline(
             cpu_request=o.cpu_request,
             kernel_s=o.kernels * o.kernel_launch,
             graphs=cuda_graphs,
-            eager_s=o.kernels * (o.kernel_launch if o.eager_launch is None else o.eager_launch),
+            eager_s=None if o.eager_launch is None else o.kernels * o.eager_launch,
             graph_s=o.graph_replay,
             graph_max_tokens=o.graph_max_tokens,
         ),

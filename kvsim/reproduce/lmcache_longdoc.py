@@ -196,11 +196,12 @@ def round_means(
     """warm-up and query rounds' mean TTFT and duration (first send to last token), and
     the query round's share of prompt tokens found in HBM, of one configuration."""
     sc = api.load(path, overrides)
-    res = api.run(sc, requests=rounds(sc, documents))
+    reqs = rounds(sc, documents)
+    res = api.run(sc, requests=reqs)
     r = res.requests.sort_values("id")
     warm, query = r.iloc[:documents], r.iloc[documents:]
     warm_end = float((warm["arrival_s"] + warm["e2e_s"]).max())
-    start = query_start(sc, documents)
+    start = reqs[documents].arrival  # the query round's (query_start)
     if warm_end > start:  # (query_start's bound is a study constant, not an input)
         raise RuntimeError(f"{path}: the warm-up round ran past the query round's start")
     gpu = float(query["tokens_gpu"].sum())

@@ -372,33 +372,37 @@ _RECORD = methodcaller("record")
 class RowTable:
     """Finished requests' records, kept column by column (see the module docstring)."""
 
-    __slots__ = ("_batch", "_fields", "_parts", "_plan", "_req", "_rows", "columns", "names")
+    __slots__ = ("_batch", "_parts", "_plan", "_rows", "_split", "columns", "names")
 
     def __init__(self, columns: Sequence[Column] = DEFAULT, fields: Sequence[str] = RECORD) -> None:
         """``fields``: what a record's ``record()`` returns, by name (Job.RECORD): the
         columns' sources are among them (``req.id``: the ``id`` of the ``req`` field)."""
         self.columns: tuple[Column, ...] = tuple(columns)
         self.names: tuple[str, ...] = tuple(c.name for c in self.columns)
-        self._fields = tuple(fields)
-        # how a batch is read: per column, where its values are: (field index, tier code or
-        # -2: the field itself, or -3: an attribute of the request, by its index in _req)
+        names = tuple(fields)
+        # how a batch is read: per column, its field's index and, for one entry of a field
+        # (a per-tier list's, or an attribute of the request), the entry's index (-1: the
+        # last); None: the field itself, or a derived column (field index -1)
         req: list[str] = []  # the request's attributes read
-        self._plan: list[tuple[int, int]] = []
+        self._plan: list[tuple[int, int | None]] = []
         for col in (*self.columns, _RESTORE):
             if col.derived is not None:
-                self._plan.append((-1, -2))
+                self._plan.append((-1, None))
                 continue
-            path, t = (col.source, -2) if isinstance(col.source, str) else col.source
+            path, t = (col.source, None) if isinstance(col.source, str) else col.source
             head, _, attr = path.partition(".")
-            if head not in self._fields:
+            if head not in names:
                 raise ValueError(f"column {col.name}: no field {head!r} in the record")
             if attr:
                 if attr not in req:
                     req.append(attr)
-                t = -3 - req.index(attr)
-            self._plan.append((self._fields.index(head), t))
-        # (a tuple of values per request, even for one attribute, or none)
-        self._req = attrgetter(*req) if len(req) > 1 else attrgetter(*(req or ["id"]) * 2)
+                t = req.index(attr)
+            self._plan.append((names.index(head), t))
+        # how a field splits into its entries: a list by position; the request by the
+        # attributes read (a tuple of values per request, even for one attribute)
+        self._split: dict[int, Any] = {}
+        if req:
+            self._split[names.index("req")] = attrgetter(*(req if len(req) > 1 else req * 2))
         self._batch: list[Any] = []  # requests not read into the columns yet
         self._parts: list[list[Any]] = [[] for _ in self.columns]  # arrays, or str
         self._rows = 0  # rows in _parts
@@ -422,17 +426,15 @@ class RowTable:
         for col, (i, t) in zip(cols, self._plan, strict=True):
             if i < 0:
                 continue  # derived: below
-            if t == -2:
+            if t is None:
                 got = by_field[i]
             else:  # one entry of a per-tier list, or an attribute of the request
                 parts = nested.get(i)
                 if parts is None:
-                    if t >= -1:
-                        parts = list(zip(*by_field[i], strict=True))
-                    else:
-                        parts = list(zip(*map(self._req, by_field[i]), strict=True))
-                    nested[i] = parts
-                got = parts[t] if t >= -1 else parts[-3 - t]
+                    split = self._split.get(i)
+                    rows = by_field[i] if split is None else map(split, by_field[i])
+                    parts = nested[i] = list(zip(*rows, strict=True))
+                got = parts[t]
             if col.code == "s":
                 values[col.name] = list(got)
             else:
