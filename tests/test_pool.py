@@ -160,3 +160,23 @@ def test_reservations_evict_and_are_given_back():
     # B pushed A's five oldest blocks to host; C restores them, its reservation evicting
     assert c.tokens_host == 500 and c.tokens_gpu == 500
     assert sim.engines[0].local.demotions[1] >= 5
+
+
+def test_requests_behind_one_the_pool_refused_are_not_looked_up():
+    """Ten cold 1,000-token prompts (ten 100-token blocks each) due at once, chunked
+    batching; the node's KV pool (8 x 150 kB = 1.2 MB at 1 kB a token) holds one prompt
+    at a time. Each step admits the queue's head, looks up the next one and finds it does
+    not fit; the eight behind it wait unlooked (vLLM's scheduler stops at the first request
+    it cannot allocate). So the GPU tier counts 10 admitted lookups and 9 refused ones:
+    190 block misses. Looking every waiting request up each step (the defect) counted
+    10 x (10 + 9 + 8 + ... + 1) = 550. The requests' times are the same either way: one
+    prompt after the other, 1.099 s each."""
+    sc = toy(node={"kv_per_gpu": "150 kB"}, engine={"batching": "chunked"})
+    reqs = [prompt(i, 0.0, 1000, 1000 * i) for i in range(10)]
+    res = api.run(sc, requests=reqs)
+    gpu = res.summary["tiers"]["gpu"]
+    assert (gpu["hits"], gpu["misses"]) == (0, 190)
+    ttft = rows(res)
+    assert [ttft[i].ttft_s for i in range(10)] == pytest.approx(
+        [1.099 * (i + 1) for i in range(10)]
+    )

@@ -513,7 +513,8 @@ def _parser() -> argparse.ArgumentParser:
         "study",
         help="paper: the remote-KV-tier study (arXiv 2610.21500); paper-catalogue: its "
         "scenarios on the catalogue-composed profile; vllm-offload: vLLM's KV "
-        "offloading connector blog; lmcache-longdoc: LMCache's Llama-3.1-8B cookbook (A40); "
+        "offloading connector blog; lmcache-longdoc: LMCache's cookbooks (A40); lmcache-gke: "
+        "LMCache on GKE (Llama-3.3-70B, 8 x H100, CPU RAM and local SSD tiers); "
         "central-nvme: a shared NVMe KV store's vendor claims "
         "(a scenario study); all: every study and a validation summary",
     )

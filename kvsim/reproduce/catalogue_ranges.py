@@ -3,14 +3,16 @@ catalogue's assumptions' documented ranges.
 
 What this module owns: :func:`study_ranges`, the one mechanism ``kvsim reproduce`` uses
 for studies whose scenarios compose their profile from the catalogue (``profile: {model,
-gpu, ...}``): ``paper-catalogue``, ``vllm-offload`` and ``lmcache-longdoc``. It is the
+gpu, ...}``): ``paper-catalogue``, ``vllm-offload``, ``lmcache-longdoc`` and ``lmcache-gke``.
+It is the
 screen ``kvsim run`` and ``kvsim profiles show`` run on a composed profile
 (:func:`kvsim.catalogue.ranges.prediction_ranges` over
 :func:`kvsim.catalogue.ranges.inputs`, filtered by
 :func:`kvsim.experiments.predict.applies`): every assumption moved to each end of its
 range alone (``--set profile.assume.NAME=VALUE`` on every scenario file of the study),
 then every corner of the two that move a figure most; a figure's range spans them all,
-and ``sensitive_to`` names the assumptions whose end moves it by more than 10%.
+and ``sensitive_to`` names the assumptions whose end moves it by more than 10%. It also
+owns the tables of such a study's figures (:func:`study_text`, :func:`study_markdown`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from kvsim import api
 from kvsim.catalogue.ranges import inputs, prediction_ranges
 from kvsim.experiments.predict import applies, composition
+from kvsim.report import columns
 from kvsim.reproduce.ranges import Input, Range, Setting, setting_text
 
 RunWith = Callable[[list[str]], Mapping[str, float]]
@@ -141,3 +144,61 @@ def ranges_markdown(rep: Any) -> list[str]:
         sens = ", ".join(f"`{n}`" for n in rg.sensitive_to) or "-"
         lines.append(f"| `{name}` | {range_cell(rep, name)} | {sens} | {most} |")
     return lines
+
+
+def study_text(
+    rep: Any,
+    study: str,
+    not_modelled: Mapping[str, str],
+    fmt: Callable[[Any], str],
+    screened: str = "",
+) -> str:
+    """A deterministic study's side-by-side table for a terminal, with each figure's range
+    (``screened``: which figures the ranges cover, when not all), what each is sensitive
+    to and what the study leaves out (``not_modelled``)."""
+    head = ("figure", "published", "kvsim", "range", "unit", "kvsim/published", "kind")
+    body = [
+        (
+            r.figure.name,
+            fmt(r.figure.paper),
+            fmt(r.kvsim),
+            range_cell(rep, r.figure.name),
+            r.figure.unit,
+            fmt(r.ratio),
+            r.figure.kind,
+        )
+        for r in rep.rows
+    ]
+    return "\n".join(
+        [
+            f"validating against {study}: deterministic runs (the interval is the point); "
+            f"range: over the catalogue's assumptions{screened} (--no-ranges: not run)",
+            *columns([head, *body], left=(0, 4, 6)),
+            *sensitive_lines(rep),
+            f"not modelled: {', '.join(not_modelled)} (docs/validation.md)",
+        ]
+    )
+
+
+def study_markdown(
+    rep: Any,
+    study: str,
+    source: str,
+    kinds: Mapping[str, str],
+    not_modelled: Mapping[str, str],
+    fmt: Callable[[Any], str],
+) -> str:
+    """The same table as Markdown: the study, its source and the figures' kinds, the
+    figures, and what it leaves out."""
+    lines = [
+        f"# Validation: {study}",
+        "",
+        f"Source: {source}. Kinds: " + "; ".join(f"**{k}**: {v}" for k, v in kinds.items()) + ".",
+        "",
+        *figure_table(rep, fmt),
+        "",
+        "Not modelled:",
+        "",
+        *(f"- `{k}`: {v}" for k, v in not_modelled.items()),
+    ]
+    return "\n".join(lines) + "\n"

@@ -43,6 +43,7 @@ from kvsim.experiments.sensitivity import report_lines, sensitivity
 from kvsim.experiments.slo import parse_slo
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
+from kvsim.reproduce.checks import find_folder
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
 from kvsim.results.uncertainty import mean_interval
 from kvsim.results.writers import write_reproduction
@@ -210,19 +211,7 @@ COLUMNS = remote_kv_tiers.COLUMNS
 def find_scenarios(folder: str | Path | None = None) -> Path:
     """The study's scenarios: the given folder, ./scenarios/validation/central-nvme, or
     the checkout's."""
-    rel = Path("scenarios") / "validation" / "central-nvme"
-    candidates = (
-        [Path(folder)] if folder else [Path.cwd() / rel, Path(__file__).resolve().parents[2] / rel]
-    )
-    for c in candidates:
-        if all((c / f"{name}.yaml").is_file() for name in LAYOUTS):
-            return c
-    raise InputError(
-        "no scenarios/validation/central-nvme/ folder with "
-        + ", ".join(f"{n}.yaml" for n in LAYOUTS)
-        + " here; run from the kvsim checkout or pass --scenarios DIR",
-        where=str(candidates[0]),
-    )
+    return find_folder(folder, "scenarios/validation/central-nvme", [f"{n}.yaml" for n in LAYOUTS])
 
 
 def scenario_files(folder: str | Path | None = None) -> list[Path]:

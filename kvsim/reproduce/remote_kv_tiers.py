@@ -23,7 +23,7 @@ from kvsim.errors import InputError
 from kvsim.physics.costmodel import GIB
 from kvsim.plots import ttft_cdf_plot
 from kvsim.report import columns
-from kvsim.reproduce.checks import check_files
+from kvsim.reproduce.checks import check_files, find_folder
 from kvsim.reproduce.ranges import (
     THRESHOLD,
     VERDICTS,
@@ -564,22 +564,7 @@ def markdown(
 
 def find_scenarios(folder: str | Path | None = None) -> Path:
     """The paper scenarios: the given folder, ./scenarios/paper, or the checkout's."""
-    candidates = (
-        [Path(folder)]
-        if folder
-        else [
-            Path.cwd() / "scenarios" / "paper",
-            Path(__file__).resolve().parents[2] / "scenarios" / "paper",
-        ]
-    )
-    for c in candidates:
-        if (c / "base.yaml").is_file():
-            return c
-    raise InputError(
-        "no scenarios/paper/ folder with base.yaml here; run from the kvsim "
-        "checkout or pass --scenarios DIR",
-        where=str(candidates[0]),
-    )
+    return find_folder(folder, "scenarios/paper")
 
 
 def scenario_files(folder: str | Path | None = None) -> list[Path]:

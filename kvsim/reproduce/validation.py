@@ -36,6 +36,7 @@ import pandas as pd
 from kvsim.report import columns
 from kvsim.reproduce import (
     central_nvme,
+    lmcache_gke,
     lmcache_longdoc,
     paper_catalogue,
     remote_kv_tiers,
@@ -50,7 +51,14 @@ from kvsim.reproduce.paper_catalogue import (  # re-exported: the catalogue run'
 )
 from kvsim.results.writers import Writer, write_folder
 
-STUDIES = ("paper", "paper-catalogue", "vllm-offload", "lmcache-longdoc", "central-nvme")
+STUDIES = (
+    "paper",
+    "paper-catalogue",
+    "vllm-offload",
+    "lmcache-longdoc",
+    "lmcache-gke",
+    "central-nvme",
+)
 __all__ = [
     "CATALOGUE_PROFILE",
     "DEFAULT_PROFILE_LINE",
@@ -185,7 +193,8 @@ def run_all(
     ranges: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run every study; return the validation rows and each study's reproduction.
-    ``ranges``: the catalogue ranges of paper-catalogue, vllm-offload and lmcache-longdoc
+    ``ranges``: the catalogue ranges of paper-catalogue, vllm-offload, lmcache-longdoc and
+    lmcache-gke
     (the paper study runs without its ranges, central-nvme without its sensitivity)."""
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
@@ -199,6 +208,7 @@ def run_all(
             *remote_kv_tiers.scenario_files(paper),
             *vllm_offload.scenario_files(vllm_folder),
             *lmcache_longdoc.scenario_files(),
+            *lmcache_gke.scenario_files(),
             *central_nvme.scenario_files(),
         ]
     )
@@ -237,6 +247,10 @@ def run_all(
         lambda: lmcache_longdoc.reproduce(
             log=sub("lmcache-longdoc"), range_seeds=1 if ranges else 0
         ),
+    )
+    reps["lmcache-gke"] = timed(
+        "lmcache-gke",
+        lambda: lmcache_gke.reproduce(log=sub("lmcache-gke"), range_seeds=1 if ranges else 0),
     )
     reps["central-nvme"] = timed(
         "central-nvme",

@@ -34,7 +34,6 @@ import pandas as pd
 
 from kvsim import api
 from kvsim.config.schema import Scenario
-from kvsim.errors import InputError
 from kvsim.physics.step import scenario_lone_seconds
 from kvsim.report import columns
 from kvsim.reproduce import remote_kv_tiers
@@ -44,7 +43,7 @@ from kvsim.reproduce.catalogue_ranges import (
     sensitive_lines,
     study_ranges,
 )
-from kvsim.reproduce.checks import check_files
+from kvsim.reproduce.checks import check_files, find_folder
 from kvsim.reproduce.ranges import Range
 from kvsim.reproduce.remote_kv_tiers import Figure, Row, _fmt
 from kvsim.results.records import Results
@@ -205,18 +204,7 @@ RANGE_REQUESTS = 1_000
 def find_scenarios(folder: str | Path | None = None) -> Path:
     """The study's scenarios: the given folder, ./scenarios/validation/vllm-offload, or the
     checkout's."""
-    rel = Path("scenarios") / "validation" / "vllm-offload"
-    candidates = (
-        [Path(folder)] if folder else [Path.cwd() / rel, Path(__file__).resolve().parents[2] / rel]
-    )
-    for c in candidates:
-        if (c / "base.yaml").is_file():
-            return c
-    raise InputError(
-        "no scenarios/validation/vllm-offload/ folder with base.yaml here; run from the "
-        "kvsim checkout or pass --scenarios DIR",
-        where=str(candidates[0]),
-    )
+    return find_folder(folder, "scenarios/validation/vllm-offload")
 
 
 # ---- workloads ---------------------------------------------------------------------------

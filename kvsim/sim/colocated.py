@@ -138,6 +138,9 @@ class ColocatedEngine(Engine):
                 if job.fetch is not None:
                     job.fetch.stop()
                     job.fetch = None
+                if full:  # behind one that did not fit: not looked up (vLLM stops there)
+                    aside.append(job)
+                    continue
                 self.lookup.plan(job)
                 tok = job.tokens
                 # its whole working KV: prompt (less its GPU hits) and output tokens to
@@ -146,7 +149,7 @@ class ColocatedEngine(Engine):
                 if chunks is None:
                     held += job.out_target - 1
                 need = held * kv
-                if full or not self.pool.fits(need):
+                if not self.pool.fits(need):
                     full = True
                     aside.append(job)
                     continue

@@ -414,13 +414,16 @@ class Engine(Node):
                 if job.fetch is not None:  # best effort: go with what has arrived
                     job.fetch.stop()
                     job.fetch = None
+                if full:  # behind one that did not fit: not looked up (vLLM stops there)
+                    aside.append(job)
+                    continue
                 self.lookup.plan(job)
                 tok = job.tokens
                 # its working KV, held from now until it finishes: the whole prompt but
                 # the blocks the prefix cache already holds (GPU hits are shared, as vLLM's)
                 held = job.req.input_tokens - tok[GPU]
                 need = held * ctx.run.kv_bytes
-                if full or not self.pool.fits(need):
+                if not self.pool.fits(need):
                     full = True  # the working pool is full: the queue waits (as vLLM's)
                     aside.append(job)
                     continue
