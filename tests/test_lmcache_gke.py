@@ -1,7 +1,8 @@
 """The LMCache-on-GKE study (kvsim/reproduce/lmcache_gke.py; issue 41, point 5): its
 figures are the page's, its scenarios the page's setup, its requests bench_serving's
 generated-shared-prefix benchmark, and its tiers act by mechanism on a small run. The
-whole study (48,000 decoding requests) runs in `kvsim reproduce lmcache-gke`, not here."""
+whole study (55,020 requests, each run twice) runs in `kvsim reproduce lmcache-gke`, not
+here."""
 
 from __future__ import annotations
 

@@ -521,8 +521,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--scenarios",
         type=_path,
-        help="folder of the study's scenarios (default: scenarios/paper or "
-        "scenarios/validation/vllm-offload of the checkout; not with all)",
+        help="folder of the study's scenarios (default: scenarios/paper for paper and "
+        "paper-catalogue, scenarios/validation/STUDY for the others, of the working "
+        "directory or the checkout; not with all)",
     )
     rp.add_argument(
         "--out",
@@ -534,7 +535,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--no-ranges",
         action="store_true",
-        help="skip the range runs (sensitive_to, range_lo, range_hi left empty; ~3x faster; "
+        help="skip the range runs (sensitive_to, range_lo, range_hi left empty; paper: ~3x "
+        "faster, the catalogue studies 6-30x; "
         "central-nvme: no sensitivity runs; all: no catalogue ranges)",
     )
     rp.add_argument(
