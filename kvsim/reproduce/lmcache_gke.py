@@ -236,8 +236,11 @@ def reproduce(
     one run gives each figure exactly (``seeds``: the CLI's, ignored)."""
     d = find_scenarios(folder)
     check_files(scenario_files(d))
-    n = sum(groups(c.test, c.prompt) * PER_GROUP * 2 for c in CASES)
-    log(f"running {len(CASES)} cases, each on HBM only and on its best setup: {n:,} requests")
+    n = sum(groups(c.test, c.prompt) * PER_GROUP for c in CASES)
+    log(
+        f"running {len(CASES)} cases on HBM only and on their best setup: "
+        f"{n:,} requests, each twice"
+    )
     got = values(d, log=log)
     rows = [Row(f, got[f.name], got[f.name], got[f.name], [got[f.name]]) for f in FIGURES]
     rep = Validation(rows, {}, [api.load(d / "base.yaml").seed])
