@@ -4,8 +4,7 @@ catalogue's assumptions' documented ranges.
 What this module owns: :func:`study_ranges`, the one mechanism ``kvsim reproduce`` uses
 for studies whose scenarios compose their profile from the catalogue (``profile: {model,
 gpu, ...}``): ``paper-catalogue``, ``vllm-offload``, ``lmcache-longdoc`` and ``lmcache-gke``.
-It is the
-screen ``kvsim run`` and ``kvsim profiles show`` run on a composed profile
+It is the screen ``kvsim run`` and ``kvsim profiles show`` run on a composed profile
 (:func:`kvsim.catalogue.ranges.prediction_ranges` over
 :func:`kvsim.catalogue.ranges.inputs`, filtered by
 :func:`kvsim.experiments.predict.applies`): every assumption moved to each end of its

@@ -194,8 +194,8 @@ def run_all(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run every study; return the validation rows and each study's reproduction.
     ``ranges``: the catalogue ranges of paper-catalogue, vllm-offload, lmcache-longdoc and
-    lmcache-gke
-    (the paper study runs without its ranges, central-nvme without its sensitivity)."""
+    lmcache-gke (the paper study runs without its ranges, central-nvme without its
+    sensitivity)."""
 
     seeds = paper_seeds or remote_kv_tiers.SEEDS
     reps: dict[str, Any] = {}
